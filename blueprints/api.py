@@ -1,0 +1,141 @@
+"""The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx."""
+import base64
+import binascii
+
+import yaml
+from flask import Blueprint, current_app, jsonify, request
+from marshmallow import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from blueprints import schemas
+from blueprints.auth import current_identity
+from engine import actions
+from engine.errors import DomainError, InvalidRequest
+from engine.readside import dto
+
+bp = Blueprint("api", __name__, url_prefix="/api/v1")
+
+
+def runtime():
+    return current_app.extensions["engine"]
+
+
+def load(schema: type, data) -> dict:
+    """Validate `data` with `schema`; InvalidRequest naming every bad field."""
+    try:
+        return schema().load(data)
+    except ValidationError as exc:
+        raise InvalidRequest("the request has invalid fields", fields=exc.messages)
+
+
+def json_body() -> dict:
+    """The request's JSON object; InvalidRequest when it is missing or not an object."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+def kubeconfig_from_header() -> dict | None:
+    """The X-Kubeconfig header (base64 YAML), parsed in memory only."""
+    raw = request.headers.get("X-Kubeconfig")
+    if not raw:
+        return None
+    try:
+        parsed = yaml.safe_load(base64.b64decode(raw, validate=True))
+    except (binascii.Error, ValueError, yaml.YAMLError):
+        raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
+    if not isinstance(parsed, dict):
+        raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
+    return parsed
+
+
+@bp.post("/tasks")
+def create_task():
+    """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot."""
+    body = load(schemas.CreateTask, json_body())
+    row = actions.create_task(
+        runtime(), current_identity(), project_id=body.get("projectId"),
+        source=body.get("source"), inputs=body.get("inputs"),
+        sensitive_keys=body.get("sensitiveKeys"), kubeconfig=kubeconfig_from_header(),
+        predecessor_task_id=body.get("predecessorTaskId"),
+    )
+    return jsonify(dto.snapshot(row)), 201
+
+
+@bp.get("/tasks")
+def list_tasks():
+    """A page of tasks, newest first; filters projectId and status (repeatable)."""
+    args = load(schemas.ListTasks, {
+        **{k: v for k, v in request.args.items() if k != "status"},
+        **({"status": request.args.getlist("status")} if "status" in request.args else {}),
+    })
+    created_at, task_id = dto.decode_cursor(args["cursor"]) if "cursor" in args else (None, None)
+    rows = runtime().db.all(
+        "task_list_page", namespace=current_identity().namespace,
+        project_id=args.get("projectId"), statuses=args.get("status"),
+        cursor_created_at=created_at, cursor_id=task_id, limit=args["limit"] + 1,
+    )
+    more = len(rows) > args["limit"]
+    rows = rows[:args["limit"]]
+    return jsonify({"items": [dto.snapshot(r) for r in rows],
+                    "nextCursor": dto.encode_cursor(rows[-1]) if more else None})
+
+
+@bp.get("/tasks/<uuid:task_id>")
+def get_task(task_id):
+    """One task's snapshot. Reads never write status."""
+    return jsonify(dto.snapshot(actions.get_task(runtime(), current_identity(), task_id)))
+
+
+@bp.get("/tasks/<uuid:task_id>/events")
+def list_events(task_id):
+    """A task's events after `after` (a seq), oldest first."""
+    args = load(schemas.ListEvents, request.args.to_dict())
+    identity = current_identity()
+    actions.get_task(runtime(), identity, task_id)
+    rows = runtime().db.all("event_list_for_task", task_id=task_id, namespace=identity.namespace,
+                            after_seq=args["after"], limit=args["limit"])
+    return jsonify({"items": [dto.event(r) for r in rows],
+                    "nextCursor": str(rows[-1]["seq"]) if len(rows) == args["limit"] else None})
+
+
+@bp.post("/tasks/<uuid:task_id>/input")
+def submit_inputs(task_id):
+    """Answer a blocked task's inputs; it is claimed and resumes at once."""
+    body = load(schemas.SubmitInputs, json_body())
+    row = actions.submit_inputs(runtime(), current_identity(), task_id, inputs=body["inputs"],
+                                sensitive_keys=body.get("sensitiveKeys"),
+                                kubeconfig=kubeconfig_from_header())
+    return jsonify(dto.snapshot(row))
+
+
+@bp.post("/tasks/<uuid:task_id>/cancel")
+def cancel_task(task_id):
+    """Cancel; a repeat is 200 with the snapshot, a finished task 409 with it."""
+    row = actions.cancel_task(runtime(), current_identity(), task_id)
+    return jsonify(dto.snapshot(row))
+
+
+@bp.patch("/tasks/<uuid:task_id>/canvas")
+def patch_canvas(task_id):
+    """Save the placeholder's canvas placement (never touches status)."""
+    body = load(schemas.CanvasPatch, json_body())
+    return jsonify(dto.snapshot(actions.set_canvas(runtime(), current_identity(), task_id, body)))
+
+
+@bp.errorhandler(DomainError)
+def domain_error(exc: DomainError):
+    body = {"code": exc.code, "message": exc.message}
+    if exc.snapshot is not None:
+        body["snapshot"] = exc.snapshot
+    if getattr(exc, "fields", None):
+        body["fields"] = exc.fields
+    return jsonify(body), exc.http_status
+
+
+def http_error(exc: HTTPException):
+    """Every other HTTP error under /api as JSON with a stable code."""
+    code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large",
+            415: "unsupported_media_type"}.get(exc.code, "http_error")
+    return jsonify({"code": code, "message": exc.description}), exc.code

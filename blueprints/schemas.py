@@ -1,0 +1,95 @@
+"""Marshmallow schemas for every request body. Unknown fields are rejected."""
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+
+#: A Kubernetes object name (DNS-1123 label).
+NAME = validate.Regexp(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+                       error="must be lowercase letters, digits and '-', at most 63 characters")
+PROJECT_ID = NAME
+ENV_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", error="not a valid variable name")
+MAX_VALUE = 32_768
+
+
+class ImageSource(Schema):
+    """A container image deployed as a Deployment (+ Service with a port)."""
+
+    kind = fields.String(required=True, validate=validate.Equal("image"))
+    image = fields.String(required=True, validate=validate.Length(1, 512))
+    name = fields.String(required=True, validate=NAME)
+    port = fields.Integer(validate=validate.Range(1, 65535), strict=True)
+    replicas = fields.Integer(validate=validate.Range(0, 50), strict=True)
+    env = fields.Dict(keys=fields.String(validate=ENV_NAME),
+                      values=fields.String(validate=validate.Length(max=MAX_VALUE)),
+                      validate=validate.Length(max=100))
+
+
+#: kind -> schema of that source kind
+SOURCE_SCHEMAS: dict[str, type[Schema]] = {"image": ImageSource}
+
+
+class SourceField(fields.Field):
+    """A source object, validated by the schema of its `kind`."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise ValidationError("must be an object")
+        schema = SOURCE_SCHEMAS.get(value.get("kind"))
+        if schema is None:
+            raise ValidationError(f"kind must be one of: {', '.join(sorted(SOURCE_SCHEMAS))}")
+        return schema().load(value)
+
+
+InputValues = fields.Dict(keys=fields.String(validate=validate.Length(1, 128)),
+                          values=fields.String(validate=validate.Length(max=MAX_VALUE)),
+                          validate=validate.Length(max=100))
+SensitiveKeys = fields.List(fields.String(validate=validate.Length(1, 128)),
+                            validate=validate.Length(max=100))
+
+
+class CreateTask(Schema):
+    """Create a deployment task; with predecessorTaskId, a redeploy of a failed or cancelled one."""
+
+    projectId = fields.String(validate=PROJECT_ID)
+    source = SourceField()
+    inputs = InputValues
+    sensitiveKeys = SensitiveKeys
+    predecessorTaskId = fields.UUID()
+
+    @validates_schema
+    def _fresh_create_needs_target_and_source(self, data, **kwargs):
+        if "predecessorTaskId" not in data:
+            missing = {k: ["Missing data for required field."]
+                       for k in ("projectId", "source") if k not in data}
+            if missing:
+                raise ValidationError(missing)
+
+
+class SubmitInputs(Schema):
+    """Answer a blocked task's inputs; it resumes at once."""
+
+    inputs = fields.Dict(keys=fields.String(validate=validate.Length(1, 128)),
+                         values=fields.String(validate=validate.Length(max=MAX_VALUE)),
+                         required=True, validate=validate.Length(max=100))
+    sensitiveKeys = fields.List(fields.String(validate=validate.Length(1, 128)),
+                                validate=validate.Length(max=100))
+
+
+class CanvasPatch(Schema):
+    """Where a task's placeholder sits on the canvas."""
+
+    x = fields.Float(required=True, validate=validate.Range(-100_000, 100_000))
+    y = fields.Float(required=True, validate=validate.Range(-100_000, 100_000))
+
+
+class ListTasks(Schema):
+    """Query parameters of the task list."""
+
+    projectId = fields.String(validate=PROJECT_ID)
+    status = fields.List(fields.String(validate=validate.OneOf(
+        ["queued", "running", "blocked", "applying", "completed", "failed", "cancelled"])))
+    cursor = fields.String(validate=validate.Length(max=200))
+    limit = fields.Integer(validate=validate.Range(1, 200), load_default=50)
+
+
+class ListEvents(Schema):
+    after = fields.Integer(validate=validate.Range(0), load_default=0)
+    limit = fields.Integer(validate=validate.Range(1, 1000), load_default=500)

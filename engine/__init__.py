@@ -1,0 +1,1 @@
+"""The deployment task engine: the only writer of task status."""

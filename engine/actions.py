@@ -1,0 +1,154 @@
+"""The use cases every surface calls (JSON API, pages, chat tools), so they can never disagree."""
+import logging
+from uuid import UUID
+
+from engine import leases, secrets
+from engine.errors import (PredecessorNotFound, PredecessorNotRedeployable, RedeployAlreadyActive,
+                           TaskAlreadyFinished, TaskNotBlocked, TaskNotFound)
+from engine.identity import Identity
+from engine.readside import dto
+from engine.runners import runner_for
+from engine.runtime import EngineRuntime
+from engine.status import TERMINAL, Status
+from engine.transitions import Guard, transition
+
+log = logging.getLogger(__name__)
+
+REDEPLOYABLE = {Status.FAILED, Status.CANCELLED}
+#: Source fields that carry name -> value maps a user may put secrets in.
+SECRET_BEARING_FIELDS = ("env", "args")
+
+
+def get_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
+    """One task of the caller's namespace; TaskNotFound otherwise."""
+    row = runtime.db.one("task_get", task_id=task_id, namespace=identity.namespace)
+    if row is None:
+        raise TaskNotFound()
+    return row
+
+
+def strip_source(source: dict, inputs: dict, declared: list[str]) -> tuple[dict, dict, list[str]]:
+    """(persistable source, in-memory inputs, sensitive key names): secrets leave the source."""
+    kept = dict(source)
+    memory = dict(inputs)
+    stripped = set(declared)
+    for field in SECRET_BEARING_FIELDS:
+        values = source.get(field)
+        if isinstance(values, dict):
+            plain, sensitive = secrets.split(values, declared=set(declared))
+            kept[field] = plain
+            memory.update(sensitive)
+            stripped.update(sensitive)
+    _, sensitive_inputs = secrets.split(inputs, declared=set(declared))
+    stripped.update(sensitive_inputs)
+    return kept, memory, sorted(stripped)
+
+
+def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,
+                source: dict | None, inputs: dict | None = None,
+                sensitive_keys: list[str] | None = None, kubeconfig: dict | None = None,
+                predecessor_task_id: UUID | None = None) -> dict:
+    """Insert a task and claim it inline, launching its runner here; the stored row.
+
+    With a predecessor this is a redeploy: the clone takes the predecessor's source (unless an
+    edited one is given) and project, and its recorded result identities when the project matches.
+    """
+    runtime.ensure_accepting()
+    inputs = inputs or {}
+    sensitive_keys = list(sensitive_keys or [])
+    identities: dict = {}
+    if predecessor_task_id is not None:
+        predecessor = runtime.db.one("task_get", task_id=predecessor_task_id,
+                                     namespace=identity.namespace)
+        if predecessor is None:
+            raise PredecessorNotFound()
+        if predecessor["status"] not in REDEPLOYABLE:
+            raise PredecessorNotRedeployable(snapshot=dto.snapshot(predecessor))
+        target = project_id or predecessor["project_id"]
+        if source is None:
+            source = predecessor["source"]
+            sensitive_keys = sorted(set(sensitive_keys) | set(predecessor["sensitive_keys"]))
+        if target == predecessor["project_id"]:
+            identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
+        project_id = target
+    persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
+    runner_name, _ = runner_for(persisted["kind"])
+    try:
+        row = runtime.db.one(
+            "task_insert", namespace=identity.namespace, project_id=project_id,
+            created_by=identity.user, source_kind=persisted["kind"], runner=runner_name,
+            source=persisted, sensitive_keys=stripped,
+            artifact_summary={"resultIdentities": identities} if identities else {},
+            retried_from_task_id=predecessor_task_id,
+        )
+    except RedeployAlreadyActive as exc:
+        winner = runtime.db.one("task_get_successor", task_id=predecessor_task_id,
+                                namespace=identity.namespace)
+        if winner is not None:
+            exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
+        raise
+    claimed = leases.claim(runtime.db, row["id"], owner=runtime.owner,
+                           lease_ttl_s=runtime.settings.lease_ttl_s, namespace=identity.namespace,
+                           from_status=Status.QUEUED, actor=identity.user)
+    if claimed is None:
+        # Cancelled between insert and claim: report the truth.
+        return get_task(runtime, identity, row["id"])
+    runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig)
+    return claimed
+
+
+def submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *, inputs: dict,
+                  sensitive_keys: list[str] | None = None,
+                  kubeconfig: dict | None = None) -> dict:
+    """Claim a blocked task (blocked -> running) and resume its runner with the values in memory."""
+    runtime.ensure_accepting()
+    row = get_task(runtime, identity, task_id)
+    if row["status"] != Status.BLOCKED:
+        raise TaskNotBlocked(snapshot=dto.snapshot(row))
+    claimed = leases.claim(runtime.db, task_id, owner=runtime.owner,
+                           lease_ttl_s=runtime.settings.lease_ttl_s, namespace=identity.namespace,
+                           from_status=Status.BLOCKED, actor=identity.user)
+    if claimed is None:
+        raise TaskNotBlocked(snapshot=dto.snapshot(get_task(runtime, identity, task_id)))
+    _, memory, _ = strip_source({}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]))
+    runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig)
+    return claimed
+
+
+def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
+    """Cancel: queued/blocked at once; running/applying recorded and acknowledged by the runner.
+
+    A repeated cancel returns the current row; a finished task raises TaskAlreadyFinished.
+    """
+    row = get_task(runtime, identity, task_id)
+    for _ in range(3):  # the task may move between our read and our write; re-decide on the new state
+        status = Status(row["status"])
+        if status in TERMINAL:
+            raise TaskAlreadyFinished(snapshot=dto.snapshot(row))
+        if status in (Status.QUEUED, Status.BLOCKED):
+            moved = transition(runtime.db, task_id, Status.CANCELLED, from_statuses=[status],
+                               guard=Guard(namespace=identity.namespace), actor=identity.user,
+                               reason="cancel_requested", message="cancelled before it ran")
+            if moved:
+                return moved[0]
+        elif row["cancel_requested_at"] is not None:
+            return row
+        else:
+            marked = runtime.db.one("task_request_cancel_if_leased", task_id=task_id,
+                                    namespace=identity.namespace, requested_by=identity.user,
+                                    now=None)
+            if marked is not None:
+                # On the owning process the abort fires now; elsewhere the NOTIFY delivers it.
+                runtime.abort_local(task_id, "cancel")
+                return marked
+        row = get_task(runtime, identity, task_id)
+    return row
+
+
+def set_canvas(runtime: EngineRuntime, identity: Identity, task_id: UUID, canvas: dict) -> dict:
+    """Save the placeholder's canvas placement (never touches status)."""
+    row = runtime.db.one("task_set_canvas", task_id=task_id, namespace=identity.namespace,
+                         canvas=canvas)
+    if row is None:
+        raise TaskNotFound()
+    return row

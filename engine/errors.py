@@ -1,0 +1,101 @@
+"""Domain errors. Each subclass's docstring is its message; the API maps them to HTTP in one place."""
+
+
+class DomainError(Exception):
+    """Something went wrong."""
+
+    code = "error"
+    http_status = 400
+
+    def __init__(self, message: str | None = None, *, snapshot: dict | None = None):
+        self.message = message or (self.__doc__ or "").strip()
+        self.snapshot = snapshot
+        super().__init__(self.message)
+
+
+class TaskNotFound(DomainError):
+    """No such task in this workspace."""
+
+    code = "task_not_found"
+    http_status = 404
+
+
+class PredecessorNotFound(DomainError):
+    """The task to redeploy does not exist or has been purged."""
+
+    code = "predecessor_not_found"
+    http_status = 404
+
+
+class IllegalTransition(DomainError):
+    """That status change is not in the transition table."""
+
+    code = "illegal_transition"
+    http_status = 409
+
+
+class TransitionRejected(DomainError):
+    """The task is no longer in a state that allows this change."""
+
+    code = "transition_rejected"
+    http_status = 409
+
+
+class TaskAlreadyFinished(DomainError):
+    """The task has already finished."""
+
+    code = "task_already_finished"
+    http_status = 409
+
+
+class TaskNotBlocked(DomainError):
+    """The task is not waiting for inputs."""
+
+    code = "task_not_blocked"
+    http_status = 409
+
+
+class PredecessorNotRedeployable(DomainError):
+    """Only a failed or cancelled task can be redeployed."""
+
+    code = "predecessor_not_redeployable"
+    http_status = 409
+
+
+class RedeployAlreadyActive(DomainError):
+    """Another redeploy of this task is already active."""
+
+    code = "redeploy_already_active"
+    http_status = 409
+
+
+class ShuttingDown(DomainError):
+    """This server is shutting down; retry on another one."""
+
+    code = "shutting_down"
+    http_status = 503
+
+
+class InvalidRequest(DomainError):
+    """The request is not valid."""
+
+    code = "invalid_request"
+    http_status = 400
+
+    def __init__(self, message: str | None = None, *, fields: dict | None = None):
+        super().__init__(message)
+        self.fields = fields
+
+
+class Unauthorized(DomainError):
+    """Authentication is required."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class LeaseLost(DomainError):
+    """This process no longer holds the task's lease; the write was fenced off."""
+
+    code = "lease_lost"
+    http_status = 409

@@ -1,0 +1,123 @@
+"""TaskHandle: the runner's only capability surface. Every write is fenced on the lease epoch."""
+import logging
+from uuid import UUID
+
+from engine import secrets
+from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
+from engine.db import Database
+from engine.errors import LeaseLost
+from engine.status import Status
+from engine.transitions import Guard, transition
+
+log = logging.getLogger(__name__)
+
+
+class TaskHandle:
+    """What a runner may do to its task while it holds the lease (epoch `epoch`, owner `owner`).
+
+    A write that finds the lease gone fires the abort signal and raises LeaseLost: a zombie runner
+    stops at its next write and can never overwrite what the reaper or a new claim decided.
+    Everything written is scrubbed of this run's known secret values first.
+    """
+
+    def __init__(self, db: Database, task_id: UUID, *, epoch: int, owner: str,
+                 abort: AbortSignal, secret_values: list[str] = ()):
+        self.db = db
+        self.task_id = task_id
+        self.epoch = epoch
+        self.owner = owner
+        self.abort = abort
+        self._secret_values = list(secret_values)
+        #: The terminal or parked status this run reached through the handle, if any.
+        self.outcome: Status | None = None
+        #: Applied-resource evidence, kept in memory too so a cancel can itemize it.
+        self.planned: list[dict] = []
+        self.applied: list[dict] = []
+
+    # -- reads -----------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Stop here if the run was aborted or a cancel is pending (raises Aborted)."""
+        self.abort.raise_if_aborted()
+        row = self.db.one("task_checkpoint_if_held", **self._fence())
+        if row is None:
+            self._lost()
+        if row["cancel_pending"]:
+            self.abort.abort(CANCEL)
+            raise Aborted(CANCEL)
+
+    # -- fenced writes -----------------------------------------------------------------------
+    def emit_event(self, kind: str, payload: dict | None = None) -> None:
+        """Append an event to the task's history."""
+        row = self.db.one("event_append_if_held", kind=kind,
+                          payload=self._scrub(payload or {}), **self._fence())
+        if row is None:
+            self._lost()
+
+    def update_timeline(self, step: str, state: str, detail: str | None = None, **extra) -> None:
+        """Record a timeline step's state ("started", "done", "failed", "skipped")."""
+        payload = {"step": step, "state": state, **extra}
+        if detail:
+            payload["detail"] = detail
+        self.emit_event("step", payload)
+
+    def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None:
+        """Move running -> applying (a guarded transition) and/or set the phase."""
+        if status is not None:
+            self._move(status, phase=phase)
+        elif phase is not None:
+            if self.db.one("task_set_phase_if_held", phase=phase, **self._fence()) is None:
+                self._lost()
+
+    def set_artifacts(self, **patch) -> None:
+        """Merge keys into the artifact summary (resultIdentities, plannedResources, ...)."""
+        if "plannedResources" in patch:
+            self.planned = list(patch["plannedResources"])
+        if "appliedResources" in patch:
+            self.applied = list(patch["appliedResources"])
+        if self.db.one("task_merge_artifacts_if_held", patch=self._scrub(patch),
+                       **self._fence()) is None:
+            self._lost()
+
+    def request_inputs(self, inputs: list[dict], message: str | None = None) -> None:
+        """Park the task blocked, asking for these inputs (declarations only, never values)."""
+        self.set_artifacts(pendingInputs=inputs)
+        self._move(Status.BLOCKED, reason="inputs_required", message=message)
+
+    def complete(self) -> None:
+        """applying -> completed: every required result resource is ready."""
+        self._move(Status.COMPLETED, phase="done")
+
+    def fail(self, reason: str, message: str) -> None:
+        """-> failed with a reason code and a message for the user."""
+        self._move(Status.FAILED, reason=reason, message=secrets.scrub(message, self._secret_values))
+
+    def acknowledge_cancel(self) -> None:
+        """-> cancelled, itemizing what was applied (nothing, partially, fully). Deletes nothing."""
+        applied_names = {(r["kind"], r["name"]) for r in self.applied}
+        not_applied = [r for r in self.planned if (r["kind"], r["name"]) not in applied_names]
+        extent = ("nothing" if not self.applied else "fully" if not not_applied else "partially")
+        self.set_artifacts(cancellation={"applied": extent, "appliedResources": self.applied,
+                                         "notAppliedResources": not_applied})
+        self._move(Status.CANCELLED, reason="cancel_acknowledged",
+                   message=f"cancelled; {extent} applied")
+
+    # -- internals -----------------------------------------------------------------------------
+    def _move(self, to: Status, *, reason: str | None = None, message: str | None = None,
+              phase: str | None = None) -> None:
+        moved = transition(self.db, self.task_id, to, reason=reason, message=message, phase=phase,
+                           guard=Guard(expect_epoch=self.epoch, expect_owner=self.owner),
+                           actor="runner")
+        if not moved:
+            self._lost()
+        if to is not Status.APPLYING:
+            self.outcome = to
+
+    def _fence(self) -> dict:
+        return {"task_id": self.task_id, "epoch": self.epoch, "owner": self.owner}
+
+    def _scrub(self, obj):
+        return secrets.scrub(obj, self._secret_values)
+
+    def _lost(self):
+        self.abort.abort(LEASE_LOST)
+        raise LeaseLost()

@@ -1,0 +1,14 @@
+"""The integrations boundary: stateless, abort-aware adapters. Tests inject fakes here."""
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.integrations.base import Cluster
+
+
+@dataclass
+class Integrations:
+    """What the runners may talk to. `cluster` builds a Cluster from a request's kubeconfig."""
+
+    cluster: Callable[[dict | None], Cluster]
+    #: Shown wherever the target appears, e.g. "sandbox".
+    cluster_label: str

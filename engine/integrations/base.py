@@ -1,0 +1,76 @@
+"""Types shared by every integration and runner (no storage, no Flask)."""
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.abort import AbortSignal
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """One Kubernetes object, by identity."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+
+    @classmethod
+    def of(cls, manifest: dict, default_namespace: str | None = None) -> "ResourceRef":
+        meta = manifest.get("metadata", {})
+        return cls(manifest.get("apiVersion", ""), manifest.get("kind", ""), meta.get("name", ""),
+                   meta.get("namespace", default_namespace))
+
+    def as_json(self) -> dict:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name,
+                "namespace": self.namespace}
+
+    def label(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True)
+class AppliedResource:
+    ref: ResourceRef
+    #: "created", "configured" or "unchanged", as the cluster reported it.
+    action: str
+
+    def as_json(self) -> dict:
+        return {**self.ref.as_json(), "action": self.action}
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    detail: str = ""
+
+
+class IntegrationError(Exception):
+    """An integration call failed in a way the runner reports to the user."""
+
+    reason = "integration_error"
+
+
+class ApplyError(IntegrationError):
+    """The cluster refused a document."""
+
+    reason = "apply_failed"
+
+    def __init__(self, message: str, ref: ResourceRef | None = None):
+        super().__init__(message)
+        self.ref = ref
+
+
+class UnknownKind(ApplyError):
+    """The cluster does not serve this apiVersion/kind."""
+
+    reason = "unknown_kind"
+
+
+class Cluster(Protocol):
+    """A Kubernetes cluster as the runners see it."""
+
+    def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
+        """Server-side apply one document."""
+
+    def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
+        """Whether one applied object is ready."""

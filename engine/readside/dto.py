@@ -1,0 +1,104 @@
+"""Snapshot and projection DTOs (camelCase JSON). Secrets never reach here: they were stripped
+before persist; redaction of sensitive-named keys below is defence in depth."""
+import base64
+import json
+from datetime import datetime
+from uuid import UUID
+
+from engine import secrets
+from engine.errors import InvalidRequest
+from engine.status import ACTIVE, Status
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _redacted(source: dict, sensitive_keys: list[str]) -> dict:
+    declared = set(sensitive_keys)
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            return {k: (secrets.REDACTED if secrets.is_sensitive(k, declared=declared)
+                        and not isinstance(v, (dict, list)) else walk(v)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+    return walk(source)
+
+
+def snapshot(row: dict) -> dict:
+    """The full public view of one task."""
+    summary = row["artifact_summary"] or {}
+    applied = summary.get("appliedResources") or []
+    return {
+        "id": str(row["id"]),
+        "status": row["status"],
+        "phase": row["phase"],
+        "projectId": row["project_id"],
+        "namespace": row["namespace"],
+        "createdBy": row["created_by"],
+        "runner": row["runner"],
+        "source": _redacted(row["source"], row["sensitive_keys"]),
+        "sensitiveKeys": list(row["sensitive_keys"]),
+        "failure": ({"reason": row["failure_reason"], "message": row["failure_message"]}
+                    if row["status"] == Status.FAILED else None),
+        "cancelRequestedAt": _iso(row["cancel_requested_at"]),
+        "retriedFromTaskId": str(row["retried_from_task_id"]) if row["retried_from_task_id"] else None,
+        "resultIdentities": summary.get("resultIdentities") or {},
+        "plannedResources": summary.get("plannedResources") or [],
+        "appliedResources": applied,
+        "hasAppliedResources": bool(applied),
+        "cancellation": summary.get("cancellation"),
+        "pendingInputs": summary.get("pendingInputs") if row["status"] == Status.BLOCKED else None,
+        "canvas": row["canvas"],
+        "createdAt": _iso(row["created_at"]),
+        "updatedAt": _iso(row["updated_at"]),
+        "finishedAt": _iso(row["finished_at"]),
+    }
+
+
+def projection(row: dict) -> dict:
+    """The small view the dock and canvas need (one stream frame each)."""
+    summary = row["artifact_summary"] or {}
+    source = row["source"] or {}
+    return {
+        "id": str(row["id"]),
+        "projectId": row["project_id"],
+        "status": row["status"],
+        "phase": row["phase"],
+        "sourceKind": row["source_kind"],
+        "title": source.get("name") or source.get("template") or source.get("repo")
+                 or (source.get("prompt") or "")[:40] or row["source_kind"],
+        "active": Status(row["status"]) in ACTIVE,
+        "cancelRequestedAt": _iso(row["cancel_requested_at"]),
+        "retriedFromTaskId": str(row["retried_from_task_id"]) if row["retried_from_task_id"] else None,
+        "successorId": str(row["successor_id"]) if row.get("successor_id") else None,
+        "failure": ({"reason": row["failure_reason"], "message": row["failure_message"]}
+                    if row["status"] == Status.FAILED else None),
+        "hasAppliedResources": bool(summary.get("appliedResources")),
+        "appliedResources": summary.get("appliedResources") or [],
+        "canvas": row["canvas"],
+        "createdAt": _iso(row["created_at"]),
+        "finishedAt": _iso(row["finished_at"]),
+    }
+
+
+def event(row: dict) -> dict:
+    return {"seq": row["seq"], "kind": row["kind"], "payload": row["payload"],
+            "createdAt": _iso(row["created_at"])}
+
+
+def encode_cursor(row: dict) -> str:
+    raw = json.dumps([row["created_at"].isoformat(), str(row["id"])])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """(created_at, id) from a list cursor; InvalidRequest when it is not one of ours."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created_at, task_id = json.loads(base64.urlsafe_b64decode(padded))
+        return datetime.fromisoformat(created_at), UUID(task_id)
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise InvalidRequest("cursor is not valid", fields={"cursor": ["not a valid cursor"]})

@@ -1,0 +1,135 @@
+"""One LISTEN connection per process, fanned out in-process to subscribers.
+
+Payloads carry ids only ({namespace, project, task}); subscribers re-read rows. After the
+listener reconnects, every subscriber receives REBOOTSTRAP because notifications in the gap
+are lost. A subscriber that falls behind gets REBOOTSTRAP instead of an unbounded queue.
+"""
+import json
+import logging
+
+import gevent
+from gevent.event import Event
+from gevent.queue import Empty, Full, Queue
+
+from engine.db import NOTIFY_CHANNEL, Database
+
+log = logging.getLogger(__name__)
+
+REBOOTSTRAP = {"rebootstrap": True}
+CLOSED = {"closed": True}
+SUBSCRIBER_QUEUE_SIZE = 1000
+
+
+class Subscription:
+    """A filtered view of the channel; iterate `get()` for payload dicts."""
+
+    def __init__(self, fanout: "Fanout", *, namespace: str | None, project: str | None,
+                 task: str | None):
+        self.fanout = fanout
+        self.namespace, self.project, self.task = namespace, project, task
+        self.queue: Queue = Queue(SUBSCRIBER_QUEUE_SIZE)
+
+    def matches(self, payload: dict) -> bool:
+        return ((self.namespace is None or payload.get("namespace") == self.namespace)
+                and (self.project is None or payload.get("project") == self.project)
+                and (self.task is None or payload.get("task") == self.task))
+
+    def offer(self, payload: dict) -> None:
+        try:
+            self.queue.put_nowait(payload)
+        except Full:
+            # Behind by a whole queue: drop the backlog, the subscriber re-bootstraps instead.
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(REBOOTSTRAP)
+
+    def get(self, timeout: float | None = None) -> dict | None:
+        """The next payload, or None after `timeout` seconds."""
+        try:
+            return self.queue.get(timeout=timeout)
+        except Empty:
+            return None
+
+    def close(self) -> None:
+        self.fanout.unsubscribe(self)
+
+
+class Fanout:
+    """The per-process listener greenlet and its subscribers."""
+
+    RECONNECT_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+    def __init__(self, db: Database):
+        self.db = db
+        self.subscribers: set[Subscription] = set()
+        self.callbacks: list = []
+        self._stopping = False
+        self._greenlet = None
+        self.connected = Event()
+
+    def subscribe(self, *, namespace=None, project=None, task=None) -> Subscription:
+        """Subscribe BEFORE reading the bootstrap, so nothing falls in between."""
+        sub = Subscription(self, namespace=namespace, project=project, task=task)
+        self.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.subscribers.discard(sub)
+
+    def on_notify(self, callback) -> None:
+        """Call `callback(payload)` for every notification (the runtime's cancel delivery)."""
+        self.callbacks.append(callback)
+
+    def start(self) -> None:
+        self._greenlet = gevent.spawn(self._listen_forever)
+
+    def stop(self) -> None:
+        self._stopping = True
+        for sub in list(self.subscribers):
+            sub.queue.put(CLOSED)
+        if self._greenlet is not None:
+            self._greenlet.join(timeout=2)
+            self._greenlet.kill(block=False)
+
+    def dispatch(self, payload: dict) -> None:
+        for callback in self.callbacks:
+            try:
+                callback(payload)
+            except Exception:
+                log.exception("notify callback failed")
+        for sub in list(self.subscribers):
+            if sub.matches(payload):
+                sub.offer(payload)
+
+    def _listen_forever(self) -> None:
+        failures = 0
+        first = True
+        while not self._stopping:
+            try:
+                with self.db.dedicated_connection() as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.connected.set()
+                    if not first:
+                        log.info("listener reconnected; subscribers re-bootstrap")
+                        for sub in list(self.subscribers):
+                            sub.offer(REBOOTSTRAP)
+                    first = False
+                    failures = 0
+                    while not self._stopping:
+                        for notify in conn.notifies(timeout=0.5):
+                            self.dispatch(_parse(notify.payload))
+            except Exception as exc:
+                self.connected.clear()
+                if self._stopping:
+                    return
+                delay = self.RECONNECT_BACKOFF_S[min(failures, len(self.RECONNECT_BACKOFF_S) - 1)]
+                failures += 1
+                log.warning("listener connection lost (%s); reconnecting in %.1fs", exc, delay)
+                gevent.sleep(delay)
+
+
+def _parse(payload: str) -> dict:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return {}

@@ -1,0 +1,70 @@
+"""The reaper: resolves what no live runner will. Every sweep is a guarded CAS, so several
+processes sweeping at once is harmless; every verdict records a task event."""
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from engine.config import Settings
+from engine.db import Database
+from engine.status import Status
+from engine.transitions import Guard, transition
+
+log = logging.getLogger(__name__)
+
+#: Rows one sweep resolves at most; the rest wait for the next tick.
+SWEEP_BATCH = 500
+LEASED_SOURCES = [Status.RUNNING, Status.APPLYING]
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    name: str
+    candidates: str  # named query listing candidate ids
+    deadline: str | None  # settings attribute holding the deadline, if any
+    to: Status
+    sources: list[Status]
+    guard: Guard
+    reason: str
+    message: str
+
+
+class Reaper:
+    def __init__(self, db: Database, settings: Settings):
+        self.db = db
+        self.settings = settings
+
+    def sweeps(self) -> list[_Sweep]:
+        """The sweeps, in the order they run (a pending cancel outranks a failure)."""
+        s = self.settings
+        return [
+            _Sweep("cancel_deadline", "task_list_ids_cancel_overdue", "cancel_ack_deadline_s",
+                   Status.CANCELLED, LEASED_SOURCES, Guard(cancel_older_than_s=s.cancel_ack_deadline_s),
+                   "cancel_deadline", "cancel was not acknowledged in time; cancelled by the engine"),
+            _Sweep("lease_expired_cancel", "task_list_ids_lease_expired", None, Status.CANCELLED, LEASED_SOURCES,
+                   Guard(if_lease_expired=True, if_cancel_pending=True),
+                   "cancel_acknowledged", "the run's process is gone; the pending cancel resolves it"),
+            _Sweep("run_timeout", "task_list_ids_run_overdue", "max_run_s", Status.FAILED, LEASED_SOURCES,
+                   Guard(claimed_older_than_s=s.max_run_s), "timeout",
+                   f"the run exceeded the maximum duration of {s.max_run_s:g}s"),
+            _Sweep("lease_expired", "task_list_ids_lease_expired", None, Status.FAILED, LEASED_SOURCES,
+                   Guard(if_lease_expired=True, if_cancel_pending=False), "interrupted",
+                   "the server running this deployment stopped"),
+            _Sweep("never_started", "task_list_ids_queued_overdue", "queued_start_deadline_s",
+                   Status.FAILED, [Status.QUEUED], Guard(created_older_than_s=s.queued_start_deadline_s),
+                   "never_started", "the deployment was never started"),
+        ]
+
+    def sweep(self, now: datetime | None = None) -> dict[str, int]:
+        """Run every sweep once; how many tasks each resolved."""
+        resolved = {}
+        for sweep in self.sweeps():
+            params = {"now": now, "limit": SWEEP_BATCH}
+            if sweep.deadline:
+                params["deadline_s"] = getattr(self.settings, sweep.deadline)
+            ids = [row["id"] for row in self.db.all(sweep.candidates, **params)]
+            moved = transition(self.db, ids, sweep.to, from_statuses=sweep.sources, guard=sweep.guard, reason=sweep.reason,
+                               message=sweep.message, actor="reaper", now=now) if ids else []
+            resolved[sweep.name] = len(moved)
+            if moved:
+                log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
+        return resolved

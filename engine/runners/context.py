@@ -1,0 +1,24 @@
+"""What a runner is handed besides its TaskHandle (all in memory; nothing here is persisted)."""
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from engine.integrations.base import Cluster
+
+
+@dataclass
+class RunContext:
+    task_id: UUID
+    project_id: str
+    #: The persisted (secret-stripped) source.
+    source: dict
+    #: Submitted values, including secrets, for this run only.
+    inputs: dict = field(default_factory=dict)
+    #: Names recorded as sensitive on the task (values must come from `inputs`).
+    sensitive_keys: list[str] = field(default_factory=list)
+    #: resultIdentities recorded on the row (copied from a predecessor on a clone).
+    result_identities: dict = field(default_factory=dict)
+    cluster: Cluster | None = None
+    #: The Kubernetes namespace the resources go to.
+    target_namespace: str = "default"
+    readiness_timeout_s: float = 600.0
+    readiness_poll_s: float = 2.0

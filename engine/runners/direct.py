@@ -1,0 +1,108 @@
+"""The direct runner: render manifests for an image source, apply them one by one, verify."""
+import time
+
+from engine.integrations.base import ApplyError, IntegrationError, ResourceRef
+from engine.runners.context import RunContext
+from engine.status import Status
+
+FIELD_MANAGER = "deploy-task-engine"
+
+
+def run(handle, ctx: RunContext) -> None:
+    """Render, apply document by document (checkpoint before each), then wait for readiness."""
+    handle.update_timeline("render", "started")
+    manifests = render(ctx)
+    planned = [ResourceRef.of(m).as_json() for m in manifests]
+    handle.set_artifacts(plannedResources=planned, appliedResources=[])
+    handle.update_timeline("render", "done", f"{len(manifests)} resources")
+
+    handle.checkpoint()
+    handle.set_state(status=Status.APPLYING, phase="apply")
+    applied: list[dict] = []
+    for manifest in manifests:
+        handle.checkpoint()
+        ref = ResourceRef.of(manifest)
+        handle.update_timeline("apply", "started", ref.label(), resource=ref.as_json())
+        try:
+            result = ctx.cluster.apply(manifest, abort=handle.abort)
+        except ApplyError as exc:
+            handle.update_timeline("apply", "failed", str(exc), resource=ref.as_json())
+            handle.fail(exc.reason, f"applying {ref.label()} failed: {exc}")
+            return
+        applied.append(result.as_json())
+        handle.set_artifacts(appliedResources=applied)
+        handle.update_timeline("apply", "done", f"{ref.label()} {result.action}",
+                               resource=result.as_json())
+
+    handle.checkpoint()
+    handle.set_state(phase="verify")
+    handle.update_timeline("verify", "started")
+    required = [ResourceRef.of(m) for m in manifests if m["kind"] in REQUIRED_KINDS]
+    deadline = time.monotonic() + ctx.readiness_timeout_s
+    while True:
+        handle.checkpoint()
+        try:
+            waiting = [ref for ref in required
+                       if not ctx.cluster.readiness(ref, abort=handle.abort).ready]
+        except IntegrationError as exc:
+            waiting, last_error = required, str(exc)
+        else:
+            last_error = None
+        if not waiting:
+            break
+        if time.monotonic() >= deadline:
+            names = ", ".join(ref.label() for ref in waiting)
+            detail = f"not ready after {ctx.readiness_timeout_s:g}s: {names}"
+            if last_error:
+                detail += f" ({last_error})"
+            handle.update_timeline("verify", "failed", detail)
+            handle.fail("readiness_timeout", detail + "; resources were kept")
+            return
+        handle.abort.sleep(ctx.readiness_poll_s)
+    handle.update_timeline("verify", "done", "all required resources ready")
+    handle.complete()
+
+
+#: The result resources whose readiness decides `completed` (ADR 0028).
+REQUIRED_KINDS = {"Deployment", "StatefulSet", "Job"}
+
+
+def render(ctx: RunContext) -> list[dict]:
+    """A Deployment (and a Service when a port is given) for an image source."""
+    source = ctx.source
+    name = source["name"]
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": FIELD_MANAGER}
+    container = {"name": name, "image": source["image"]}
+    env = [{"name": k, "value": str(v)} for k, v in sorted((source.get("env") or {}).items())]
+    secret_env = {k: v for k, v in ctx.inputs.items() if k in set(ctx.sensitive_keys)}
+    manifests = []
+    if secret_env:
+        secret_name = f"{name}-env"
+        manifests.append({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret_name, "namespace": ctx.target_namespace, "labels": labels},
+            "type": "Opaque", "stringData": secret_env,
+        })
+        env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}}
+                for k in sorted(secret_env)]
+    if env:
+        container["env"] = env
+    if source.get("port"):
+        container["ports"] = [{"containerPort": source["port"]}]
+    manifests.append({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ctx.target_namespace, "labels": labels},
+        "spec": {
+            "replicas": source.get("replicas", 1),
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    })
+    if source.get("port"):
+        manifests.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": ctx.target_namespace, "labels": labels},
+            "spec": {"selector": {"app.kubernetes.io/name": name},
+                     "ports": [{"port": source["port"], "targetPort": source["port"]}]},
+        })
+    return manifests

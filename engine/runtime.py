@@ -1,0 +1,207 @@
+"""The per-process engine runtime: launches runners, renews leases, delivers cancels, drains.
+
+One per process (created by the app factory). Its greenlets: one runner per leased task it
+launched, the lease renewer, the reaper and the NOTIFY listener (the Fanout).
+"""
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, replace
+from uuid import UUID
+
+import gevent
+from gevent.event import Event
+
+from engine import leases
+from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
+from engine.config import Settings
+from engine.db import Database
+from engine.errors import LeaseLost, ShuttingDown
+from engine.handle import TaskHandle
+from engine.integrations import Integrations
+from engine.reaper import Reaper
+from engine.readside.fanout import Fanout
+from engine.runners import runner_for
+from engine.runners.context import RunContext
+from engine.status import LEASED, Status
+from engine.transitions import Guard, transition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Run:
+    handle: TaskHandle
+    greenlet: gevent.Greenlet | None = None
+
+
+class EngineRuntime:
+    def __init__(self, db: Database, settings: Settings, integrations: Integrations):
+        self.db = db
+        self.settings = settings
+        self.integrations = integrations
+        #: Lease owner id: unique per process lifetime, readable by an operator.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.fanout = Fanout(db)
+        self.reaper = Reaper(db, settings)
+        self.runs: dict[UUID, _Run] = {}
+        self.accepting = True
+        self._loops: list[gevent.Greenlet] = []
+        self._shutdown_done = Event()
+        self._shutting_down = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.fanout.on_notify(self._on_notify)
+        self.fanout.start()
+        self._loops = [gevent.spawn(self._renew_forever), gevent.spawn(self._reap_forever)]
+        log.info("engine runtime %s started", self.owner)
+
+    def shutdown(self) -> None:
+        """Stop launching, abort runners, then fail every lease still held (idempotent)."""
+        if self._shutting_down:
+            self._shutdown_done.wait(timeout=self.settings.shutdown_grace_s + 5)
+            return
+        self._shutting_down = True
+        self.accepting = False
+        try:
+            for run in list(self.runs.values()):
+                run.handle.abort.abort(SHUTDOWN)
+            greenlets = [r.greenlet for r in self.runs.values() if r.greenlet is not None]
+            gevent.joinall(greenlets, timeout=self.settings.shutdown_grace_s)
+            for task_id, run in list(self.runs.items()):
+                self._resolve_interrupted(run.handle, "server shutting down")
+                if run.greenlet is not None:
+                    run.greenlet.kill(block=False)
+                self.runs.pop(task_id, None)
+            for loop in self._loops:
+                loop.kill(block=False)
+            self.fanout.stop()
+        finally:
+            self._shutdown_done.set()
+            log.info("engine runtime %s drained", self.owner)
+
+    # -- launching --------------------------------------------------------------------------------
+    def ensure_accepting(self) -> None:
+        if not self.accepting:
+            raise ShuttingDown()
+
+    def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None) -> None:
+        """Run a freshly claimed task in this process, its secrets held only in memory."""
+        secret_values = [v for k, v in inputs.items()
+                         if k in set(row["sensitive_keys"]) and isinstance(v, str)]
+        handle = TaskHandle(self.db, row["id"], epoch=row["lease_epoch"], owner=self.owner,
+                            abort=AbortSignal(), secret_values=secret_values)
+        _, run_fn = runner_for(row["source_kind"])
+        ctx = RunContext(
+            task_id=row["id"], project_id=row["project_id"], source=row["source"],
+            inputs=dict(inputs), sensitive_keys=list(row["sensitive_keys"]),
+            result_identities=dict(row["artifact_summary"].get("resultIdentities") or {}),
+            cluster=None, target_namespace=row["project_id"],
+            readiness_timeout_s=self.settings.readiness_timeout_s,
+            readiness_poll_s=self.settings.readiness_poll_s,
+        )
+        run = _Run(handle)
+        self.runs[row["id"]] = run
+        run.greenlet = gevent.spawn(self._run, run, run_fn, ctx, kubeconfig)
+
+    def _run(self, run: _Run, run_fn, ctx: RunContext, kubeconfig: dict | None) -> None:
+        handle = run.handle
+        try:
+            try:
+                ctx.cluster = self.integrations.cluster(kubeconfig)
+                run_fn(handle, ctx)
+                if handle.outcome is None:
+                    handle.fail("runner_error", "the runner stopped without an outcome")
+            except Aborted as exc:
+                self._resolve_abort(handle, exc.reason)
+            except LeaseLost:
+                log.info("task %s: lease lost; runner stopped", handle.task_id)
+            except Exception as exc:
+                if handle.abort.aborted:
+                    # The abort broke the call mid-way (e.g. a closed connection): it is not a failure.
+                    self._resolve_abort(handle, handle.abort.reason)
+                else:
+                    log.exception("task %s: runner crashed", handle.task_id)
+                    handle.fail("runner_error", f"{type(exc).__name__}: {exc}"[:500])
+        except LeaseLost:
+            log.info("task %s: lease lost while recording the outcome", handle.task_id)
+        except Exception:
+            log.exception("task %s: could not record the outcome", handle.task_id)
+        finally:
+            self.runs.pop(handle.task_id, None)
+
+    def _resolve_abort(self, handle: TaskHandle, reason: str | None) -> None:
+        if reason == CANCEL:
+            handle.acknowledge_cancel()
+        elif reason == SHUTDOWN:
+            self._resolve_interrupted(handle, "server shutting down")
+        # LEASE_LOST: someone else already decided the task; a zombie writes nothing.
+
+    def _resolve_interrupted(self, handle: TaskHandle, message: str) -> None:
+        """A held lease this process gives up: cancelled if a cancel is pending, else failed."""
+        fence = Guard(expect_epoch=handle.epoch, expect_owner=self.owner)
+        moved = transition(self.db, handle.task_id, Status.CANCELLED, guard=replace(
+            fence, if_cancel_pending=True), reason="cancel_acknowledged", message=message,
+            actor="engine")
+        if not moved:
+            transition(self.db, handle.task_id, Status.FAILED, guard=fence,
+                       reason="interrupted", message=message, actor="engine")
+
+    def abort_local(self, task_id: UUID, reason: str) -> bool:
+        """Fire the abort of a runner in this process; whether there was one."""
+        run = self.runs.get(task_id)
+        if run is None:
+            return False
+        run.handle.abort.abort(reason)
+        return True
+
+    # -- background loops ---------------------------------------------------------------------
+    def _renew_forever(self) -> None:
+        while True:
+            gevent.sleep(self.settings.lease_renew_interval_s)
+            try:
+                self.renew_once()
+            except Exception:
+                log.exception("lease renewal failed")
+
+    def renew_once(self) -> None:
+        """One renewal tick: renew all held leases; abort runners whose lease is gone."""
+        held = {task_id: run.handle.epoch for task_id, run in self.runs.items()
+                if run.handle.outcome is None}
+        still_held = leases.renew_all(self.db, held, owner=self.owner,
+                                      lease_ttl_s=self.settings.lease_ttl_s)
+        for task_id in held:
+            if task_id not in still_held:
+                self.abort_local(task_id, LEASE_LOST)
+            elif still_held[task_id]:
+                self.abort_local(task_id, CANCEL)
+
+    def _reap_forever(self) -> None:
+        while True:
+            gevent.sleep(self.settings.reaper_interval_s)
+            try:
+                self.reaper.sweep()
+            except Exception:
+                log.exception("reaper sweep failed")
+
+    def _on_notify(self, payload: dict) -> None:
+        """A task this process runs changed elsewhere: stop at once on a cancel or a lost lease."""
+        try:
+            task_id = UUID(payload.get("task", ""))
+        except ValueError:
+            return
+        run = self.runs.get(task_id)
+        if run is None or run.handle.abort.aborted:
+            return
+        gevent.spawn(self._check_run, task_id, run)
+
+    def _check_run(self, task_id: UUID, run: _Run) -> None:
+        row = self.db.one("task_get_lease_state", task_id=task_id)
+        if row is None or row["status"] not in LEASED or row["lease_epoch"] != run.handle.epoch \
+                or row["lease_owner"] != self.owner:
+            if run.handle.outcome is None:
+                run.handle.abort.abort(LEASE_LOST)
+        elif row["cancel_requested_at"] is not None:
+            run.handle.abort.abort(CANCEL)

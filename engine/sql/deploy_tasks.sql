@@ -1,0 +1,233 @@
+-- Queries on deploy_tasks. Every status write is task_transition; every runner write is fenced
+-- on (lease_epoch, lease_owner) and named *_if_held. Times take coalesce(%(now)s, now()) so tests
+-- can pin the database clock.
+
+-- task_checkpoint_if_held --
+-- Whether a cancel is pending, for the holder of the lease; no row means the lease is lost.
+SELECT cancel_requested_at IS NOT NULL AS cancel_pending
+FROM deploy_tasks
+WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+  AND status IN ('running', 'applying');
+
+-- task_get --
+-- One task of a namespace.
+SELECT * FROM deploy_tasks WHERE id = %(task_id)s AND namespace = %(namespace)s;
+
+-- task_get_lease_state --
+-- The lease facts a process needs to decide whether its local runner must stop.
+SELECT id, status, lease_owner, lease_epoch, cancel_requested_at
+FROM deploy_tasks WHERE id = %(task_id)s;
+
+-- task_get_successor --
+-- The newest task cloned from a predecessor, if any.
+SELECT id, status FROM deploy_tasks
+WHERE namespace = %(namespace)s AND retried_from_task_id = %(task_id)s
+ORDER BY created_at DESC, id DESC LIMIT 1;
+
+-- task_insert --
+-- Insert a queued task with its 'created' event, and notify.
+WITH created AS (
+    INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, source,
+                              sensitive_keys, artifact_summary, retried_from_task_id)
+    VALUES (%(namespace)s, %(project_id)s, %(created_by)s, %(source_kind)s, %(runner)s,
+            %(source)s, %(sensitive_keys)s, %(artifact_summary)s, %(retried_from_task_id)s)
+    RETURNING *
+), recorded AS (
+    INSERT INTO deploy_task_events (task_id, kind, payload)
+    SELECT id, 'created', jsonb_build_object(
+        'sourceKind', source_kind, 'retriedFromTaskId', retried_from_task_id)
+    FROM created
+)
+SELECT c.*, pg_notify('deploy_tasks', json_build_object(
+    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+FROM created c;
+
+-- task_list_ids_cancel_overdue --
+-- Leased tasks whose cancel request is older than the acknowledgement deadline.
+SELECT id FROM deploy_tasks
+WHERE status IN ('running', 'applying') AND cancel_requested_at IS NOT NULL
+  AND cancel_requested_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(deadline_s)s)
+ORDER BY cancel_requested_at LIMIT %(limit)s;
+
+-- task_list_ids_lease_expired --
+-- Leased tasks whose lease has expired: their owning process is gone.
+SELECT id FROM deploy_tasks
+WHERE status IN ('running', 'applying')
+  AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
+ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- task_list_ids_queued_overdue --
+-- Queued tasks past the start deadline (a crash between insert and claim).
+SELECT id FROM deploy_tasks
+WHERE status = 'queued'
+  AND created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(deadline_s)s)
+ORDER BY created_at LIMIT %(limit)s;
+
+-- task_list_ids_run_overdue --
+-- Leased tasks claimed longer ago than the maximum active run.
+SELECT id FROM deploy_tasks
+WHERE status IN ('running', 'applying')
+  AND lease_claimed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(deadline_s)s)
+ORDER BY lease_claimed_at LIMIT %(limit)s;
+
+-- task_list_page --
+-- One page of a namespace's tasks, newest first, after the (created_at, id) cursor.
+SELECT * FROM deploy_tasks
+WHERE namespace = %(namespace)s
+  AND (%(project_id)s::text IS NULL OR project_id = %(project_id)s)
+  AND (%(statuses)s::task_status[] IS NULL OR status = ANY(%(statuses)s::task_status[]))
+  AND (%(cursor_created_at)s::timestamptz IS NULL
+       OR (created_at, id) < (%(cursor_created_at)s::timestamptz, %(cursor_id)s::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- task_list_project_board --
+-- What a project's dock and canvas show: every active task and those finished within the window,
+-- with the id of the newest clone of each (lineage-derived supersession).
+SELECT t.*, (SELECT s.id FROM deploy_tasks s
+             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
+FROM deploy_tasks t
+WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s
+  AND (t.status IN ('queued', 'running', 'blocked', 'applying')
+       OR t.finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window_s)s))
+ORDER BY t.created_at DESC, t.id DESC
+LIMIT %(limit)s;
+
+-- task_list_projects --
+-- The projects of a namespace with their task counts, most recently active first.
+SELECT project_id, count(*) AS tasks,
+       count(*) FILTER (WHERE status IN ('queued', 'running', 'blocked', 'applying')) AS active,
+       max(created_at) AS last_created_at
+FROM deploy_tasks WHERE namespace = %(namespace)s
+GROUP BY project_id ORDER BY max(created_at) DESC LIMIT 200;
+
+-- task_merge_artifacts_if_held --
+-- Merge keys into the artifact summary, for the holder of the lease, and notify.
+WITH changed AS (
+    UPDATE deploy_tasks SET artifact_summary = artifact_summary || %(patch)s, updated_at = now()
+    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+      AND status IN ('running', 'applying')
+    RETURNING id, namespace, project_id
+)
+SELECT c.id, pg_notify('deploy_tasks', json_build_object(
+    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+FROM changed c;
+
+-- task_renew_leases_if_held --
+-- Extend every lease this process holds in one statement; the rows back are the leases still
+-- held, each saying whether a cancel is pending.
+WITH held AS (
+    SELECT * FROM unnest(%(task_ids)s::uuid[], %(epochs)s::bigint[]) AS h(id, epoch)
+)
+UPDATE deploy_tasks t
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_ttl_s)s)
+FROM held
+WHERE t.id = held.id AND t.lease_epoch = held.epoch AND t.lease_owner = %(owner)s
+  AND t.status IN ('running', 'applying')
+RETURNING t.id, t.cancel_requested_at IS NOT NULL AS cancel_pending;
+
+-- task_request_cancel_if_leased --
+-- Record a cancel request on a running or applying task (first request wins), and notify.
+WITH marked AS (
+    UPDATE deploy_tasks SET cancel_requested_at = coalesce(%(now)s::timestamptz, now()), updated_at = now()
+    WHERE id = %(task_id)s AND namespace = %(namespace)s
+      AND status IN ('running', 'applying') AND cancel_requested_at IS NULL
+    RETURNING *
+), recorded AS (
+    INSERT INTO deploy_task_events (task_id, kind, payload)
+    SELECT id, 'cancel_requested', jsonb_build_object('by', %(requested_by)s::text) FROM marked
+)
+SELECT m.*, pg_notify('deploy_tasks', json_build_object(
+    'namespace', m.namespace, 'project', m.project_id, 'task', m.id)::text) AS notified
+FROM marked m;
+
+-- task_set_phase_if_held --
+-- Set the phase (not the status), for the holder of the lease, and notify.
+WITH changed AS (
+    UPDATE deploy_tasks SET phase = %(phase)s, updated_at = now()
+    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+      AND status IN ('running', 'applying')
+    RETURNING id, namespace, project_id
+)
+SELECT c.id, pg_notify('deploy_tasks', json_build_object(
+    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+FROM changed c;
+
+-- task_set_canvas --
+-- Save where a task's placeholder sits on the canvas (never touches status), and notify.
+WITH changed AS (
+    UPDATE deploy_tasks SET canvas = %(canvas)s, updated_at = now()
+    WHERE id = %(task_id)s AND namespace = %(namespace)s
+    RETURNING *
+)
+SELECT c.*, pg_notify('deploy_tasks', json_build_object(
+    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+FROM changed c;
+
+-- task_transition --
+-- THE status write: move tasks to %(to)s from one of %(from_statuses)s where every given guard
+-- holds, record the verdict event and notify, in one statement. No row back: not allowed from
+-- here, or fenced off.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), prev AS (
+    SELECT id, status FROM deploy_tasks WHERE id = ANY(%(task_ids)s::uuid[]) FOR UPDATE
+), moved AS (
+    UPDATE deploy_tasks t SET
+        status = %(to)s::task_status,
+        phase = coalesce(%(phase)s::text, t.phase),
+        lease_epoch = CASE WHEN %(claim_owner)s::text IS NOT NULL
+                           THEN t.lease_epoch + 1 ELSE t.lease_epoch END,
+        lease_owner = CASE WHEN %(claim_owner)s::text IS NOT NULL THEN %(claim_owner)s::text
+                           WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_owner END,
+        lease_expires_at = CASE
+            WHEN %(claim_owner)s::text IS NOT NULL
+                THEN clock.now + make_interval(secs => %(lease_ttl_s)s::float8)
+            WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_expires_at END,
+        lease_claimed_at = CASE WHEN %(claim_owner)s::text IS NOT NULL
+                                THEN clock.now ELSE t.lease_claimed_at END,
+        failure_reason = CASE WHEN %(to)s::task_status = 'failed'
+                              THEN %(reason)s::text ELSE t.failure_reason END,
+        failure_message = CASE WHEN %(to)s::task_status = 'failed'
+                               THEN %(message)s::text ELSE t.failure_message END,
+        cancel_requested_at = CASE WHEN %(to)s::task_status = 'cancelled'
+                                   THEN coalesce(t.cancel_requested_at, clock.now)
+                                   ELSE t.cancel_requested_at END,
+        finished_at = CASE WHEN %(to)s::task_status IN ('completed', 'failed', 'cancelled')
+                           THEN clock.now END,
+        updated_at = clock.now
+    FROM prev, clock
+    WHERE t.id = prev.id
+      AND t.status = ANY(%(from_statuses)s::task_status[])
+      AND (%(namespace)s::text IS NULL OR t.namespace = %(namespace)s::text)
+      AND (%(expect_epoch)s::bigint IS NULL
+           OR (t.lease_epoch = %(expect_epoch)s::bigint AND t.lease_owner = %(expect_owner)s::text))
+      AND (%(if_lease_expired)s::bool IS NOT TRUE OR t.lease_expires_at < clock.now)
+      AND (%(if_cancel_pending)s::bool IS NULL
+           OR (t.cancel_requested_at IS NOT NULL) = %(if_cancel_pending)s::bool)
+      AND (%(cancel_older_than_s)s::float8 IS NULL
+           OR t.cancel_requested_at < clock.now - make_interval(secs => %(cancel_older_than_s)s::float8))
+      AND (%(claimed_older_than_s)s::float8 IS NULL
+           OR t.lease_claimed_at < clock.now - make_interval(secs => %(claimed_older_than_s)s::float8))
+      AND (%(created_older_than_s)s::float8 IS NULL
+           OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
+    RETURNING t.*, prev.status AS from_status
+), recorded AS (
+    INSERT INTO deploy_task_events (task_id, kind, payload)
+    SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
+        'from', m.from_status, 'to', m.status,
+        'verdict', %(verdicts)s::jsonb ->> m.from_status::text,
+        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
+    FROM moved m
+)
+SELECT m.*, pg_notify('deploy_tasks', json_build_object(
+    'namespace', m.namespace, 'project', m.project_id, 'task', m.id)::text) AS notified
+FROM moved m;
+
+-- task_get_projection --
+-- One task of a namespace with the id of its newest clone (what a stream upsert sends).
+SELECT t.*, (SELECT s.id FROM deploy_tasks s
+             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
+FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;

@@ -1,0 +1,76 @@
+"""The one guarded transition: the only code that writes a task's status."""
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from engine.db import Database
+from engine.errors import IllegalTransition
+from engine.status import LEASED, TRANSITIONS, Status, sources_of
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Extra preconditions the CAS re-checks against the row (and the database clock)."""
+
+    #: A lease holder's write: the row must still carry this epoch and owner.
+    expect_epoch: int | None = None
+    expect_owner: str | None = None
+    #: Tenant scoping for request-driven transitions.
+    namespace: str | None = None
+    if_lease_expired: bool = False
+    #: True: a cancel must be pending; False: none may be; None: either.
+    if_cancel_pending: bool | None = None
+    cancel_older_than_s: float | None = None
+    claimed_older_than_s: float | None = None
+    created_older_than_s: float | None = None
+
+
+HELD_BY_NOBODY = Guard()
+
+
+def transition(
+    db: Database,
+    task_ids: list[UUID] | UUID,
+    to: Status,
+    *,
+    from_statuses: list[Status] | None = None,
+    guard: Guard = HELD_BY_NOBODY,
+    reason: str | None = None,
+    message: str | None = None,
+    phase: str | None = None,
+    actor: str | None = None,
+    claim_owner: str | None = None,
+    lease_ttl_s: float | None = None,
+    now: datetime | None = None,
+) -> list[dict]:
+    """Move tasks to `to` where the table and the guard allow it; the rows that moved.
+
+    `from_statuses` narrows the table's sources (a cancel only moves queued/blocked at once);
+    naming a pair the table lacks raises IllegalTransition. A claim (`claim_owner`) starts a new
+    lease epoch; leaving the leased statuses releases the lease.
+    """
+    allowed = sources_of(to)
+    if from_statuses is None:
+        from_statuses = allowed
+    illegal = [src for src in from_statuses if (src, to) not in TRANSITIONS]
+    if illegal or not from_statuses:
+        raise IllegalTransition(f"{', '.join(illegal) or 'nothing'} -> {to} is not a transition")
+    if claim_owner is not None and (to is not Status.RUNNING or lease_ttl_s is None):
+        raise IllegalTransition("only a move to running claims a lease, and it needs a TTL")
+    if to in LEASED and claim_owner is None and guard.expect_epoch is None:
+        raise IllegalTransition(f"a move to {to} is a lease holder's write")
+    ids = [task_ids] if isinstance(task_ids, (UUID, str)) else list(task_ids)
+    verdicts = {str(src): TRANSITIONS[(src, to)] for src in from_statuses}
+    return db.all(
+        "task_transition",
+        task_ids=ids, to=str(to), from_statuses=[str(s) for s in from_statuses],
+        verdicts=json.dumps(verdicts), reason=reason, message=message, phase=phase, actor=actor,
+        claim_owner=claim_owner, lease_ttl_s=lease_ttl_s, now=now,
+        namespace=guard.namespace, expect_epoch=guard.expect_epoch,
+        expect_owner=guard.expect_owner, if_lease_expired=guard.if_lease_expired,
+        if_cancel_pending=guard.if_cancel_pending,
+        cancel_older_than_s=guard.cancel_older_than_s,
+        claimed_older_than_s=guard.claimed_older_than_s,
+        created_older_than_s=guard.created_older_than_s,
+    )
