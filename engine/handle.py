@@ -78,6 +78,15 @@ class TaskHandle:
                        **self._fence()) is None:
             self._lost()
 
+    def record_devbox(self, devbox_id: str) -> None:
+        """Record the task's devbox before using it, so the engine can pause it if this run dies."""
+        if self.db.one("task_set_devbox_if_held", devbox_id=devbox_id, **self._fence()) is None:
+            self._lost()
+
+    def devbox_paused(self, devbox_id: str) -> None:
+        """Record that this run paused its devbox (allowed after the terminal write too)."""
+        self.db.one("task_mark_devbox_paused", task_id=self.task_id, devbox_id=devbox_id, now=None)
+
     def request_inputs(self, inputs: list[dict], message: str | None = None) -> None:
         """Park the task blocked, asking for these inputs (declarations only, never values)."""
         self.set_artifacts(pendingInputs=inputs)

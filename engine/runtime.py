@@ -98,7 +98,7 @@ class EngineRuntime:
             task_id=row["id"], project_id=row["project_id"], source=row["source"],
             inputs=dict(inputs), sensitive_keys=list(row["sensitive_keys"]),
             result_identities=dict(row["artifact_summary"].get("resultIdentities") or {}),
-            cluster=None, target_namespace=row["project_id"],
+            cluster=None, integrations=self.integrations, target_namespace=row["project_id"],
             readiness_timeout_s=self.settings.readiness_timeout_s,
             readiness_poll_s=self.settings.readiness_poll_s,
         )

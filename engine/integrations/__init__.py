@@ -1,8 +1,8 @@
 """The integrations boundary: stateless, abort-aware adapters. Tests inject fakes here."""
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from engine.integrations.base import Cluster
+from engine.integrations.base import Cluster, Devbox
 
 
 @dataclass
@@ -12,3 +12,9 @@ class Integrations:
     cluster: Callable[[dict | None], Cluster]
     #: Shown wherever the target appears, e.g. "sandbox".
     cluster_label: str
+    #: The devbox API (server credential only); None where no devbox is configured.
+    devbox: Devbox | None = None
+    #: The OpenAI-compatible gateway; None where none is configured.
+    gateway: Any = None
+    #: The template catalog.
+    templates: Any = None

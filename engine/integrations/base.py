@@ -66,6 +66,12 @@ class UnknownKind(ApplyError):
     reason = "unknown_kind"
 
 
+class NotFound(IntegrationError):
+    """The remote resource does not exist (typed absence: cleanup counts it as done)."""
+
+    reason = "not_found"
+
+
 class Cluster(Protocol):
     """A Kubernetes cluster as the runners see it."""
 
@@ -74,3 +80,20 @@ class Cluster(Protocol):
 
     def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
         """Whether one applied object is ready."""
+
+
+class Devbox(Protocol):
+    """The devbox HTTP API, authenticated by a server-minted, namespace-scoped JWT.
+
+    pause/delete need no user credential (the reaper and cleanup jobs call them). Each raises
+    NotFound when the devbox is already gone, IntegrationError for anything retryable.
+    """
+
+    def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
+        """A new devbox for a task; its id."""
+
+    def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+        """Pause (idempotent)."""
+
+    def delete(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+        """Delete (idempotent)."""

@@ -1,5 +1,6 @@
 """What a runner is handed besides its TaskHandle (all in memory; nothing here is persisted)."""
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 from engine.integrations.base import Cluster
@@ -18,6 +19,8 @@ class RunContext:
     #: resultIdentities recorded on the row (copied from a predecessor on a clone).
     result_identities: dict = field(default_factory=dict)
     cluster: Cluster | None = None
+    #: The whole integrations boundary (devbox, gateway, templates), for runners that need more.
+    integrations: Any = None
     #: The Kubernetes namespace the resources go to.
     target_namespace: str = "default"
     readiness_timeout_s: float = 600.0

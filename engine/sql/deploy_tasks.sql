@@ -231,3 +231,16 @@ SELECT t.*, (SELECT s.id FROM deploy_tasks s
              WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
              ORDER BY s.created_at DESC LIMIT 1) AS successor_id
 FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
+
+-- task_set_devbox_if_held --
+-- Record the task's devbox (so the engine can pause it if the runner dies), for the lease holder.
+UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
+WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+  AND status IN ('running', 'applying')
+RETURNING id;
+
+-- task_mark_devbox_paused --
+-- Record that the task's devbox was paused (by its runner, the reaper or a cleanup job).
+UPDATE deploy_tasks SET devbox_paused_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(task_id)s AND devbox_id = %(devbox_id)s AND devbox_paused_at IS NULL
+RETURNING id;
