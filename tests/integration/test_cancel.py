@@ -1,0 +1,128 @@
+"""Two-phase cancel through the API: the idempotency matrix, cancel mid-apply, cross-process."""
+import threading
+
+import pytest
+
+from tests.conftest import wait_for
+
+
+def cancel(client, task_id):
+    return client.post(f"/api/v1/tasks/{task_id}/cancel")
+
+
+def events(client, task_id):
+    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
+
+
+@pytest.mark.parametrize("status", ["queued", "blocked"])
+def test_queued_and_blocked_cancel_at_once(client, insert_task, cluster, status):
+    row = insert_task(status=status)
+    response = cancel(client, row["id"])
+    assert response.status_code == 200
+    snap = response.get_json()
+    assert snap["status"] == "cancelled" and snap["cancelRequestedAt"] is not None
+    assert cluster.calls == []  # nothing ran
+    status_events = [e["payload"] for e in events(client, row["id"]) if e["kind"] == "status"]
+    assert status_events[-1]["to"] == "cancelled" and status_events[-1]["by"] == "dev"
+
+
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_cancel_on_a_finished_task_is_409_with_the_snapshot(client, insert_task, status):
+    row = insert_task(status=status)
+    response = cancel(client, row["id"])
+    assert response.status_code == 409
+    body = response.get_json()
+    assert body["code"] == "task_already_finished"
+    assert body["snapshot"]["id"] == str(row["id"]) and body["snapshot"]["status"] == status
+
+
+def test_cancel_of_an_unknown_or_foreign_task_is_404(client, insert_task):
+    assert cancel(client, "00000000-0000-0000-0000-000000000000").status_code == 404
+    foreign = insert_task(status="running", namespace="someone-else")
+    response = cancel(client, foreign["id"])
+    assert response.status_code == 404 and response.get_json()["code"] == "task_not_found"
+
+
+def test_cancel_during_apply_stops_between_documents_and_deletes_nothing(
+        client, create_task, cluster, wait_status):
+    cluster.apply_delay_s = 0.3
+    task = create_task()
+    wait_for(lambda: cluster.applying.is_set(), message="first apply in flight")
+    first = cancel(client, task["id"])
+    assert first.status_code == 200 and first.get_json()["cancelRequestedAt"] is not None
+    # A repeat while cancelling is harmless and silent.
+    assert cancel(client, task["id"]).status_code == 200
+    snap = wait_status(task["id"], "cancelled")
+    assert cluster.deletes() == []
+    # The in-flight apply was aborted, and no document was applied after the cancel.
+    assert [c.outcome for c in cluster.calls if c.op == "apply"] == ["aborted"]
+    assert snap["cancellation"]["applied"] == "nothing"
+    assert [r["kind"] for r in snap["cancellation"]["notAppliedResources"]] == ["Deployment", "Service"]
+    assert snap["failure"] is None
+    # Cancel on the now-finished task says so.
+    assert cancel(client, task["id"]).status_code == 409
+
+
+def test_cancel_after_some_documents_itemizes_a_partial_apply(client, create_task, cluster,
+                                                             wait_status):
+    cluster.apply_delay_s = 0.2
+    task = create_task()
+    wait_for(lambda: any(c.outcome == "ok" for c in cluster.calls), message="one document applied")
+    cancel(client, task["id"])
+    snap = wait_status(task["id"], "cancelled")
+    assert snap["cancellation"]["applied"] == "partially"
+    assert [r["kind"] for r in snap["cancellation"]["appliedResources"]] == ["Deployment"]
+    assert snap["hasAppliedResources"] is True
+    assert cluster.deletes() == []
+
+
+def test_cancel_while_waiting_for_readiness_stops_waiting(client, create_task, cluster,
+                                                          wait_status):
+    cluster.ready_after_polls = "never"
+    task = create_task()
+    wait_status(task["id"], "applying")
+    wait_for(lambda: cluster.polls > 0, message="readiness polling")
+    cancel(client, task["id"])
+    snap = wait_status(task["id"], "cancelled")
+    assert snap["cancellation"]["applied"] == "fully"
+    assert cluster.deletes() == []
+
+
+def test_cancel_landing_on_another_process_reaches_the_runner_through_notify(
+        make_app, cluster, wait_status):
+    """Two engine runtimes on one database: the cancel lands on the one not running the task."""
+    owner_app, other_app = make_app(), make_app()
+    owner, other = owner_app.test_client(), other_app.test_client()
+    other_app.extensions["engine"].fanout.connected.wait(5)
+    owner_app.extensions["engine"].fanout.connected.wait(5)
+    cluster.apply_delay_s = 30  # only an abort ends this call
+    task = owner.post("/api/v1/tasks", json={
+        "projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "web"}}).get_json()
+    wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
+    assert other.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 200
+    # Renewal is off in these apps (QUIET cadences), so only the NOTIFY can deliver it.
+    snap = wait_for(lambda: (s := owner.get(f"/api/v1/tasks/{task['id']}").get_json())["status"]
+                    == "cancelled" and s, timeout=5, message="cancel delivered")
+    assert snap["cancellation"]["applied"] == "nothing"
+    assert [c.outcome for c in cluster.calls] == ["aborted"]
+
+
+def test_concurrent_cancels_resolve_deterministically(client, app, create_task, cluster,
+                                                      wait_status):
+    cluster.apply_delay_s = 0.5
+    task = create_task()
+    wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
+    results = []
+
+    def one():
+        results.append(app.test_client().post(f"/api/v1/tasks/{task['id']}/cancel").status_code)
+
+    threads = [threading.Thread(target=one) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(results) <= {200, 409} and 200 in results
+    snap = wait_status(task["id"], "cancelled")
+    cancel_events = [e for e in events(client, task["id"]) if e["kind"] == "cancel_requested"]
+    assert len(cancel_events) == 1 and snap["status"] == "cancelled"
