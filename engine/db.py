@@ -3,11 +3,13 @@ import logging
 import os
 from pathlib import Path
 
+import gevent
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from engine.abort import Aborted, AbortSignal
 from engine.config import PROJECT_ROOT
 from engine.errors import DomainError, RedeployAlreadyActive
 from engine.sql import queries
@@ -41,22 +43,29 @@ class Database:
     def close(self) -> None:
         self.pool.close()
 
-    def one(self, name: str, **params) -> dict | None:
-        """Run a named query; its first row or None."""
-        return self._run(name, params, lambda cur: cur.fetchone())
+    def one(self, name: str, *, abort: AbortSignal | None = None, **params) -> dict | None:
+        """Run a named query; its first row or None. An abort cancels it mid-statement."""
+        return self._run(name, params, lambda cur: cur.fetchone(), abort)
 
-    def all(self, name: str, **params) -> list[dict]:
-        """Run a named query; every row."""
-        return self._run(name, params, lambda cur: cur.fetchall())
+    def all(self, name: str, *, abort: AbortSignal | None = None, **params) -> list[dict]:
+        """Run a named query; every row. An abort cancels it mid-statement."""
+        return self._run(name, params, lambda cur: cur.fetchall(), abort)
 
     def execute(self, name: str, **params) -> int:
         """Run a named query; the number of rows it touched."""
-        return self._run(name, params, lambda cur: cur.rowcount)
+        return self._run(name, params, lambda cur: cur.rowcount, None)
 
-    def _run(self, name: str, params: dict, result):
+    def _run(self, name: str, params: dict, result, abort: AbortSignal | None):
         try:
             with self.pool.connection() as conn:
-                return result(conn.execute(queries[name], _adapt(params)))
+                if abort is None:
+                    return result(conn.execute(queries[name], _adapt(params)))
+                with _CancelOnAbort(conn, abort):
+                    return result(conn.execute(queries[name], _adapt(params)))
+        except psycopg.errors.QueryCanceled as exc:
+            if abort is not None and abort.aborted:
+                raise Aborted(abort.reason) from exc
+            raise
         except psycopg.errors.IntegrityError as exc:
             mapped = CONSTRAINT_ERRORS.get(exc.diag.constraint_name or "")
             if mapped is None:
@@ -66,6 +75,37 @@ class Database:
     def dedicated_connection(self) -> psycopg.Connection:
         """A connection outside the pool (LISTEN needs one of its own)."""
         return psycopg.connect(self.url, autocommit=True, row_factory=dict_row)
+
+
+class _CancelOnAbort:
+    """While a statement runs, an abort cancels it server-side (conn.cancel_safe()).
+
+    The connection is not handed back to the pool until a cancel in progress has finished, so a
+    late cancel can never hit the next borrower's statement.
+    """
+
+    def __init__(self, conn: psycopg.Connection, abort: AbortSignal):
+        self.conn = conn
+        self.abort = abort
+        self.done = False
+        self.canceller: gevent.Greenlet | None = None
+
+    def _cancel(self) -> None:
+        if self.done:
+            return
+        self.canceller = gevent.getcurrent()
+        self.conn.cancel_safe()
+
+    def __enter__(self):
+        self.abort.on_abort(self._cancel)
+        return self
+
+    def __exit__(self, *exc):
+        self.done = True
+        self.abort.remove(self._cancel)
+        if self.canceller is not None and not self.canceller.dead:
+            self.canceller.join(timeout=5)
+        return False
 
 
 def _adapt(params: dict) -> dict:

@@ -38,7 +38,7 @@ class TaskHandle:
     def checkpoint(self) -> None:
         """Stop here if the run was aborted or a cancel is pending (raises Aborted)."""
         self.abort.raise_if_aborted()
-        row = self.db.one("task_checkpoint_if_held", **self._fence())
+        row = self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
         if row is None:
             self._lost()
         if row["cancel_pending"]:
@@ -48,7 +48,7 @@ class TaskHandle:
     # -- fenced writes -----------------------------------------------------------------------
     def emit_event(self, kind: str, payload: dict | None = None) -> None:
         """Append an event to the task's history."""
-        row = self.db.one("event_append_if_held", kind=kind,
+        row = self.db.one("event_append_if_held", kind=kind, abort=self._live_abort(),
                           payload=self._scrub(payload or {}), **self._fence())
         if row is None:
             self._lost()
@@ -65,7 +65,8 @@ class TaskHandle:
         if status is not None:
             self._move(status, phase=phase)
         elif phase is not None:
-            if self.db.one("task_set_phase_if_held", phase=phase, **self._fence()) is None:
+            if self.db.one("task_set_phase_if_held", phase=phase, abort=self._live_abort(),
+                           **self._fence()) is None:
                 self._lost()
 
     def set_artifacts(self, **patch) -> None:
@@ -75,12 +76,13 @@ class TaskHandle:
         if "appliedResources" in patch:
             self.applied = list(patch["appliedResources"])
         if self.db.one("task_merge_artifacts_if_held", patch=self._scrub(patch),
-                       **self._fence()) is None:
+                       abort=self._live_abort(), **self._fence()) is None:
             self._lost()
 
     def record_devbox(self, devbox_id: str) -> None:
         """Record the task's devbox before using it, so the engine can pause it if this run dies."""
-        if self.db.one("task_set_devbox_if_held", devbox_id=devbox_id, **self._fence()) is None:
+        if self.db.one("task_set_devbox_if_held", devbox_id=devbox_id, abort=self._live_abort(),
+                       **self._fence()) is None:
             self._lost()
 
     def devbox_paused(self, devbox_id: str) -> None:
@@ -115,11 +117,15 @@ class TaskHandle:
               phase: str | None = None) -> None:
         moved = transition(self.db, self.task_id, to, reason=reason, message=message, phase=phase,
                            guard=Guard(expect_epoch=self.epoch, expect_owner=self.owner),
-                           actor="runner")
+                           actor="runner", abort=self._live_abort())
         if not moved:
             self._lost()
         if to is not Status.APPLYING:
             self.outcome = to
+
+    def _live_abort(self) -> AbortSignal | None:
+        # Statements before the abort are cancelled by it; the outcome writes after it must land.
+        return None if self.abort.aborted else self.abort
 
     def _fence(self) -> dict:
         return {"task_id": self.task_id, "epoch": self.epoch, "owner": self.owner}

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from engine.abort import AbortSignal
 from engine.db import Database
 from engine.errors import IllegalTransition
 from engine.status import LEASED, TRANSITIONS, Status, sources_of
@@ -43,6 +44,7 @@ def transition(
     claim_owner: str | None = None,
     lease_ttl_s: float | None = None,
     now: datetime | None = None,
+    abort: AbortSignal | None = None,
 ) -> list[dict]:
     """Move tasks to `to` where the table and the guard allow it; the rows that moved.
 
@@ -63,7 +65,7 @@ def transition(
     ids = [task_ids] if isinstance(task_ids, (UUID, str)) else list(task_ids)
     verdicts = {str(src): TRANSITIONS[(src, to)] for src in from_statuses}
     return db.all(
-        "task_transition",
+        "task_transition", abort=abort,
         task_ids=ids, to=str(to), from_statuses=[str(s) for s in from_statuses],
         verdicts=json.dumps(verdicts), reason=reason, message=message, phase=phase, actor=actor,
         claim_owner=claim_owner, lease_ttl_s=lease_ttl_s, now=now,

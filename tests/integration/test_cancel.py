@@ -126,3 +126,35 @@ def test_concurrent_cancels_resolve_deterministically(client, app, create_task, 
     snap = wait_status(task["id"], "cancelled")
     cancel_events = [e for e in events(client, task["id"]) if e["kind"] == "cancel_requested"]
     assert len(cancel_events) == 1 and snap["status"] == "cancelled"
+
+
+def test_an_abort_cancels_the_runners_sql_statement_in_flight(
+        client, runtime, create_task, cluster, database_url, sql_conn, wait_status):
+    """A runner write stuck behind a row lock is cancelled server-side the moment the abort fires."""
+    import psycopg
+
+    cluster.apply_delay_s = 0.5
+    task = create_task()
+    wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
+    locker = psycopg.connect(database_url)
+    locker.execute("SELECT 1 FROM deploy_tasks WHERE id = %s FOR UPDATE", (task["id"],))
+
+    def blocked_statements():
+        return {(r["pid"], r["query_start"]) for r in sql_conn.execute(
+            "SELECT pid, query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()").fetchall()}
+
+    try:
+        blocked = wait_for(blocked_statements, message="runner write blocked on the row lock")
+        runtime.abort_local(UUID(task["id"]), "cancel")
+        # The statement that was blocked is gone (the acknowledgement may now wait in its place).
+        wait_for(lambda: not (blocked & blocked_statements()), timeout=2,
+                 message="the blocked statement to be cancelled")
+    finally:
+        locker.rollback()
+        locker.close()
+    snap = wait_status(task["id"], "cancelled")
+    assert snap["failure"] is None
+
+
+from uuid import UUID  # noqa: E402
