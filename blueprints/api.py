@@ -124,8 +124,8 @@ def patch_canvas(task_id):
     return jsonify(dto.snapshot(actions.set_canvas(runtime(), current_identity(), task_id, body)))
 
 
-@bp.errorhandler(DomainError)
 def domain_error(exc: DomainError):
+    """Every domain error as JSON with its stable code (registered app-wide)."""
     body = {"code": exc.code, "message": exc.message}
     if exc.snapshot is not None:
         body["snapshot"] = exc.snapshot

@@ -27,12 +27,17 @@ class TaskHandle:
         self.epoch = epoch
         self.owner = owner
         self.abort = abort
-        self._secret_values = list(secret_values)
+        self.secret_values = list(secret_values)
         #: The terminal or parked status this run reached through the handle, if any.
         self.outcome: Status | None = None
         #: Applied-resource evidence, kept in memory too so a cancel can itemize it.
         self.planned: list[dict] = []
         self.applied: list[dict] = []
+
+    def add_secret_values(self, values) -> None:
+        """Scrub these values too from everything this run writes (e.g. inputs a template
+        declares sensitive, or credentials the runner generated). Memory only."""
+        self.secret_values.extend(v for v in values if isinstance(v, str))
 
     # -- reads -----------------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -100,7 +105,7 @@ class TaskHandle:
 
     def fail(self, reason: str, message: str) -> None:
         """-> failed with a reason code and a message for the user."""
-        self._move(Status.FAILED, reason=reason, message=secrets.scrub(message, self._secret_values))
+        self._move(Status.FAILED, reason=reason, message=secrets.scrub(message, self.secret_values))
 
     def acknowledge_cancel(self) -> None:
         """-> cancelled, itemizing what was applied (nothing, partially, fully). Deletes nothing."""
@@ -131,7 +136,7 @@ class TaskHandle:
         return {"task_id": self.task_id, "epoch": self.epoch, "owner": self.owner}
 
     def _scrub(self, obj):
-        return secrets.scrub(obj, self._secret_values)
+        return secrets.scrub(obj, self.secret_values)
 
     def _lost(self):
         self.abort.abort(LEASE_LOST)

@@ -6,6 +6,7 @@ launched, the lease renewer, the reaper and the NOTIFY listener (the Fanout).
 import logging
 import os
 import socket
+import traceback
 import uuid
 from dataclasses import dataclass, replace
 from uuid import UUID
@@ -13,7 +14,7 @@ from uuid import UUID
 import gevent
 from gevent.event import Event
 
-from engine import leases
+from engine import leases, secrets
 from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
 from engine.config import Settings
 from engine.db import Database
@@ -89,8 +90,9 @@ class EngineRuntime:
 
     def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None) -> None:
         """Run a freshly claimed task in this process, its secrets held only in memory."""
+        declared = set(row["sensitive_keys"])
         secret_values = [v for k, v in inputs.items()
-                         if k in set(row["sensitive_keys"]) and isinstance(v, str)]
+                         if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)]
         handle = TaskHandle(self.db, row["id"], epoch=row["lease_epoch"], owner=self.owner,
                             abort=AbortSignal(), secret_values=secret_values)
         _, run_fn = runner_for(row["source_kind"])
@@ -123,7 +125,9 @@ class EngineRuntime:
                     # The abort broke the call mid-way (e.g. a closed connection): it is not a failure.
                     self._resolve_abort(handle, handle.abort.reason)
                 else:
-                    log.exception("task %s: runner crashed", handle.task_id)
+                    # Scrubbed: an exception message may quote a manifest carrying a secret.
+                    log.error("task %s: runner crashed: %s", handle.task_id,
+                              secrets.scrub(traceback.format_exc(), handle.secret_values))
                     handle.fail("runner_error", f"{type(exc).__name__}: {exc}"[:500])
         except LeaseLost:
             log.info("task %s: lease lost while recording the outcome", handle.task_id)

@@ -1,0 +1,136 @@
+"""Chat tools: the same lifecycle actions for assistants, described as JSON Schema tools.
+
+`GET /api/v1/tools` lists them; `POST /api/v1/tools/<name>` calls one with its arguments as the
+JSON body. They call engine/actions.py exactly like the canvas does, so the two never disagree.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+from flask import Blueprint, jsonify
+from marshmallow import Schema, fields
+
+from blueprints import schemas
+from blueprints.api import json_body, kubeconfig_from_header, load, runtime
+from blueprints.auth import current_identity
+from blueprints.jsonschema import schema_of
+from engine import actions
+from engine.errors import DomainError
+from engine.readside import dto
+from engine.readside.explain import explain
+
+bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
+
+
+class CreateDeployment(Schema):
+    """Deploy a source (image, database, template, GitHub repository, prompt) into a project."""
+
+    projectId = fields.String(required=True, validate=schemas.PROJECT_ID)
+    source = schemas.SourceField(required=True)
+    inputs = schemas.InputValues
+    sensitiveKeys = schemas.SensitiveKeys
+
+
+class TaskRef(Schema):
+    """A deployment task by id."""
+
+    taskId = fields.UUID(required=True)
+
+
+class RedeployDeployment(Schema):
+    """Redeploy a failed or cancelled deployment, optionally with an edited source or inputs."""
+
+    taskId = fields.UUID(required=True)
+    projectId = fields.String(validate=schemas.PROJECT_ID)
+    source = schemas.SourceField()
+    inputs = schemas.InputValues
+    sensitiveKeys = schemas.SensitiveKeys
+
+
+class SubmitDeploymentInputs(Schema):
+    """Answer the inputs a blocked deployment asks for; it resumes at once."""
+
+    taskId = fields.UUID(required=True)
+    inputs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
+    sensitiveKeys = schemas.SensitiveKeys
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    arguments: type[Schema]
+    call: Callable[[dict], tuple[dict, int]]
+
+
+def _create(args):
+    row = actions.create_task(runtime(), current_identity(), project_id=args["projectId"],
+                              source=args["source"], inputs=args.get("inputs"),
+                              sensitive_keys=args.get("sensitiveKeys"),
+                              kubeconfig=kubeconfig_from_header())
+    return dto.snapshot(row), 201
+
+
+def _cancel(args):
+    return dto.snapshot(actions.cancel_task(runtime(), current_identity(), args["taskId"])), 200
+
+
+def _redeploy(args):
+    row = actions.create_task(runtime(), current_identity(), project_id=args.get("projectId"),
+                              source=args.get("source"), inputs=args.get("inputs"),
+                              sensitive_keys=args.get("sensitiveKeys"),
+                              kubeconfig=kubeconfig_from_header(),
+                              predecessor_task_id=args["taskId"])
+    return dto.snapshot(row), 201
+
+
+def _submit(args):
+    row = actions.submit_inputs(runtime(), current_identity(), args["taskId"],
+                                inputs=args["inputs"], sensitive_keys=args.get("sensitiveKeys"),
+                                kubeconfig=kubeconfig_from_header())
+    return dto.snapshot(row), 200
+
+
+def _explain(args):
+    identity = current_identity()
+    row = actions.get_task(runtime(), identity, args["taskId"])
+    events = runtime().db.all("event_list_for_task", task_id=row["id"],
+                              namespace=identity.namespace, after_seq=0, limit=1000)
+    return explain(dto.snapshot(row), [dto.event(e) for e in events]), 200
+
+
+TOOLS = {t.name: t for t in [
+    Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, _create),
+    Tool("cancel_deployment", "Cancel a deployment. Queued or blocked ones stop at once; running "
+         "ones stop at their next step. Nothing already applied is deleted.", TaskRef, _cancel),
+    Tool("redeploy_deployment", RedeployDeployment.__doc__, RedeployDeployment, _redeploy),
+    Tool("submit_deployment_inputs", SubmitDeploymentInputs.__doc__, SubmitDeploymentInputs,
+         _submit),
+    Tool("explain_deployment", "Explain a deployment in plain language: what ran, what was "
+         "applied, why it ended and what to do next.", TaskRef, _explain),
+]}
+
+
+@bp.get("")
+def list_tools():
+    """Every tool with its JSON Schema parameters."""
+    return jsonify({"items": [
+        {"name": t.name, "description": t.description, "parameters": schema_of(t.arguments)}
+        for t in TOOLS.values()]})
+
+
+@bp.post("/<name>")
+def call_tool(name):
+    """Call a tool with its arguments as the JSON body."""
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise UnknownTool()
+    result, status = tool.call(load(tool.arguments, json_body()))
+    return jsonify(result), status
+
+
+class UnknownTool(DomainError):
+    """No tool has that name."""
+
+    code = "unknown_tool"
+    http_status = 404
+

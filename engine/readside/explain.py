@@ -1,0 +1,77 @@
+"""A plain-language account of a task, built from its row and events (the explain tool)."""
+from engine.status import Status
+
+NEXT_STEPS = {
+    "readiness_timeout": "Check the workload's pods (image pull, crash loop, probes); the resources "
+                         "were kept. Redeploy once the cause is fixed.",
+    "interrupted": "The server running it stopped mid-run. Redeploy: it converges on the same "
+                   "resources.",
+    "timeout": "The run exceeded its maximum duration. Redeploy, and check what it waited on.",
+    "never_started": "The task was never started (the server failed right after accepting it). "
+                     "Redeploy it.",
+    "apply_failed": "The cluster refused a resource; fix the source (edit & redeploy).",
+    "unknown_kind": "The cluster does not serve one of the resource kinds; fix the source.",
+}
+
+
+def explain(snapshot: dict, events: list[dict]) -> dict:
+    """{taskId, status, summary, steps, applied, nextSteps} for a snapshot and its events."""
+    source = snapshot["source"]
+    what = _describe_source(source)
+    lines = [f"{what} into project {snapshot['projectId']}."]
+    if snapshot["retriedFromTaskId"]:
+        lines.append(f"It redeploys task {snapshot['retriedFromTaskId']}.")
+    steps = [_describe_step(e) for e in events if e["kind"] in ("step", "status", "cancel_requested")]
+    applied = [f"{r['kind']}/{r['name']}" for r in snapshot["appliedResources"]]
+    status = snapshot["status"]
+    next_steps: list[str] = []
+    if status == Status.COMPLETED:
+        lines.append("It completed: every required resource became ready.")
+    elif status == Status.FAILED:
+        failure = snapshot["failure"] or {}
+        lines.append(f"It failed ({failure.get('reason')}): {failure.get('message')}.")
+        next_steps.append(NEXT_STEPS.get(failure.get("reason"),
+                                         "Look at the failed step, then redeploy."))
+    elif status == Status.CANCELLED:
+        extent = (snapshot.get("cancellation") or {}).get("applied", "nothing")
+        lines.append(f"It was cancelled; {extent} applied. Nothing was deleted or rolled back.")
+        next_steps.append("Keep or clean up the applied resources on the canvas, or redeploy.")
+    elif status == Status.BLOCKED:
+        names = [i["name"] for i in snapshot.get("pendingInputs") or []]
+        lines.append(f"It is waiting for inputs: {', '.join(names) or 'see the form'}.")
+        next_steps.append("Submit the inputs to resume it, or cancel it.")
+    else:
+        lines.append(f"It is {status}" + (" and cancelling." if snapshot["cancelRequestedAt"] else "."))
+        next_steps.append("Wait for it to finish, or cancel it.")
+    if applied:
+        lines.append(f"Applied: {', '.join(applied)}.")
+    return {"taskId": snapshot["id"], "status": status, "summary": " ".join(lines),
+            "steps": steps, "applied": applied, "nextSteps": next_steps}
+
+
+def _describe_source(source: dict) -> str:
+    kind = source.get("kind")
+    if kind == "image":
+        return f"Deploying image {source.get('image')} as {source.get('name')}"
+    if kind == "database":
+        return f"Deploying a {source.get('engine')} database named {source.get('name')}"
+    if kind == "template":
+        return f"Deploying template {source.get('template')}"
+    if kind == "github":
+        return f"Deploying GitHub repository {source.get('repo')}"
+    if kind == "prompt":
+        return f"Deploying from the prompt \"{(source.get('prompt') or '')[:80]}\""
+    return f"Deploying a {kind} source"
+
+
+def _describe_step(event: dict) -> str:
+    payload = event["payload"]
+    if event["kind"] == "status":
+        text = f"{payload.get('from')} -> {payload.get('to')} ({payload.get('verdict')})"
+        if payload.get("reason"):
+            text += f": {payload.get('message') or payload['reason']}"
+        return text
+    if event["kind"] == "cancel_requested":
+        return "cancel requested"
+    detail = f": {payload['detail']}" if payload.get("detail") else ""
+    return f"{payload.get('step')} {payload.get('state')}{detail}"

@@ -1,0 +1,136 @@
+"""The row-level secrets contract: a canary submitted anywhere is found nowhere afterwards."""
+import base64
+import json
+import logging
+import uuid
+
+import gevent
+import pytest
+
+from tests.conftest import wait_for
+
+
+def canary(label: str) -> str:
+    return f"CANARY-{label}-{uuid.uuid4().hex}"
+
+
+def forms(value: str) -> list[str]:
+    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
+
+
+def dump_database(sql_conn) -> str:
+    """Every row of every table, as text."""
+    tables = [r["tablename"] for r in sql_conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+    assert "deploy_tasks" in tables and "deploy_task_events" in tables
+    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
+        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
+
+
+class StreamTap:
+    """Reads a project's SSE stream in the background, keeping every frame."""
+
+    def __init__(self, app, project_id="demo"):
+        self.frames: list[str] = []
+        self.response = app.test_client().get(f"/api/v1/projects/{project_id}/tasks/stream",
+                                              buffered=False)
+        self.greenlet = gevent.spawn(self._read)
+
+    def _read(self):
+        for chunk in self.response.response:
+            self.frames.append(chunk.decode() if isinstance(chunk, bytes) else chunk)
+
+    def close(self) -> str:
+        self.greenlet.kill()
+        self.response.close()
+        return "".join(self.frames)
+
+
+@pytest.fixture
+def tap(app):
+    taps = []
+
+    def factory():
+        taps.append(StreamTap(app))
+        wait_for(lambda: taps[-1].frames, message="stream bootstrap")
+        return taps[-1]
+    yield factory
+    for t in taps:
+        t.close()
+
+
+def assert_nowhere(values, *haystacks):
+    for value in values:
+        for form in forms(value):
+            for i, haystack in enumerate(haystacks):
+                assert form not in haystack, f"{value!r} leaked into haystack #{i}"
+
+
+def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
+        app, client, cluster, sql_conn, insert_task, wait_status, tap, caplog):
+    caplog.set_level(logging.DEBUG)
+    stream = tap()
+    secrets_sent = {k: canary(k) for k in
+                    ("env", "input", "declared", "blocked", "redeploy", "cancel", "crash")}
+
+    # 1. create: a secret-looking env entry, a secret-looking input, a declared-sensitive input.
+    created = client.post("/api/v1/tasks", json={
+        "projectId": "demo",
+        "source": {"kind": "image", "image": "nginx", "name": "web",
+                   "env": {"LOG_LEVEL": "debug", "API_TOKEN": secrets_sent["env"]}},
+        "inputs": {"DB_PASSWORD": secrets_sent["input"], "plain_looking": secrets_sent["declared"]},
+        "sensitiveKeys": ["plain_looking"],
+    }).get_json()
+    done = wait_status(created["id"], "completed")
+    assert done["source"]["env"] == {"LOG_LEVEL": "debug"}
+    assert set(done["sensitiveKeys"]) == {"API_TOKEN", "DB_PASSWORD", "plain_looking"}
+    # Positive control: the cluster did receive them, as a Kubernetes Secret.
+    secret_docs = [c.manifest for c in cluster.calls if c.op == "apply" and c.ref.kind == "Secret"]
+    assert secret_docs and secret_docs[0]["stringData"]["API_TOKEN"] == secrets_sent["env"]
+
+    # 2. input submission on a blocked task.
+    blocked = insert_task(status="blocked", sensitive_keys=["DB_PASSWORD"])
+    response = client.post(f"/api/v1/tasks/{blocked['id']}/input",
+                           json={"inputs": {"DB_PASSWORD": secrets_sent["blocked"]}})
+    assert response.status_code == 200 and response.get_json()["status"] == "running"
+    wait_status(blocked["id"], "completed")
+
+    # 3. redeploy of a failed task with a fresh secret.
+    failed = insert_task(status="failed", sensitive_keys=["DB_PASSWORD"])
+    clone = client.post("/api/v1/tasks", json={
+        "predecessorTaskId": str(failed["id"]),
+        "inputs": {"DB_PASSWORD": secrets_sent["redeploy"]}}).get_json()
+    wait_status(clone["id"], "completed")
+
+    # 4. cancel mid-run.
+    cluster.apply_delay_s = 0.3
+    running = client.post("/api/v1/tasks", json={
+        "projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "api"},
+        "inputs": {"SECRET_KEY": secrets_sent["cancel"]}}).get_json()
+    wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
+    client.post(f"/api/v1/tasks/{running['id']}/cancel")
+    wait_status(running["id"], "cancelled")
+    cluster.apply_delay_s = 0
+
+    # 5. a runner crash whose exception quotes the manifest carrying the secret.
+    def crash(manifest, *, abort):
+        raise RuntimeError(f"unexpected cluster answer for {manifest}")
+    cluster.apply = crash
+    crashed = client.post("/api/v1/tasks", json={
+        "projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "boom"},
+        "inputs": {"PASSWORD": secrets_sent["crash"]}}).get_json()
+    snap = wait_status(crashed["id"], "failed")
+    assert snap["failure"]["reason"] == "runner_error" and "[redacted]" in snap["failure"]["message"]
+
+    frames = stream.close()
+    assert '"status":"completed"' in frames  # the tap did see the run
+    server_log = "\n".join(r.getMessage() for r in caplog.records)
+    assert "runner crashed" in server_log  # the crash was logged, scrubbed
+    assert_nowhere(secrets_sent.values(), dump_database(sql_conn), frames, server_log)
+
+
+def test_snapshot_redacts_sensitive_named_fields_as_defence_in_depth(client, insert_task):
+    row = insert_task(status="failed", source={"kind": "image", "image": "nginx", "name": "web",
+                                               "env": {"SECRET_KEY": "left-over-from-old-row"}})
+    snap = client.get(f"/api/v1/tasks/{row['id']}").get_json()
+    assert snap["source"]["env"]["SECRET_KEY"] == "[redacted]"
