@@ -24,7 +24,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import api, auth, streams
+    from blueprints import api, auth, streams, tools
+    from engine.errors import DomainError
     from engine.db import Database, apply_schema, resolve_database_url
     from engine.integrations import Integrations
     from engine.integrations.sandbox import SandboxBackend
@@ -52,6 +53,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         runtime.start()
 
     app.register_blueprint(api.bp)
+    app.register_blueprint(tools.bp)
+    app.register_error_handler(DomainError, api.domain_error)
     app.register_blueprint(streams.bp)
 
     @app.errorhandler(HTTPException)
@@ -59,6 +62,12 @@ def create_app(test_config: dict | None = None) -> Flask:
         if request.path.startswith("/api/"):
             return api.http_error(exc)
         return exc
+
+    @app.after_request
+    def served_by(response):
+        # Which process answered: lets cross-process tests (and operators) tell workers apart.
+        response.headers["X-Served-By"] = runtime.owner
+        return response
 
     @app.get("/healthz")
     def healthz():
