@@ -1,0 +1,114 @@
+"""Runners against a fake TaskHandle: cooperative-cancel properties (the secondary seam)."""
+import gevent
+import pytest
+
+from engine.abort import CANCEL, Aborted, AbortSignal
+from engine.runners import direct
+from engine.runners.context import RunContext
+from tests.fakes import FakeCluster
+
+
+class FakeHandle:
+    """The TaskHandle surface in memory: records every write; a cancel shows at checkpoints."""
+
+    def __init__(self):
+        self.abort = AbortSignal()
+        self.writes: list[tuple] = []
+        self.cancel_pending = False
+        self.checkpoints_seeing_cancel = 0
+        self.planned, self.applied = [], []
+        self.outcome = None
+
+    def checkpoint(self):
+        self.abort.raise_if_aborted()
+        if self.cancel_pending:
+            self.checkpoints_seeing_cancel += 1
+            self.writes.append(("checkpoint saw the cancel",))
+            self.abort.abort(CANCEL)
+            raise Aborted(CANCEL)
+
+    def _write(self, *what):
+        assert not self.abort.aborted, f"write after the abort: {what}"
+        self.writes.append(what)
+
+    def emit_event(self, kind, payload=None):
+        self._write("event", kind, payload)
+
+    def update_timeline(self, step, state, detail=None, **extra):
+        self._write("step", step, state)
+
+    def set_state(self, *, status=None, phase=None):
+        self._write("state", status, phase)
+
+    def set_artifacts(self, **patch):
+        self._write("artifacts", sorted(patch))
+
+    def complete(self):
+        self._write("complete")
+        self.outcome = "completed"
+
+    def fail(self, reason, message):
+        self._write("fail", reason)
+        self.outcome = "failed"
+
+    def request_inputs(self, inputs, message=None):
+        self._write("inputs")
+
+
+def context(cluster):
+    return RunContext(task_id="t", project_id="demo", target_namespace="demo", cluster=cluster,
+                      source={"kind": "image", "image": "nginx", "name": "web", "port": 80},
+                      readiness_timeout_s=30, readiness_poll_s=0.01)
+
+
+def test_after_a_checkpoint_sees_the_cancel_no_further_write_happens():
+    cluster = FakeCluster(apply_delay_s=0.05)
+    handle = FakeHandle()
+    runner = gevent.spawn(direct.run, handle, context(cluster))
+    while not any(c.outcome == "ok" for c in cluster.calls):
+        gevent.sleep(0.005)
+    handle.cancel_pending = True
+    applies_started = len(cluster.calls)
+    runner.join(timeout=5)
+    assert isinstance(runner.exception, Aborted) and runner.exception.reason == CANCEL
+    assert handle.checkpoints_seeing_cancel == 1
+    # The checkpoint that saw the cancel is the last thing that happened: no write, no apply after.
+    assert handle.writes[-1] == ("checkpoint saw the cancel",)
+    assert len(cluster.calls) == applies_started
+    assert handle.outcome is None
+
+
+def test_the_abort_reaches_an_in_flight_apply_at_once():
+    cluster = FakeCluster(apply_delay_s=60)
+    handle = FakeHandle()
+    runner = gevent.spawn(direct.run, handle, context(cluster))
+    while not cluster.applying.is_set():
+        gevent.sleep(0.005)
+    handle.abort.abort(CANCEL)
+    runner.join(timeout=2)
+    assert runner.dead and isinstance(runner.exception, Aborted)
+    assert [c.outcome for c in cluster.calls] == ["aborted"]
+
+
+def test_the_abort_reaches_a_readiness_wait():
+    cluster = FakeCluster(ready_after_polls="never")
+    handle = FakeHandle()
+    runner = gevent.spawn(direct.run, handle, context(cluster))
+    while cluster.polls < 3:
+        gevent.sleep(0.005)
+    handle.abort.abort(CANCEL)
+    runner.join(timeout=2)
+    assert isinstance(runner.exception, Aborted)
+    assert handle.outcome is None
+
+
+@pytest.mark.parametrize("never_ready", [False, True])
+def test_the_runner_completes_only_when_ready(never_ready):
+    cluster = FakeCluster(ready_after_polls="never" if never_ready else 3)
+    handle = FakeHandle()
+    ctx = context(cluster)
+    ctx.readiness_timeout_s = 0.2
+    direct.run(handle, ctx)
+    assert handle.outcome == ("failed" if never_ready else "completed")
+    if never_ready:
+        assert ("fail", "readiness_timeout") in handle.writes
