@@ -22,7 +22,7 @@ from engine.errors import LeaseLost, ShuttingDown
 from engine.handle import TaskHandle
 from engine.integrations import Integrations
 from engine.reaper import Reaper
-from engine.readside.fanout import Fanout
+from engine.readside.fanout import Fanout, LiveFeed
 from engine.runners import runner_for
 from engine.runners.context import RunContext
 from engine.status import LEASED, Status
@@ -45,8 +45,12 @@ class EngineRuntime:
         #: Lease owner id: unique per process lifetime, readable by an operator.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.fanout = Fanout(db)
+        #: Unpersisted frames (streamed model tokens) for this process's viewers.
+        self.live = LiveFeed()
         self.reaper = Reaper(db, settings)
         self.runs: dict[UUID, _Run] = {}
+        #: Tasks with a lease-state check queued (a burst of NOTIFYs costs one read).
+        self._checking: set[UUID] = set()
         self.accepting = True
         self._loops: list[gevent.Greenlet] = []
         self._shutdown_done = Event()
@@ -94,7 +98,7 @@ class EngineRuntime:
         secret_values = [v for k, v in inputs.items()
                          if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)]
         handle = TaskHandle(self.db, row["id"], epoch=row["lease_epoch"], owner=self.owner,
-                            abort=AbortSignal(), secret_values=secret_values)
+                            abort=AbortSignal(), secret_values=secret_values, live=self.live)
         _, run_fn = runner_for(row["source_kind"])
         ctx = RunContext(
             task_id=row["id"], project_id=row["project_id"], source=row["source"],
@@ -103,6 +107,7 @@ class EngineRuntime:
             cluster=None, integrations=self.integrations, target_namespace=row["project_id"],
             readiness_timeout_s=self.settings.readiness_timeout_s,
             readiness_poll_s=self.settings.readiness_poll_s,
+            artifacts=dict(row["artifact_summary"]),
         )
         run = _Run(handle)
         self.runs[row["id"]] = run
@@ -197,11 +202,13 @@ class EngineRuntime:
         except ValueError:
             return
         run = self.runs.get(task_id)
-        if run is None or run.handle.abort.aborted:
-            return
+        if run is None or run.handle.abort.aborted or task_id in self._checking:
+            return  # a check already queued will read the newest state anyway
+        self._checking.add(task_id)
         gevent.spawn(self._check_run, task_id, run)
 
     def _check_run(self, task_id: UUID, run: _Run) -> None:
+        self._checking.discard(task_id)
         row = self.db.one("task_get_lease_state", task_id=task_id)
         if row is None or row["status"] not in LEASED or row["lease_epoch"] != run.handle.epoch \
                 or row["lease_owner"] != self.owner:
