@@ -7,8 +7,10 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import dataclasses  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 
 from flask import Flask, jsonify, request  # noqa: E402
 from werkzeug.exceptions import HTTPException  # noqa: E402
@@ -24,7 +26,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import api, auth, streams, tools
+    from blueprints import api, auth, csrf, gateway_stream, pages, streams, tools, ws
     from engine.errors import DomainError
     from engine.db import Database, apply_schema, resolve_database_url
     from engine.integrations import Integrations
@@ -34,8 +36,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     settings = Settings.from_env(**(test_config or {}))
     if settings.auth_mode not in auth.AUTH_MODES:
         raise RuntimeError(f"AUTH_MODE must be one of {sorted(auth.AUTH_MODES)}")
-    if settings.cluster_backend != "sandbox" and "integrations" not in settings.overrides:
-        raise RuntimeError("CLUSTER_BACKEND must be 'sandbox'")
+    if settings.cluster_backend not in ("sandbox", "kubernetes") \
+            and "integrations" not in settings.overrides:
+        raise RuntimeError("CLUSTER_BACKEND must be 'sandbox' or 'kubernetes'")
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -45,8 +48,20 @@ def create_app(test_config: dict | None = None) -> Flask:
     db.open()
     integrations = settings.overrides.get("integrations")
     if integrations is None:
-        backend = SandboxBackend(settings)
+        if settings.cluster_backend == "kubernetes":
+            from engine.integrations.kube import KubeBackend
+            backend = KubeBackend.from_settings(settings)
+        else:
+            backend = SandboxBackend(settings)
         integrations = Integrations(cluster=backend.cluster, cluster_label=backend.label)
+    if integrations.templates is None:
+        from engine.integrations.templates import TemplateCatalog
+        integrations = dataclasses.replace(
+            integrations, templates=TemplateCatalog(settings.template_catalog_dir))
+    if integrations.devbox is None:
+        integrations = dataclasses.replace(integrations, devbox=build_devbox(settings))
+    if integrations.gateway is None:
+        integrations = dataclasses.replace(integrations, gateway=build_gateway(settings))
     runtime = EngineRuntime(db, settings, integrations)
     app.extensions["engine"] = runtime
     if settings.overrides.get("start_runtime", True):
@@ -56,6 +71,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(tools.bp)
     app.register_error_handler(DomainError, api.domain_error)
     app.register_blueprint(streams.bp)
+    app.register_blueprint(gateway_stream.bp)
+    # The UI: server-rendered pages (CSRF-checked htmx writes) and the timeline websocket.
+    csrf.init_app(app, settings.data_dir)
+    app.register_blueprint(pages.bp)
+    ws.init_app(app, runtime)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
@@ -69,11 +89,44 @@ def create_app(test_config: dict | None = None) -> Flask:
         response.headers["X-Served-By"] = runtime.owner
         return response
 
+    if settings.cluster_backend == "kubernetes":
+        # Runs reach a real cluster with the caller's own credentials: every request that starts
+        # one must bring a usable kubeconfig (blueprints/api.py kubeconfig_from_header).
+        from engine.integrations.kube import check_kubeconfig
+        app.config["KUBECONFIG_CHECK"] = check_kubeconfig
+
     @app.get("/healthz")
     def healthz():
         return jsonify({"ok": True, "owner": runtime.owner, "running": len(runtime.runs)})
 
     return app
+
+
+def build_devbox(settings: Settings):
+    """The devbox API client when DEVBOX_URL is set, else this process's sandbox devboxes."""
+    if not settings.devbox_url:
+        from engine.integrations.sandbox import SandboxDevbox
+        return SandboxDevbox()
+    if not settings.devbox_signing_key:
+        raise RuntimeError("DEVBOX_URL is set but DEVBOX_SIGNING_KEY is not")
+    from engine.integrations.devbox import DevboxClient
+    return DevboxClient(settings.devbox_url, settings.devbox_signing_key,
+                        timeout_s=settings.devbox_timeout_s,
+                        exec_timeout_s=settings.devbox_exec_timeout_s)
+
+
+def build_gateway(settings: Settings):
+    """The chat-completions client when GATEWAY_URL is set, else the sandbox gateway."""
+    if not settings.gateway_url:
+        from engine.integrations.sandbox import SandboxGateway
+        return SandboxGateway(chunk_delay_s=settings.sandbox_gateway_delay_s)
+    if not settings.gateway_model:
+        raise RuntimeError("GATEWAY_URL is set but GATEWAY_MODEL is not")
+    from engine.integrations.gateway import GatewayClient
+    return GatewayClient(settings.gateway_url, settings.gateway_model, settings.gateway_api_key,
+                         retries=settings.gateway_retries,
+                         connect_timeout_s=settings.gateway_connect_timeout_s,
+                         idle_timeout_s=settings.gateway_idle_timeout_s)
 
 
 def serve() -> None:
@@ -86,6 +139,9 @@ def serve() -> None:
     app = create_app()
     settings = app.extensions["engine"].settings
     server = WSGIServer((settings.host, settings.port), app, log=None)
+    server.init_socket()
+    # Accepted sockets inherit it: without it, Nagle + delayed ACK add ~40 ms to small responses.
+    server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def stop():
         log.info("stopping: draining the engine")

@@ -86,3 +86,98 @@ CREATE TABLE IF NOT EXISTS deploy_task_messages (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS deploy_task_messages_by_task ON deploy_task_messages (task_id, id);
+
+-- Seed 001: what tasks leave behind. Neither table has a foreign key to deploy_tasks: a runtime
+-- handle and a cleanup intent must both outlive the task row they were taken from.
+
+DO $$ BEGIN
+    CREATE TYPE runtime_kind AS ENUM ('local', 'devbox');
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+DO $$ BEGIN
+    CREATE TYPE cleanup_trigger AS ENUM (
+        'devbox_pause', 'devbox_delete', 'runtime_stop', 'retention_purge');
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+DO $$ BEGIN
+    CREATE TYPE cleanup_job_state AS ENUM (
+        'pending', 'running', 'retry_wait', 'succeeded', 'failed', 'cancelled');
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+-- One row per runtime a task started, kept until a stop of it is confirmed.
+CREATE TABLE IF NOT EXISTS task_runtimes (
+    id                uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    task_id           uuid NOT NULL,
+    namespace         text NOT NULL,
+    kind              runtime_kind NOT NULL,
+    -- How liveness can be judged: 'process' (pid + start time on `host`), 'remote' (devbox),
+    -- 'none' (no handle). Only 'process' rows can ever be confirmed dead.
+    liveness          text NOT NULL CHECK (liveness IN ('process', 'remote', 'none')),
+    -- 'running': tracked; 'stop_failed': a stop could not be confirmed (retryable);
+    -- 'stopped': confirmed dead but kept for what it can resume (no process handle left).
+    status            text NOT NULL DEFAULT 'running'
+                      CHECK (status IN ('running', 'stop_failed', 'stopped')),
+    label             text,
+    -- The host and engine runtime that started it (startup reconciliation is per host).
+    host              text NOT NULL,
+    owner             text NOT NULL,
+    owner_pid         integer,
+    owner_start_ticks bigint,
+    -- Local handles: the group leader, its group and its start time (clock ticks since boot).
+    boot_id           text,
+    pid               integer,
+    pgid              integer,
+    start_ticks       bigint,
+    -- Remote handle: the devbox id.
+    remote_id         text,
+    resume            jsonb,
+    last_error        text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS task_runtimes_by_task ON task_runtimes (task_id);
+CREATE INDEX IF NOT EXISTS task_runtimes_by_host ON task_runtimes (host, owner)
+    WHERE status <> 'stopped';
+CREATE UNIQUE INDEX IF NOT EXISTS task_runtimes_one_per_devbox
+    ON task_runtimes (remote_id) WHERE kind = 'devbox';
+
+-- Durable cleanup intents. `snapshot` holds every handle, captured before the task is touched.
+CREATE TABLE IF NOT EXISTS cleanup_jobs (
+    id              bigserial PRIMARY KEY,
+    operation_id    text NOT NULL,
+    trigger         cleanup_trigger NOT NULL,
+    state           cleanup_job_state NOT NULL DEFAULT 'pending',
+    task_id         uuid,
+    namespace       text,
+    snapshot        jsonb NOT NULL,
+    -- Only a worker on this host may run it (a local process group), NULL: any worker.
+    host            text,
+    -- Only a worker with a devbox integration may run it.
+    needs_devbox    boolean NOT NULL DEFAULT false,
+    -- Claims made so far (at most 8). While running, next_attempt_at is the attempt's deadline:
+    -- past it the claim is considered abandoned and the job is due again.
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz,
+    claimed_by      text,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    completed_at    timestamptz
+);
+-- One non-terminal job per operation: a repeated trigger reuses it.
+CREATE UNIQUE INDEX IF NOT EXISTS cleanup_jobs_one_open_per_operation
+    ON cleanup_jobs (operation_id) WHERE state IN ('pending', 'running', 'retry_wait');
+-- Failed jobs stay for diagnosis and are never re-minted by a sweep; new jobs never touch this.
+CREATE INDEX IF NOT EXISTS cleanup_jobs_failed_by_operation
+    ON cleanup_jobs (operation_id) WHERE state = 'failed';
+CREATE INDEX IF NOT EXISTS cleanup_jobs_due
+    ON cleanup_jobs (trigger, next_attempt_at) WHERE state IN ('pending', 'running', 'retry_wait');
+CREATE INDEX IF NOT EXISTS cleanup_jobs_completed
+    ON cleanup_jobs (completed_at) WHERE state IN ('succeeded', 'cancelled');
+-- A devbox delete re-checks that no active task still references the devbox.
+CREATE INDEX IF NOT EXISTS deploy_tasks_active_by_devbox
+    ON deploy_tasks (devbox_id)
+    WHERE devbox_id IS NOT NULL AND status IN ('queued', 'running', 'blocked', 'applying');

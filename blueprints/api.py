@@ -10,7 +10,8 @@ from werkzeug.exceptions import HTTPException
 from blueprints import schemas
 from blueprints.auth import current_identity
 from engine import actions
-from engine.errors import DomainError, InvalidRequest
+from engine.errors import DomainError, InvalidRequest, KubeconfigRequired
+from engine.integrations.base import IntegrationError
 from engine.readside import dto
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
@@ -37,9 +38,17 @@ def json_body() -> dict:
 
 
 def kubeconfig_from_header() -> dict | None:
-    """The X-Kubeconfig header (base64 YAML), parsed in memory only."""
+    """The X-Kubeconfig header (base64 YAML), parsed in memory only.
+
+    Where the app deploys to real clusters (config KUBECONFIG_CHECK, set by create_app), a
+    missing header is KubeconfigRequired and an unusable kubeconfig InvalidRequest: refused
+    before any task exists rather than as a run that can only fail.
+    """
+    check = current_app.config.get("KUBECONFIG_CHECK")
     raw = request.headers.get("X-Kubeconfig")
     if not raw:
+        if check is not None:
+            raise KubeconfigRequired()
         return None
     try:
         parsed = yaml.safe_load(base64.b64decode(raw, validate=True))
@@ -47,6 +56,11 @@ def kubeconfig_from_header() -> dict | None:
         raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
     if not isinstance(parsed, dict):
         raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
+    if check is not None:
+        try:
+            check(parsed)
+        except IntegrationError as exc:
+            raise InvalidRequest(f"X-Kubeconfig: {exc}")
     return parsed
 
 
@@ -115,6 +129,14 @@ def cancel_task(task_id):
     """Cancel; a repeat is 200 with the snapshot, a finished task 409 with it."""
     row = actions.cancel_task(runtime(), current_identity(), task_id)
     return jsonify(dto.snapshot(row))
+
+
+@bp.get("/templates")
+def list_templates():
+    """The template catalog: each template with its declared inputs (declarations, never values)."""
+    current_identity()
+    catalog = runtime().integrations.templates
+    return jsonify({"items": [t.summary() for t in catalog.templates()]})
 
 
 @bp.patch("/tasks/<uuid:task_id>/canvas")

@@ -25,7 +25,9 @@ def field_schema(field: fields.Field) -> dict:
     # Imported here: SourceField lives beside the schemas that use this module.
     from blueprints.schemas import SOURCE_SCHEMAS, SourceField
 
-    if isinstance(field, SourceField):
+    if getattr(field, "json_schema", None):
+        out = dict(field.json_schema)
+    elif isinstance(field, SourceField):
         out = {"oneOf": [schema_of(s) for _, s in sorted(SOURCE_SCHEMAS.items())]}
     elif isinstance(field, fields.Nested):
         out = schema_of(field.schema)

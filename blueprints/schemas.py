@@ -1,6 +1,8 @@
 """Marshmallow schemas for every request body. Unknown fields are rejected."""
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from engine.runners.database import ENGINES as DATABASE_ENGINES
+
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
                        error="must be lowercase letters, digits and '-', at most 63 characters")
@@ -22,8 +24,64 @@ class ImageSource(Schema):
                       validate=validate.Length(max=100))
 
 
+class ArgValue(fields.Field):
+    """A template argument: a string, an integer or a boolean (its declaration types it)."""
+
+    #: What the chat tools' JSON Schema says of it (blueprints/jsonschema.py).
+    json_schema = {"type": ["string", "integer", "boolean"]}
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2 ** 53):
+            return value
+        if isinstance(value, str) and len(value) <= MAX_VALUE:
+            return value
+        raise ValidationError("must be a string, an integer or a boolean")
+
+
+class TemplateSource(Schema):
+    """An instance of a catalog template (GET /api/v1/templates lists them with their inputs)."""
+
+    kind = fields.String(required=True, validate=validate.Equal("template"))
+    template = fields.String(required=True, validate=validate.Regexp(
+        r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$", error="not a template name"))
+    args = fields.Dict(keys=fields.String(validate=ENV_NAME), values=ArgValue(),
+                       validate=validate.Length(max=100))
+
+
+class DatabaseSource(Schema):
+    """A database server: StatefulSet, headless Service, generated credentials in a Secret."""
+
+    kind = fields.String(required=True, validate=validate.Equal("database"))
+    engine = fields.String(required=True, validate=validate.OneOf(sorted(DATABASE_ENGINES)))
+    # 52: a StatefulSet's pods carry a controller-revision-hash label of name + 11 characters.
+    name = fields.String(required=True, validate=[NAME, validate.Length(max=52)])
+    version = fields.String(validate=validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                                                     error="not an image tag"))
+
+
+class PromptSource(Schema):
+    """A free-text request, planned by the AI runner (devbox + gateway)."""
+
+    kind = fields.String(required=True, validate=validate.Equal("prompt"))
+    prompt = fields.String(required=True, validate=[
+        validate.Length(1, 4000), validate.Regexp(r"\S", error="must not be blank")])
+
+
+class GitHubSource(Schema):
+    """A GitHub repository, cloned into a devbox and planned by the AI runner."""
+
+    kind = fields.String(required=True, validate=validate.Equal("github"))
+    repo = fields.String(required=True, validate=validate.Regexp(
+        r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}$",
+        error="must be owner/name"))
+    ref = fields.String(validate=validate.Regexp(
+        r"^(?!-)(?!.*\.\.)(?!.*/$)[A-Za-z0-9._/-]{1,200}$", error="not a branch or tag name"))
+
+
 #: kind -> schema of that source kind
-SOURCE_SCHEMAS: dict[str, type[Schema]] = {"image": ImageSource}
+SOURCE_SCHEMAS: dict[str, type[Schema]] = {"image": ImageSource, "template": TemplateSource,
+                                           "database": DatabaseSource,
+                                           "prompt": PromptSource, "github": GitHubSource}
 
 
 class SourceField(fields.Field):

@@ -71,6 +71,9 @@ def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str |
         if target == predecessor["project_id"]:
             identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
         project_id = target
+    if runtime.integrations.templates is not None:
+        # A template's declarations name secrets the shared predicate cannot guess from a name.
+        sensitive_keys += runtime.integrations.templates.declared_sensitive_keys(source, inputs)
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
     runner_name, _ = runner_for(persisted["kind"])
     try:

@@ -27,6 +27,8 @@ class Settings:
     auth_mode: str = "dev"
     #: "sandbox" (local stand-in, the zero-setup default) or "kubernetes".
     cluster_backend: str = "sandbox"
+    #: The template catalog: a directory of template YAML files (README "Templates").
+    template_catalog_dir: Path = PROJECT_ROOT / "catalog"
     # Cadences (seed 000 constants). Every one is tunable so tests and operators can shorten them.
     lease_ttl_s: float = 60.0
     lease_renew_interval_s: float = 20.0
@@ -39,11 +41,45 @@ class Settings:
     #: How long the shutdown drain waits for aborted runners before failing their leases.
     shutdown_grace_s: float = 3.0
     retention_days: float = 30.0
+    # Cleanup (seed 001; README "Cleanup and retention").
+    #: How often the cleanup worker looks for due jobs (it loops at once while batches are full).
+    cleanup_interval_s: float = 5.0
+    #: Finished tasks past retention one reaper sweep enqueues, and one worker pass purges.
+    purge_batch: int = 300
+    #: Graceful window between SIGTERM and SIGKILL when stopping a local process group.
+    runtime_stop_timeout_s: float = 5.0
+    #: A claimed cleanup attempt not finished by then counts as abandoned (claimable again).
+    cleanup_attempt_timeout_s: float = 300.0
     # Sandbox cluster behaviour (see README "Sandbox").
     sandbox_apply_delay_s: float = 0.2
     sandbox_ready_delay_s: float = 1.0
     sandbox_never_ready: bool = False
     sandbox_apply_error: str = ""
+    #: Per-chunk delay of the sandbox gateway's streamed answer.
+    sandbox_gateway_delay_s: float = 0.02
+    # Devbox API (README "Devbox and gateway"); unset DEVBOX_URL: the sandbox devbox.
+    devbox_url: str | None = None
+    #: HS256 key the server signs its namespace-scoped devbox JWTs with (a secret: never logged).
+    devbox_signing_key: str | None = field(default=None, repr=False)
+    devbox_timeout_s: float = 30.0
+    devbox_exec_timeout_s: float = 300.0
+    # OpenAI-compatible chat-completions gateway; unset GATEWAY_URL: the sandbox gateway.
+    gateway_url: str | None = None
+    gateway_model: str | None = None
+    gateway_api_key: str | None = field(default=None, repr=False)
+    #: Attempts after the first, only before the first byte of an answer.
+    gateway_retries: int = 2
+    gateway_connect_timeout_s: float = 5.0
+    #: Longest silence tolerated inside a streamed answer.
+    gateway_idle_timeout_s: float = 120.0
+    # Kubernetes backend (README "Real cluster"): used when cluster_backend is "kubernetes".
+    kube_field_manager: str = "deploy-task-engine"
+    #: Per-attempt read timeout of one API call (connect: at most 10 s).
+    kube_request_timeout_s: float = 30.0
+    #: Attempts after the first, on 429, 5xx and connection errors.
+    kube_max_retries: int = 4
+    #: First backoff step between attempts (doubles, with jitter) unless Retry-After says.
+    kube_retry_backoff_s: float = 0.5
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
 
@@ -60,10 +96,24 @@ class Settings:
             "queued_start_deadline_s": "QUEUED_START_DEADLINE_S", "max_run_s": "MAX_RUN_S",
             "readiness_timeout_s": "READINESS_TIMEOUT_S", "readiness_poll_s": "READINESS_POLL_S",
             "shutdown_grace_s": "SHUTDOWN_GRACE_S", "retention_days": "RETENTION_DAYS",
+            "cleanup_interval_s": "CLEANUP_INTERVAL_S", "purge_batch": "PURGE_BATCH",
+            "runtime_stop_timeout_s": "RUNTIME_STOP_TIMEOUT_S",
+            "cleanup_attempt_timeout_s": "CLEANUP_ATTEMPT_TIMEOUT_S",
             "sandbox_apply_delay_s": "SANDBOX_APPLY_DELAY_S",
             "sandbox_ready_delay_s": "SANDBOX_READY_DELAY_S",
             "sandbox_never_ready": "SANDBOX_NEVER_READY",
             "sandbox_apply_error": "SANDBOX_APPLY_ERROR",
+            "template_catalog_dir": "TEMPLATE_CATALOG_DIR",
+            "kube_field_manager": "KUBE_FIELD_MANAGER",
+            "kube_request_timeout_s": "KUBE_REQUEST_TIMEOUT_S",
+            "kube_max_retries": "KUBE_MAX_RETRIES", "kube_retry_backoff_s": "KUBE_RETRY_BACKOFF_S",
+            "sandbox_gateway_delay_s": "SANDBOX_GATEWAY_DELAY_S",
+            "devbox_url": "DEVBOX_URL", "devbox_signing_key": "DEVBOX_SIGNING_KEY",
+            "devbox_timeout_s": "DEVBOX_TIMEOUT_S", "devbox_exec_timeout_s": "DEVBOX_EXEC_TIMEOUT_S",
+            "gateway_url": "GATEWAY_URL", "gateway_model": "GATEWAY_MODEL",
+            "gateway_api_key": "GATEWAY_API_KEY", "gateway_retries": "GATEWAY_RETRIES",
+            "gateway_connect_timeout_s": "GATEWAY_CONNECT_TIMEOUT_S",
+            "gateway_idle_timeout_s": "GATEWAY_IDLE_TIMEOUT_S",
         }
         values = {}
         for f in fields(cls):

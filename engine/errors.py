@@ -87,6 +87,13 @@ class InvalidRequest(DomainError):
         self.fields = fields
 
 
+class KubeconfigRequired(DomainError):
+    """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
+
+    code = "kubeconfig_required"
+    http_status = 400
+
+
 class Unauthorized(DomainError):
     """Authentication is required."""
 

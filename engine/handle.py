@@ -2,7 +2,7 @@
 import logging
 from uuid import UUID
 
-from engine import secrets
+from engine import cleanup, secrets
 from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
 from engine.db import Database
 from engine.errors import LeaseLost
@@ -21,13 +21,15 @@ class TaskHandle:
     """
 
     def __init__(self, db: Database, task_id: UUID, *, epoch: int, owner: str,
-                 abort: AbortSignal, secret_values: list[str] = ()):
+                 abort: AbortSignal, secret_values: list[str] = (), live=None):
         self.db = db
         self.task_id = task_id
         self.epoch = epoch
         self.owner = owner
         self.abort = abort
         self.secret_values = list(secret_values)
+        #: Where unpersisted frames for this process's viewers go (readside.fanout.LiveFeed).
+        self._live = live
         #: The terminal or parked status this run reached through the handle, if any.
         self.outcome: Status | None = None
         #: Applied-resource evidence, kept in memory too so a cancel can itemize it.
@@ -38,6 +40,15 @@ class TaskHandle:
         """Scrub these values too from everything this run writes (e.g. inputs a template
         declares sensitive, or credentials the runner generated). Memory only."""
         self.secret_values.extend(v for v in values if isinstance(v, str))
+
+    def stream_scrubber(self) -> secrets.StreamScrubber:
+        """A scrubber for text streamed in pieces, over this run's known secret values."""
+        return secrets.StreamScrubber(self.secret_values)
+
+    def publish(self, kind: str, payload: dict) -> None:
+        """Show a frame to live viewers on this process, scrubbed, without persisting it."""
+        if self._live is not None:
+            self._live.publish(self.task_id, kind, self._scrub(payload))
 
     # -- reads -----------------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -83,6 +94,29 @@ class TaskHandle:
         if self.db.one("task_merge_artifacts_if_held", patch=self._scrub(patch),
                        abort=self._live_abort(), **self._fence()) is None:
             self._lost()
+
+    def strip_source_keys(self, field: str, names: list[str]) -> None:
+        """Remove these keys from the persisted source's `field` map and record their names on
+        sensitive_keys, so clones re-ask them (a runner's re-scrub: it can only remove)."""
+        if self.db.one("task_strip_source_keys_if_held", field=field, names=sorted(names),
+                       abort=self._live_abort(), **self._fence()) is None:
+            self._lost()
+
+    #: Graceful window before SIGKILL when a local process group is stopped (set by the runtime).
+    runtime_stop_timeout_s: float = 5.0
+
+    def start_local_process(self, argv: list[str], *, label: str | None = None,
+                            resume: dict | None = None, **popen_kwargs) -> cleanup.LocalProcess:
+        """Start argv in a process group of its own, recorded as a task runtime (fenced) before it
+        is used; `resume` is kept past its death for a later run. Stop it with `.stop()` or
+        `.wait(abort)`; whatever still runs when the run ends is stopped by the engine."""
+        self.abort.raise_if_aborted()
+        process = cleanup.start_local_runtime(
+            self.db, self.task_id, epoch=self.epoch, owner=self.owner, argv=argv, label=label,
+            resume=resume, stop_timeout_s=self.runtime_stop_timeout_s, **popen_kwargs)
+        if process is None:
+            self._lost()
+        return process
 
     def record_devbox(self, devbox_id: str) -> None:
         """Record the task's devbox before using it, so the engine can pause it if this run dies."""

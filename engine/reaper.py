@@ -4,6 +4,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from engine import cleanup
 from engine.config import Settings
 from engine.db import Database
 from engine.status import Status
@@ -55,7 +56,7 @@ class Reaper:
         ]
 
     def sweep(self, now: datetime | None = None) -> dict[str, int]:
-        """Run every sweep once; how many tasks each resolved."""
+        """Run every sweep once; how many tasks each resolved (or enqueued cleanup for)."""
         resolved = {}
         for sweep in self.sweeps():
             params = {"now": now, "limit": SWEEP_BATCH}
@@ -67,4 +68,13 @@ class Reaper:
             resolved[sweep.name] = len(moved)
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
+        # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
+        # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py does the work).
+        resolved["pause_devboxes"] = cleanup.enqueue_devbox_pauses(self.db, now=now)
+        resolved["purge"] = cleanup.enqueue_purges(
+            self.db, retention_s=self.settings.retention_days * 86400,
+            limit=self.settings.purge_batch, now=now)
+        for name in ("pause_devboxes", "purge"):
+            if resolved[name]:
+                log.info("reaper %s: %d cleanup job(s) enqueued", name, resolved[name])
         return resolved

@@ -1,7 +1,7 @@
 """The per-process engine runtime: launches runners, renews leases, delivers cancels, drains.
 
 One per process (created by the app factory). Its greenlets: one runner per leased task it
-launched, the lease renewer, the reaper and the NOTIFY listener (the Fanout).
+launched, the lease renewer, the reaper, the cleanup worker and the NOTIFY listener (the Fanout).
 """
 import logging
 import os
@@ -16,6 +16,7 @@ from gevent.event import Event
 
 from engine import leases, secrets
 from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
+from engine.cleanup import KILL_CONFIRM_S, CleanupWorker
 from engine.config import Settings
 from engine.db import Database
 from engine.errors import LeaseLost, ShuttingDown
@@ -48,6 +49,8 @@ class EngineRuntime:
         #: Unpersisted frames (streamed model tokens) for this process's viewers.
         self.live = LiveFeed()
         self.reaper = Reaper(db, settings)
+        #: Durable cleanup jobs, this process's local runtime groups, startup reconciliation.
+        self.cleanup = CleanupWorker(db, settings, integrations, self.owner)
         self.runs: dict[UUID, _Run] = {}
         #: Tasks with a lease-state check queued (a burst of NOTIFYs costs one read).
         self._checking: set[UUID] = set()
@@ -61,12 +64,14 @@ class EngineRuntime:
         self.fanout.on_notify(self._on_notify)
         self.fanout.start()
         self._loops = [gevent.spawn(self._renew_forever), gevent.spawn(self._reap_forever)]
+        self.cleanup.start()
         log.info("engine runtime %s started", self.owner)
 
     def shutdown(self) -> None:
         """Stop launching, abort runners, then fail every lease still held (idempotent)."""
         if self._shutting_down:
-            self._shutdown_done.wait(timeout=self.settings.shutdown_grace_s + 5)
+            self._shutdown_done.wait(timeout=self.settings.shutdown_grace_s + 5
+                                     + self.settings.runtime_stop_timeout_s + KILL_CONFIRM_S)
             return
         self._shutting_down = True
         self.accepting = False
@@ -82,6 +87,9 @@ class EngineRuntime:
                 self.runs.pop(task_id, None)
             for loop in self._loops:
                 loop.kill(block=False)
+            self.cleanup.stop()
+            # Local process groups this process started must not outlive it (seed 001).
+            self._release_runtimes()
             self.fanout.stop()
         finally:
             self._shutdown_done.set()
@@ -99,6 +107,7 @@ class EngineRuntime:
                          if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)]
         handle = TaskHandle(self.db, row["id"], epoch=row["lease_epoch"], owner=self.owner,
                             abort=AbortSignal(), secret_values=secret_values, live=self.live)
+        handle.runtime_stop_timeout_s = self.settings.runtime_stop_timeout_s
         _, run_fn = runner_for(row["source_kind"])
         ctx = RunContext(
             task_id=row["id"], project_id=row["project_id"], source=row["source"],
@@ -107,7 +116,7 @@ class EngineRuntime:
             cluster=None, integrations=self.integrations, target_namespace=row["project_id"],
             readiness_timeout_s=self.settings.readiness_timeout_s,
             readiness_poll_s=self.settings.readiness_poll_s,
-            artifacts=dict(row["artifact_summary"]),
+            artifacts=dict(row["artifact_summary"]), namespace=row["namespace"],
         )
         run = _Run(handle)
         self.runs[row["id"]] = run
@@ -140,6 +149,15 @@ class EngineRuntime:
             log.exception("task %s: could not record the outcome", handle.task_id)
         finally:
             self.runs.pop(handle.task_id, None)
+            self._release_runtimes(handle.task_id)
+
+    def _release_runtimes(self, task_id: UUID | None = None) -> None:
+        """Stop the local process groups of a finished run (or, at shutdown, of every run): a
+        terminal status releases nothing by itself."""
+        try:
+            self.cleanup.release_runtimes(task_id)
+        except Exception:
+            log.exception("releasing local runtimes (task %s) failed; their rows are kept", task_id)
 
     def _resolve_abort(self, handle: TaskHandle, reason: str | None) -> None:
         if reason == CANCEL:

@@ -65,3 +65,43 @@ def _scrub(obj, needles: list[str]):
     if isinstance(obj, (list, tuple)):
         return [_scrub(v, needles) for v in obj]
     return obj
+
+
+class StreamScrubber:
+    """Scrub known secret values from text that arrives in pieces (a streamed model answer).
+
+    A value split across two pieces is still caught: text that could be the start of a value
+    is held back until the next piece settles it. Feed pieces in order, then flush once.
+    """
+
+    def __init__(self, secret_values: list[str]):
+        self._needles = _needles(secret_values)
+        self._pending = ""
+
+    def feed(self, piece: str) -> str:
+        """The scrubbed text that is safe to show now."""
+        self._pending += piece
+        if not self._needles:
+            out, self._pending = self._pending, ""
+            return out
+        out: list[str] = []
+        text, i = self._pending, 0
+        longest = len(self._needles[0])
+        while i < len(text):
+            if len(text) - i < longest and any(
+                    len(n) > len(text) - i and n.startswith(text[i:]) for n in self._needles):
+                break  # may still become a secret: wait for more text
+            match = next((n for n in self._needles if text.startswith(n, i)), None)
+            if match:
+                out.append(REDACTED)
+                i += len(match)
+            else:
+                out.append(text[i])
+                i += 1
+        self._pending = text[i:]
+        return "".join(out)
+
+    def flush(self) -> str:
+        """Whatever was held back, scrubbed (the stream has ended)."""
+        rest, self._pending = self._pending, ""
+        return _scrub(rest, self._needles) if self._needles else rest

@@ -57,8 +57,233 @@ class FakeCluster:
             return Readiness(True, "ready")
         return Readiness(False, "waiting")
 
+    def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
+        abort.raise_if_aborted()
+        self.calls.append(Call("delete", ref, outcome="ok"))
+
     def deletes(self) -> list[Call]:
         return [c for c in self.calls if c.op == "delete"]
 
     def applied(self) -> list[str]:
         return [c.ref.label() for c in self.calls if c.op == "apply" and c.outcome == "ok"]
+
+
+# -- AI runner fakes: a devbox at the integrations boundary, a chat-completions server on loopback.
+import json  # noqa: E402
+import time  # noqa: E402
+from collections import deque  # noqa: E402
+
+import gevent  # noqa: E402
+from gevent.pywsgi import WSGIServer  # noqa: E402
+
+from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
+from engine.integrations.devbox import ExecResult  # noqa: E402
+
+
+@dataclass
+class DevboxCall:
+    op: str
+    devbox_id: str | None
+    namespace: str
+    command: list | None = None
+    #: Whether the call's abort signal had already fired when it was made.
+    aborted_on_entry: bool = False
+    outcome: str = "pending"
+
+
+@dataclass
+class FakeDevbox:
+    """Devboxes in memory; records every call and honours abort signals.
+
+    `exec_results` maps a command prefix (the argv joined by spaces) to its ExecResult; any other
+    command succeeds with no output.
+    """
+
+    create_delay_s: float = 0.0
+    exec_results: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+    #: id -> "running" | "paused"
+    boxes: dict = field(default_factory=dict)
+    paused: threading.Event = field(default_factory=threading.Event)
+    #: Ops ("pause", "delete", ...) that fail with a retryable IntegrationError (cleanup tests);
+    #: its message is `fail_message` (a test can make it *say* "not found": still not typed).
+    fail_ops: set = field(default_factory=set)
+    fail_message: str = "HTTP 503"
+
+    def create(self, *, namespace, task_id, abort):
+        call = self._call("create", None, namespace, abort)
+        try:
+            abort.sleep(self.create_delay_s)
+        except BaseException:
+            call.outcome = "aborted"
+            raise
+        call.devbox_id = f"fdbx-{sum(c.op == 'create' for c in self.calls)}"
+        self.boxes[call.devbox_id] = "running"
+        call.outcome = "ok"
+        return call.devbox_id
+
+    def attach(self, devbox_id, *, namespace, abort):
+        call = self._call("attach", devbox_id, namespace, abort)
+        abort.raise_if_aborted()
+        self._known(call)
+        self.boxes[devbox_id] = "running"
+        call.outcome = "ok"
+
+    def exec(self, devbox_id, command, *, namespace, abort, timeout_s=None):
+        call = self._call("exec", devbox_id, namespace, abort, command=list(command))
+        abort.raise_if_aborted()
+        self._known(call)
+        if self.boxes[devbox_id] != "running":
+            call.outcome = "error"
+            raise IntegrationError("fake: exec in a paused devbox")
+        joined = " ".join(command)
+        call.outcome = "ok"
+        for prefix, result in self.exec_results.items():
+            if joined.startswith(prefix):
+                return result
+        return ExecResult(0, "", "")
+
+    def pause(self, devbox_id, *, namespace, abort):
+        call = self._call("pause", devbox_id, namespace, abort)
+        abort.raise_if_aborted()
+        self._known(call)
+        self.boxes[devbox_id] = "paused"
+        call.outcome = "ok"
+        self.paused.set()
+
+    def delete(self, devbox_id, *, namespace, abort):
+        call = self._call("delete", devbox_id, namespace, abort)
+        abort.raise_if_aborted()
+        self._known(call)
+        del self.boxes[devbox_id]
+        call.outcome = "ok"
+
+    def ops(self) -> list[str]:
+        return [c.op for c in self.calls]
+
+    def _call(self, op, devbox_id, namespace, abort, command=None) -> DevboxCall:
+        call = DevboxCall(op, devbox_id, namespace, command, aborted_on_entry=abort.aborted)
+        self.calls.append(call)
+        if op in self.fail_ops:
+            call.outcome = "error"
+            raise IntegrationError(f"fake: {op} {devbox_id}: {self.fail_message}")
+        return call
+
+    def _known(self, call: DevboxCall) -> None:
+        if call.devbox_id not in self.boxes:
+            call.outcome = "not_found"
+            raise NotFound(f"fake: no devbox {call.devbox_id}")
+
+
+@dataclass
+class Reply:
+    """One scripted answer of FakeGatewayServer."""
+
+    #: The assistant's whole answer, streamed in `chunk_chars` pieces.
+    text: str = ""
+    chunk_chars: int = 8
+    #: Delay before each piece (a slow model).
+    delay_s: float = 0.0
+    #: Delay before the response headers (a slow first byte).
+    head_delay_s: float = 0.0
+    status: int = 200
+    headers: tuple = ()
+    #: End the stream after this many pieces (no finish_reason, no [DONE]).
+    cut_after: int | None = None
+    #: After this many pieces, go silent for `stall_s` (a model that stops mid-answer).
+    stall_after: int | None = None
+    stall_s: float = 0.0
+    #: Raw SSE text sent instead of the generated chunks (parser tests).
+    raw: str | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class GatewayRequest:
+    method: str
+    path: str
+    headers: dict
+    body: dict | None
+    sent: int = 0
+    finished: bool = False
+    disconnected: bool = False
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeGatewayServer:
+    """An OpenAI-compatible POST /chat/completions on 127.0.0.1 (a gevent WSGIServer) that
+    streams scripted replies as SSE chat.completion.chunk events and records every request."""
+
+    def __init__(self):
+        self.replies: deque[Reply] = deque()
+        self.requests: list[GatewayRequest] = []
+        self._server = WSGIServer(("127.0.0.1", 0), self._app, log=None)
+
+    def start(self) -> "FakeGatewayServer":
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop(timeout=1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def _app(self, environ, start_response):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw_body = environ["wsgi.input"].read(length) if length else b""
+        try:
+            body = json.loads(raw_body) if raw_body else None
+        except ValueError:
+            body = None
+        headers = {k[5:].replace("_", "-").title(): v for k, v in environ.items()
+                   if k.startswith("HTTP_")}
+        if environ.get("CONTENT_TYPE"):
+            headers["Content-Type"] = environ["CONTENT_TYPE"]
+        request = GatewayRequest(environ["REQUEST_METHOD"], environ["PATH_INFO"], headers, body)
+        self.requests.append(request)
+        reply = self.replies.popleft() if self.replies else Reply(status=500)
+        if reply.head_delay_s:
+            gevent.sleep(reply.head_delay_s)
+        if reply.status != 200:
+            start_response(f"{reply.status} Scripted", [("Content-Type", "application/json"),
+                                                        *reply.headers])
+            return [json.dumps({"error": {"message": f"scripted {reply.status}"}}).encode()]
+        start_response("200 OK", [("Content-Type", "text/event-stream"),
+                                  ("Cache-Control", "no-cache"), *reply.headers])
+        return self._stream(reply, request)
+
+    def _stream(self, reply: Reply, request: GatewayRequest):
+        def event(delta: dict, finish=None) -> bytes:
+            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                     "model": "fake", "choices": [{"index": 0, "delta": delta,
+                                                   "finish_reason": finish}]}
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        try:
+            if reply.raw is not None:
+                yield reply.raw.encode()
+                request.finished = True
+                return
+            yield event({"role": "assistant", "content": ""})
+            pieces = [reply.text[i:i + reply.chunk_chars]
+                      for i in range(0, len(reply.text), reply.chunk_chars)]
+            for n, piece in enumerate(pieces):
+                if reply.cut_after is not None and n >= reply.cut_after:
+                    return
+                if reply.delay_s:
+                    gevent.sleep(reply.delay_s)
+                if n == reply.stall_after:
+                    gevent.sleep(reply.stall_s)
+                yield event({"content": piece})
+                request.sent += 1
+            yield event({}, finish=reply.finish_reason)
+            yield b"data: [DONE]\n\n"
+            request.finished = True
+        except GeneratorExit:
+            request.disconnected = True
+            raise

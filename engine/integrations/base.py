@@ -81,6 +81,9 @@ class Cluster(Protocol):
     def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
         """Whether one applied object is ready."""
 
+    def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
+        """Delete one object; NotFound when it is already gone (callers count that as done)."""
+
 
 class Devbox(Protocol):
     """The devbox HTTP API, authenticated by a server-minted, namespace-scoped JWT.

@@ -133,3 +133,30 @@ def _parse(payload: str) -> dict:
         return json.loads(payload)
     except ValueError:
         return {}
+
+
+class LiveFeed:
+    """Unpersisted frames a runner shows to viewers on this process (streamed model tokens).
+
+    Viewers in other processes see the same text when the runner persists it in batches; the
+    gateway stream dedupes the two by offset. Frames go into a viewer's Subscription queue, so
+    one loop serves both, and a viewer that falls behind re-bootstraps like any other.
+    """
+
+    def __init__(self):
+        self._viewers: dict[str, set[Subscription]] = {}
+
+    def watch(self, task_id, subscription: Subscription) -> None:
+        self._viewers.setdefault(str(task_id), set()).add(subscription)
+
+    def unwatch(self, task_id, subscription: Subscription) -> None:
+        viewers = self._viewers.get(str(task_id))
+        if viewers is not None:
+            viewers.discard(subscription)
+            if not viewers:
+                del self._viewers[str(task_id)]
+
+    def publish(self, task_id, kind: str, payload: dict) -> None:
+        """Offer one frame to this task's viewers (never blocks the runner)."""
+        for subscription in list(self._viewers.get(str(task_id), ())):
+            subscription.offer({"task": str(task_id), "live": kind, "payload": payload})

@@ -25,3 +25,7 @@ class RunContext:
     target_namespace: str = "default"
     readiness_timeout_s: float = 600.0
     readiness_poll_s: float = 2.0
+    #: The artifact summary as claimed (e.g. aiSession, pendingInputs, for a resumed run).
+    artifacts: dict = field(default_factory=dict)
+    #: The tenant (workspace) namespace; server devbox tokens are scoped to it.
+    namespace: str = "default"

@@ -8,10 +8,11 @@ from engine.status import Status
 FIELD_MANAGER = "deploy-task-engine"
 
 
-def run(handle, ctx: RunContext) -> None:
-    """Render, apply document by document (checkpoint before each), then wait for readiness."""
+def run(handle, ctx: RunContext, render_manifests=None) -> None:
+    """Render (an image source unless `render_manifests` is given), apply document by document
+    (checkpoint before each), then wait for readiness."""
     handle.update_timeline("render", "started")
-    manifests = render(ctx)
+    manifests = (render_manifests or render)(ctx)
     planned = [ResourceRef.of(m).as_json() for m in manifests]
     handle.set_artifacts(plannedResources=planned, appliedResources=[])
     handle.update_timeline("render", "done", f"{len(manifests)} resources")
@@ -35,6 +36,12 @@ def run(handle, ctx: RunContext) -> None:
                                resource=result.as_json())
 
     handle.checkpoint()
+    verify(handle, ctx, manifests)
+
+
+def verify(handle, ctx: RunContext, manifests: list[dict]) -> None:
+    """Wait for every required result resource: completed when all are ready, failed on the
+    readiness timeout with the resources kept (ADR 0028)."""
     handle.set_state(phase="verify")
     handle.update_timeline("verify", "started")
     required = [ResourceRef.of(m) for m in manifests if m["kind"] in REQUIRED_KINDS]

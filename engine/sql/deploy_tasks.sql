@@ -154,6 +154,26 @@ SELECT c.id, pg_notify('deploy_tasks', json_build_object(
     'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
 FROM changed c;
 
+-- task_strip_source_keys_if_held --
+-- Remove keys from one map of the persisted source and record their names as sensitive, for the
+-- holder of the lease (a runner's authoritative re-scrub: it can only remove), and notify.
+WITH changed AS (
+    UPDATE deploy_tasks SET
+        source = CASE WHEN jsonb_typeof(source -> %(field)s::text) = 'object'
+                      THEN jsonb_set(source, ARRAY[%(field)s::text],
+                                     (source -> %(field)s::text) - %(names)s::text[])
+                      ELSE source END,
+        sensitive_keys = ARRAY(SELECT DISTINCT k FROM unnest(sensitive_keys || %(names)s::text[]) AS k
+                               ORDER BY k),
+        updated_at = now()
+    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+      AND status IN ('running', 'applying')
+    RETURNING id, namespace, project_id
+)
+SELECT c.id, pg_notify('deploy_tasks', json_build_object(
+    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+FROM changed c;
+
 -- task_set_canvas --
 -- Save where a task's placeholder sits on the canvas (never touches status), and notify.
 WITH changed AS (
@@ -233,14 +253,78 @@ SELECT t.*, (SELECT s.id FROM deploy_tasks s
 FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
 -- task_set_devbox_if_held --
--- Record the task's devbox (so the engine can pause it if the runner dies), for the lease holder.
-UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
-WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
-  AND status IN ('running', 'applying')
-RETURNING id;
+-- Record the task's devbox (so the engine can pause it if the runner dies), for the lease holder,
+-- with its task_runtimes row (a remote runtime: kept until its deletion is confirmed). The owner
+-- id starts with the host name (engine/runtime.py).
+WITH task AS (
+    UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
+    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+      AND status IN ('running', 'applying')
+    RETURNING id, namespace
+), tracked AS (
+    INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, remote_id)
+    SELECT id, namespace, 'devbox', 'remote', 'devbox', split_part(%(owner)s, ':', 1), %(owner)s,
+           %(devbox_id)s
+    FROM task
+    ON CONFLICT (remote_id) WHERE kind = 'devbox' DO UPDATE
+    SET task_id = EXCLUDED.task_id, namespace = EXCLUDED.namespace, host = EXCLUDED.host,
+        owner = EXCLUDED.owner, updated_at = now()
+)
+SELECT id FROM task;
 
 -- task_mark_devbox_paused --
 -- Record that the task's devbox was paused (by its runner, the reaper or a cleanup job).
 UPDATE deploy_tasks SET devbox_paused_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(task_id)s AND devbox_id = %(devbox_id)s AND devbox_paused_at IS NULL
 RETURNING id;
+
+-- task_get_devbox_state --
+-- What a devbox pause job re-checks: the task's status and devbox, and whether an active task
+-- shares that devbox.
+SELECT t.id, t.status, t.devbox_id, t.devbox_paused_at,
+       EXISTS (SELECT 1 FROM deploy_tasks a
+               WHERE a.devbox_id = t.devbox_id AND a.id <> t.id
+                 AND a.status IN ('queued', 'running', 'blocked', 'applying')) AS devbox_in_use
+FROM deploy_tasks t WHERE t.id = %(task_id)s;
+
+-- task_list_ids_active_with_devbox --
+-- Active tasks that reference a devbox (a devbox delete must not pull it from under them).
+SELECT id FROM deploy_tasks
+WHERE devbox_id = %(devbox_id)s AND status IN ('queued', 'running', 'blocked', 'applying')
+LIMIT 5;
+
+-- task_list_purge_state --
+-- What purge jobs re-check: which tasks still exist, whether each is still finished and past
+-- retention, and whether an active task shares its devbox.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+SELECT t.id, t.devbox_id,
+       (t.status IN ('completed', 'failed', 'cancelled')
+        AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)) AS expired,
+       (t.devbox_id IS NOT NULL AND EXISTS (
+            SELECT 1 FROM deploy_tasks a
+            WHERE a.devbox_id = t.devbox_id AND a.id <> t.id
+              AND a.status IN ('queued', 'running', 'blocked', 'applying'))) AS devbox_in_use
+FROM deploy_tasks t, clock
+WHERE t.id = ANY(%(task_ids)s::uuid[]);
+
+-- task_purge_if_expired --
+-- Retention purge: delete finished tasks still past retention (events and messages cascade) with
+-- their devbox and resume-only runtime rows, and notify; that notification is the removal event.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), purged AS (
+    DELETE FROM deploy_tasks t USING clock
+    WHERE t.id = ANY(%(task_ids)s::uuid[])
+      AND t.status IN ('completed', 'failed', 'cancelled')
+      AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+    RETURNING t.id, t.namespace, t.project_id
+), released AS (
+    DELETE FROM task_runtimes r USING purged p
+    WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
+)
+SELECT p.id, pg_notify('deploy_tasks', json_build_object(
+    'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)
+    AS notified
+FROM purged p;

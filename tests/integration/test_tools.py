@@ -25,6 +25,10 @@ def test_tools_are_listed_with_json_schema_parameters(client):
                  if s["properties"]["kind"].get("const") == "image")
     assert set(image["required"]) == {"kind", "image", "name"}
     assert image["properties"]["port"] == {"type": "integer", "minimum": 1, "maximum": 65535}
+    template = next(s for s in create["properties"]["source"]["oneOf"]
+                    if s["properties"]["kind"].get("const") == "template")
+    assert template["properties"]["args"]["additionalProperties"] == {
+        "type": ["string", "integer", "boolean"]}
     assert items["cancel_deployment"]["parameters"]["properties"]["taskId"]["format"] == "uuid"
     assert all(t["description"] for t in items.values())
 

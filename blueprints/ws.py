@@ -1,0 +1,291 @@
+"""The timeline websocket: /ws/tasks/<id>/timeline (flask-sock), one small frame per event.
+
+Each viewer subscribes (joins its task's channel) BEFORE its bootstrap read, then sends a `reset`
+frame, the timeline sections and one frame per event; afterwards it relays the channel's frames,
+skipping events its bootstrap already sent.
+
+Per process and per watched task there is ONE channel: one fanout subscription, one reader that
+re-reads the task's events and row once per notification, renders each new event's fragment
+once, and encodes the websocket frame bytes once. Its viewers only copy those bytes to their own
+socket, each from its own greenlet (the socket's single writer), with `sendall` so a frame is
+never cut short (simple-websocket's `send` can write part of a frame: STACK_NOTES). A viewer that
+falls a whole queue behind re-bootstraps instead of buffering without bound.
+
+Frames are JSON: {"t": "reset"}, {"t": "frag", "html", "seq"?}, {"t": "ping"}, {"t": "gone"}
+(the task was purged: stop), {"t": "bye"} (this server is shutting down: reconnect).
+"""
+import json
+import logging
+import struct
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import gevent
+from flask import Blueprint, abort, current_app, render_template, request
+from flask_sock import Sock
+from gevent.event import Event
+from gevent.queue import Empty, Full, Queue
+from simple_websocket import ConnectionClosed
+
+from blueprints import pages
+from blueprints.auth import current_identity
+from engine.readside import timeline as timelines
+from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from engine.readside.store import read_task_row
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("ws", __name__)
+sock = Sock()
+
+#: A ping frame this often lets the viewer notice a dead peer and keeps proxies from idling out.
+KEEPALIVE_S = 20.0
+#: Frames a viewer may lag behind before it re-bootstraps instead.
+VIEWER_QUEUE_SIZE = 256
+#: Markers a channel puts in its viewers' queues.
+RESET, GONE, BYE = object(), object(), object()
+
+
+def text_frame(payload: str) -> bytes:
+    """One complete, unmasked, uncompressed websocket text frame (server to client, RFC 6455).
+
+    Always valid, with or without permessage-deflate (RSV1 unset means "not compressed"), so a
+    channel encodes a frame once for all of its viewers.
+    """
+    data = payload.encode()
+    size = len(data)
+    if size < 126:
+        header = struct.pack("!BB", 0x81, size)
+    elif size < 1 << 16:
+        header = struct.pack("!BBH", 0x81, 126, size)
+    else:
+        header = struct.pack("!BBQ", 0x81, 127, size)
+    return header + data
+
+
+def frame(kind: str, **fields) -> bytes:
+    return text_frame(json.dumps({"t": kind, **fields}, separators=(",", ":")))
+
+
+PING = frame("ping")
+
+
+class Viewer:
+    """One websocket watching a task: a bounded queue of encoded frames."""
+
+    def __init__(self):
+        self.queue: Queue = Queue(VIEWER_QUEUE_SIZE)
+
+    def offer(self, item) -> None:
+        try:
+            self.queue.put_nowait(item)
+        except Full:
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(RESET)
+
+
+class Channel:
+    """One watched task in this process: its subscription, reader and viewers."""
+
+    def __init__(self, hub: "TimelineHub", namespace: str, task_id: UUID):
+        self.hub = hub
+        self.namespace, self.task_id = namespace, task_id
+        self.viewers: set[Viewer] = set()
+        self.subscription = hub.runtime.fanout.subscribe(namespace=namespace, task=str(task_id))
+        self.timeline = timelines.Timeline()
+        self.sections: str | None = None
+        #: Set once the channel knows the events that exist; viewers join only after that, so an
+        #: event is either in a viewer's bootstrap or broadcast to it, never neither.
+        self.ready = Event()
+        self.greenlet = gevent.spawn(self._run)
+
+    def _prime(self) -> None:
+        # Subscribed first; learn what already happened so notifications broadcast only news.
+        for event in timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id):
+            self.timeline.add(event)
+
+    def _run(self) -> None:
+        try:
+            self._prime()
+            self.ready.set()
+            while True:
+                payload = self.subscription.get(timeout=60.0)
+                if payload is None:
+                    if not self.viewers:
+                        return
+                    continue
+                if payload is CLOSED:
+                    self._broadcast(BYE)
+                    return
+                if payload is REBOOTSTRAP:
+                    self.timeline = timelines.Timeline()
+                    self._prime()
+                    self._broadcast(RESET)
+                    continue
+                self._refresh()
+        except Exception:
+            log.exception("timeline channel %s failed; its viewers rejoin", self.task_id)
+            self._broadcast(RESET)
+        finally:
+            self.ready.set()
+            self.subscription.close()
+            self.hub.drop(self)
+
+    def _refresh(self) -> None:
+        runtime = self.hub.runtime
+        events = timelines.read_events(runtime.db, self.namespace, self.task_id)
+        row = read_task_row(runtime.db, self.namespace, self.task_id)
+        if row is None:  # purged: the notification is the removal
+            self._broadcast(GONE)
+            return
+        with self.hub.app.app_context():
+            for event in events:
+                added = self.timeline.add(event)
+                if added is not None:
+                    html = render_event(self.task_id, *added)
+                    self._broadcast((added[0].seq, frame("frag", html=html, seq=added[0].seq)))
+            sections = pages.render_timeline_sections(row)
+        if sections != self.sections:
+            self.sections = sections
+            self._broadcast((None, frame("frag", html=sections)))
+
+    def _broadcast(self, item) -> None:
+        for viewer in list(self.viewers):
+            viewer.offer(item)
+
+
+class TimelineHub:
+    """The channels of this process, by (namespace, task id)."""
+
+    def __init__(self, app, runtime):
+        self.app = app
+        self.runtime = runtime
+        self.channels: dict[tuple[str, UUID], Channel] = {}
+
+    def join(self, namespace: str, task_id: UUID, viewer: Viewer) -> Channel:
+        key = (namespace, task_id)
+        channel = self.channels.get(key)
+        if channel is None or channel.greenlet.dead:
+            channel = self.channels[key] = Channel(self, namespace, task_id)
+        channel.viewers.add(viewer)
+        channel.ready.wait()
+        return channel
+
+    def leave(self, channel: Channel, viewer: Viewer) -> None:
+        channel.viewers.discard(viewer)
+        if not channel.viewers:
+            channel.greenlet.kill(block=False)
+            self.drop(channel)
+
+    def drop(self, channel: Channel) -> None:
+        key = (channel.namespace, channel.task_id)
+        if self.channels.get(key) is channel:
+            del self.channels[key]
+        channel.subscription.close()
+
+
+def render_event(task_id, entry, step) -> str:
+    html = render_template("partials/timeline_event.html", task_id=task_id, entry=entry)
+    if step is not None:
+        html += render_template("partials/timeline_step.html", task_id=task_id, step=step)
+    return html
+
+
+def hub() -> TimelineHub:
+    return current_app.extensions["timeline_hub"]
+
+
+def origin_allowed() -> bool:
+    """The handshake's Origin names this very host (browsers always send it; a cross-site page
+    cannot forge it)."""
+    origin = request.headers.get("Origin")
+    if not origin:
+        return False
+    return urlsplit(origin).netloc.lower() == (request.host or "").lower()
+
+
+@bp.before_request
+def check_handshake():
+    """Refuse before the upgrade: a foreign Origin is 403, a task not ours is 404."""
+    if not origin_allowed():
+        abort(403, description="websocket Origin does not match this site")
+    task_id = (request.view_args or {}).get("task_id")
+    if task_id is None or read_task_row(pages.runtime().db, current_identity().namespace,
+                                        task_id) is None:
+        abort(404)
+
+
+@sock.route("/ws/tasks/<uuid:task_id>/timeline", bp=bp)
+def timeline_socket(ws, task_id):
+    """Stream a task's timeline: reset, sections, its events, then every new one."""
+    namespace = current_identity().namespace
+    raw = _SendAll(ws)
+    viewer = Viewer()
+    channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
+    try:
+        sent = bootstrap(raw, namespace, task_id)
+        while ws.connected:
+            try:
+                item = viewer.queue.get(timeout=KEEPALIVE_S)
+            except Empty:
+                raw.send(PING)
+                continue
+            if item is GONE or item is BYE:
+                raw.send(frame("gone" if item is GONE else "bye"))
+                return
+            if item is RESET:
+                if channel.greenlet.dead:
+                    hub().leave(channel, viewer)
+                    channel = hub().join(namespace, task_id, viewer)
+                sent = bootstrap(raw, namespace, task_id)
+                continue
+            seq, data = item
+            if seq is not None:
+                if seq in sent:
+                    continue
+                sent.add(seq)
+            raw.send(data)
+    except (ConnectionClosed, OSError):
+        pass
+    finally:
+        hub().leave(channel, viewer)
+
+
+def bootstrap(raw: "_SendAll", namespace: str, task_id: UUID) -> set[int]:
+    """Send reset, sections and every event so far, one frame each; the seqs sent."""
+    db = pages.runtime().db
+    row = read_task_row(db, namespace, task_id)
+    if row is None:
+        raw.send(frame("gone"))
+        raise ConnectionClosed()
+    events = timelines.read_events(db, namespace, task_id)
+    raw.send(frame("reset"))
+    raw.send(frame("frag", html=pages.render_timeline_sections(row)))
+    built = timelines.Timeline()
+    sent = set()
+    for event in events:
+        added = built.add(event)
+        if added is not None:
+            raw.send(frame("frag", html=render_event(task_id, *added), seq=added[0].seq))
+            sent.add(added[0].seq)
+    return sent
+
+
+class _SendAll:
+    """Writes pre-encoded frames to the websocket's socket whole (sendall)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+
+    def send(self, data: bytes) -> None:
+        if not self.ws.connected:
+            raise ConnectionClosed()
+        self.ws.sock.sendall(data)
+
+
+def init_app(app, runtime) -> None:
+    """Register the websocket blueprint and this process's timeline hub."""
+    app.extensions["timeline_hub"] = TimelineHub(app, runtime)
+    sock.init_app(app)
+    app.register_blueprint(bp)

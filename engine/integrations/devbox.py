@@ -1,0 +1,157 @@
+"""The devbox HTTP API, authenticated by a server-minted, namespace-scoped JWT.
+
+The JWT is the server's only credential (signed with DEVBOX_SIGNING_KEY, HS256), so pause and
+delete work without any user: the reaper and cleanup jobs call them. Every call honours an
+abort signal; a 404 is the typed absence NotFound.
+
+Routes (all under DEVBOX_URL, JSON bodies):
+  POST   /v1/namespaces/<ns>/devboxes                {"taskId"} -> 201 {"id"}
+  POST   /v1/namespaces/<ns>/devboxes/<id>/attach    -> 200 {"id", "state"}
+  POST   /v1/namespaces/<ns>/devboxes/<id>/exec      {"command": [...], "timeoutSeconds"}
+                                                     -> 200 {"exitCode", "stdout", "stderr"}
+  POST   /v1/namespaces/<ns>/devboxes/<id>/pause     -> 200 or 204
+  DELETE /v1/namespaces/<ns>/devboxes/<id>           -> 200 or 204
+"""
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import jwt
+import requests
+
+from engine.abort import AbortSignal
+from engine.integrations.base import IntegrationError, NotFound
+
+#: Who the tokens say minted them, and whom they are for.
+TOKEN_ISSUER = "deploy-task-engine"
+TOKEN_AUDIENCE = "devbox-api"
+#: A token is minted per call; this short life bounds a leaked one.
+TOKEN_TTL_S = 300
+TOKEN_ALGORITHM = "HS256"
+#: RFC 7518 3.2: an HS256 key at least as long as the hash.
+MIN_KEY_BYTES = 32
+#: Connections kept per host (one per concurrent call).
+HTTP_POOL_SIZE = 64
+#: Kept of a command's output; the rest is cut (a runner shows only a summary anyway).
+MAX_OUTPUT_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class DevboxClient:
+    """The devbox API over HTTP. Stateless: safe to share across greenlets."""
+
+    label = "devbox"
+
+    def __init__(self, base_url: str, signing_key: str, *, timeout_s: float = 30.0,
+                 exec_timeout_s: float = 300.0):
+        if len((signing_key or "").encode()) < MIN_KEY_BYTES:
+            raise ValueError(f"the devbox API needs a signing key (DEVBOX_SIGNING_KEY) of at "
+                             f"least {MIN_KEY_BYTES} bytes")
+        self.base_url = base_url.rstrip("/")
+        self._signing_key = signing_key
+        self.timeout_s = timeout_s
+        self.exec_timeout_s = exec_timeout_s
+        self._http = http_session()
+
+    def __repr__(self) -> str:  # never show the key
+        return f"DevboxClient({self.base_url!r})"
+
+    def token(self, namespace: str) -> str:
+        """A fresh JWT scoped to one namespace, signed with the server's key."""
+        now = int(time.time())
+        claims = {"iss": TOKEN_ISSUER, "aud": TOKEN_AUDIENCE, "sub": f"namespace:{namespace}",
+                  "namespace": namespace, "iat": now, "nbf": now, "exp": now + TOKEN_TTL_S}
+        return jwt.encode(claims, self._signing_key, algorithm=TOKEN_ALGORITHM)
+
+    # -- the API -------------------------------------------------------------------------------
+    def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
+        """A new devbox for a task; its id."""
+        body = self._call("POST", namespace, "", {"taskId": str(task_id)}, abort=abort)
+        devbox_id = body.get("id") if isinstance(body, dict) else None
+        if not isinstance(devbox_id, str) or not devbox_id:
+            raise IntegrationError("the devbox API created a devbox without an id")
+        return devbox_id
+
+    def attach(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+        """Re-attach to an existing devbox (resuming it if paused); NotFound when it is gone."""
+        self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/attach", {}, abort=abort)
+
+    def exec(self, devbox_id: str, command: list[str], *, namespace: str, abort: AbortSignal,
+             timeout_s: float | None = None) -> ExecResult:
+        """Run one command (argv, no shell) inside the devbox; its exit code and output."""
+        timeout_s = timeout_s or self.exec_timeout_s
+        body = self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/exec",
+                          {"command": list(command), "timeoutSeconds": int(timeout_s)},
+                          abort=abort, read_timeout_s=timeout_s + self.timeout_s)
+        if not isinstance(body, dict) or not isinstance(body.get("exitCode"), int):
+            raise IntegrationError("the devbox API answered exec without an exit code")
+        return ExecResult(body["exitCode"], str(body.get("stdout") or "")[:MAX_OUTPUT_CHARS],
+                          str(body.get("stderr") or "")[:MAX_OUTPUT_CHARS])
+
+    def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+        """Pause (idempotent); NotFound when it is gone."""
+        self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/pause", {}, abort=abort)
+
+    def delete(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+        """Delete (idempotent); NotFound when it is already gone."""
+        self._call("DELETE", namespace, f"/{quote(devbox_id, safe='')}", None, abort=abort)
+
+    # -- internals -------------------------------------------------------------------------------
+    def _call(self, method: str, namespace: str, path: str, body: dict | None, *,
+              abort: AbortSignal, read_timeout_s: float | None = None):
+        url = f"{self.base_url}/v1/namespaces/{quote(namespace, safe='')}/devboxes{path}"
+        headers = {"Authorization": f"Bearer {self.token(namespace)}", "Accept": "application/json"}
+        # The HTTP exchange runs in a greenlet of its own that the abort kills: it touches no
+        # database connection, so killing it mid-read only drops its socket.
+        try:
+            response = abort.run(self._http.request, method, url, json=body, headers=headers,
+                                 timeout=(self.timeout_s, read_timeout_s or self.timeout_s))
+        except requests.RequestException as exc:
+            raise IntegrationError(f"devbox API unreachable: {type(exc).__name__}") from exc
+        if response.status_code == 404:
+            raise NotFound(f"devbox not found ({method} {path or '/'})")
+        if response.status_code in (401, 403):
+            raise IntegrationError(f"the devbox API refused the server credential "
+                                   f"(HTTP {response.status_code})")
+        if response.status_code >= 400:
+            raise IntegrationError(f"devbox API error: HTTP {response.status_code} "
+                                   f"{_detail(response)}".rstrip())
+        if response.status_code == 204 or not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError:
+            raise IntegrationError("the devbox API answered with something that is not JSON")
+
+
+def http_session() -> requests.Session:
+    """A session for a server credential: no ambient proxy or .netrc (which could replace our
+    Authorization header), and a pool sized for many concurrent runs."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = requests.adapters.HTTPAdapter(pool_maxsize=HTTP_POOL_SIZE)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def _detail(response: requests.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("error")
+        if isinstance(message, str):
+            return message[:200]
+    return ""

@@ -1,0 +1,681 @@
+"""The Kubernetes adapter: server-side apply and readiness reads against a real cluster.
+
+The kubeconfig arrives with the request as an in-memory dict and is a secret: nothing from it ever
+touches the filesystem. `kubernetes.config`'s loader writes `*-data` fields to temp files and the
+dynamic client caches discovery in a file under $TMPDIR, so neither is used: the adapter builds a
+`kubernetes.client.Configuration` by hand, loads the CA into an `ssl.SSLContext` from memory
+(`cadata`) and the client certificate and key through an anonymous memfd that is closed as soon as
+the context has read it. A SIGKILL at any moment therefore leaves nothing behind: a memfd has no
+name on any filesystem and the kernel frees it with the process.
+
+Only credentials a server can use without touching its own machine are accepted: a bearer token
+and/or a client certificate given as data. File paths (`certificate-authority`, `client-key`,
+`tokenFile`, ...), `exec` plugins and `auth-provider` are refused (InvalidKubeconfig): a user's
+kubeconfig must not make this server read its files or run commands.
+
+Every call is bounded and abort-aware: each HTTP attempt runs in its own greenlet under the
+run's AbortSignal (an abort stops the wait at once; killing the greenlet closes its connection),
+urllib3's own retries are off, and this module's policy retries 429, 5xx and connection errors
+with exponential backoff, honouring Retry-After.
+"""
+import base64
+import binascii
+import email.utils
+import json
+import os
+import random
+import ssl
+import tempfile
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import quote, urlsplit
+
+import urllib3
+from kubernetes import client as kube_client
+from kubernetes.client.exceptions import ApiException
+from urllib3.util.ssl_ import create_urllib3_context
+
+from engine.abort import AbortSignal
+from engine.integrations.base import (ApplyError, AppliedResource, IntegrationError, NotFound,
+                                      Readiness, ResourceRef, UnknownKind)
+
+DEFAULT_FIELD_MANAGER = "deploy-task-engine"
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+DEFAULT_MAX_RETRIES = 4
+#: First backoff step; each retry doubles it (with jitter) up to RETRY_BACKOFF_MAX_S.
+DEFAULT_RETRY_BACKOFF_S = 0.5
+RETRY_BACKOFF_MAX_S = 8.0
+#: A longer Retry-After is shortened to this: a run must not sleep for minutes on one call.
+RETRY_AFTER_MAX_S = 60.0
+CONNECT_TIMEOUT_MAX_S = 10.0
+#: 501 is absent on purpose: "not implemented" does not get better by asking again.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Transport failures worth another attempt (a TLS failure is not: it is a configuration error).
+RETRYABLE_ERRORS = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError,
+                    urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError,
+                    ConnectionError)
+APPLY_PATCH = "application/apply-patch+yaml"
+#: Kinds whose readiness is their own Ready condition (absent means not ready yet).
+READY_CONDITION_KINDS = frozenset({"TemplateInstance"})
+MESSAGE_MAX_CHARS = 500
+
+
+class InvalidKubeconfig(IntegrationError):
+    """The kubeconfig cannot be used by this server."""
+
+    reason = "invalid_kubeconfig"
+
+
+# -- kubeconfig -------------------------------------------------------------------------------
+
+#: Fields that would make the server read its own files or run commands for a user.
+_REFUSED_CLUSTER_FIELDS = {"certificate-authority": "certificate-authority-data",
+                           "proxy-url": None}
+_REFUSED_USER_FIELDS = {"client-certificate": "client-certificate-data",
+                        "client-key": "client-key-data", "tokenFile": "token",
+                        "exec": None, "auth-provider": None, "username": None, "password": None}
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """What a kubeconfig's current context resolves to; secrets are kept out of repr()."""
+
+    server: str
+    #: The context's namespace: where a namespaced document without one goes (as with kubectl).
+    namespace: str = "default"
+    token: str | None = field(default=None, repr=False)
+    ca_pem: str | None = field(default=None, repr=False)
+    client_cert_pem: bytes | None = field(default=None, repr=False)
+    client_key_pem: bytes | None = field(default=None, repr=False)
+    insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+
+
+def _named(entries, name: str, what: str) -> dict:
+    for entry in entries or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            body = entry.get(what)
+            if not isinstance(body, dict):
+                raise InvalidKubeconfig(f"{what} {name!r} has no {what} fields")
+            return body
+    raise InvalidKubeconfig(f"the kubeconfig has no {what} named {name!r}")
+
+
+def _pem(data, name: str) -> bytes:
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidKubeconfig(f"{name} is not valid base64")
+    if b"-----BEGIN" not in decoded:
+        raise InvalidKubeconfig(f"{name} is not a PEM document")
+    return decoded
+
+
+def _refuse(entry: dict, refused: dict, where: str) -> None:
+    for name, instead in refused.items():
+        if entry.get(name) not in (None, "", {}, []):
+            hint = f"; use {instead}" if instead else ""
+            raise InvalidKubeconfig(f"{where}.{name} is not supported by this server{hint}")
+
+
+def parse_kubeconfig(kubeconfig) -> KubeTarget:
+    """The target of a kubeconfig's current context; InvalidKubeconfig naming the bad field."""
+    if not isinstance(kubeconfig, dict):
+        raise InvalidKubeconfig("the kubeconfig must be a mapping")
+    contexts = kubeconfig.get("contexts") or []
+    name = kubeconfig.get("current-context")
+    if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
+        name = contexts[0].get("name")
+    if not name:
+        raise InvalidKubeconfig("the kubeconfig has no current-context")
+    context = _named(contexts, name, "context")
+    cluster = _named(kubeconfig.get("clusters"), context.get("cluster", ""), "cluster")
+    user = _named(kubeconfig.get("users"), context["user"], "user") if context.get("user") else {}
+    _refuse(cluster, _REFUSED_CLUSTER_FIELDS, "cluster")
+    _refuse(user, _REFUSED_USER_FIELDS, "user")
+
+    server = str(cluster.get("server") or "").rstrip("/")
+    parts = urlsplit(server)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise InvalidKubeconfig("cluster.server must be an http(s) URL")
+    ca = cluster.get("certificate-authority-data")
+    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
+    if bool(cert) != bool(key):
+        raise InvalidKubeconfig("client-certificate-data and client-key-data go together")
+    token = user.get("token")
+    if token is not None and not isinstance(token, str):
+        raise InvalidKubeconfig("user.token must be a string")
+    return KubeTarget(
+        server=server,
+        namespace=str(context.get("namespace") or "default"),
+        token=token or None,
+        ca_pem=_pem(ca, "certificate-authority-data").decode("ascii", "replace") if ca else None,
+        client_cert_pem=_pem(cert, "client-certificate-data") if cert else None,
+        client_key_pem=_pem(key, "client-key-data") if key else None,
+        insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify")),
+        tls_server_name=cluster.get("tls-server-name") or None,
+    )
+
+
+def check_kubeconfig(kubeconfig) -> KubeTarget:
+    """Parse a kubeconfig and load its TLS material (in memory, no network); InvalidKubeconfig."""
+    target = parse_kubeconfig(kubeconfig)
+    if urlsplit(target.server).scheme == "https":
+        _ssl_context(target)
+    return target
+
+
+# -- TLS without files --------------------------------------------------------------------------
+
+def _load_cert_chain_in_memory(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load a client certificate and key into `context` without a named file.
+
+    `SSLContext.load_cert_chain` only takes paths (bpo-16487). A memfd is an anonymous file: it has
+    no name on any filesystem, is gone the moment it is closed (here, right after loading) and is
+    freed by the kernel if the process dies first, SIGKILL included.
+    """
+    if not hasattr(os, "memfd_create"):
+        _load_cert_chain_via_private_dir(context, cert_pem, key_pem)
+        return
+    fd = os.memfd_create("kube-client-cert", os.MFD_CLOEXEC)
+    try:
+        _write_all(fd, cert_pem + b"\n" + key_pem)
+        context.load_cert_chain(f"/proc/self/fd/{fd}")
+    except ssl.SSLError as exc:
+        raise InvalidKubeconfig(f"the client certificate or key cannot be loaded: {exc.reason}")
+    finally:
+        os.close(fd)
+
+
+def _load_cert_chain_via_private_dir(context: ssl.SSLContext, cert_pem: bytes,
+                                     key_pem: bytes) -> None:
+    """Fallback where memfd is missing (not Linux): a 0700 dir removed before this returns.
+
+    The file exists only while OpenSSL reads it (microseconds); a SIGKILL inside that window
+    would leave it behind, readable only by this server's user.
+    """
+    directory = tempfile.mkdtemp(prefix="kube-")
+    path = os.path.join(directory, "client.pem")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(fd, cert_pem + b"\n" + key_pem)
+        finally:
+            os.close(fd)
+        context.load_cert_chain(path)
+    except ssl.SSLError as exc:
+        raise InvalidKubeconfig(f"the client certificate or key cannot be loaded: {exc.reason}")
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+        os.rmdir(directory)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _ssl_context(target: KubeTarget) -> ssl.SSLContext:
+    """Trust (the kubeconfig's CA, or the system's) and identity for TLS, from memory only."""
+    if target.insecure_skip_tls_verify:
+        context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+        if target.ca_pem:
+            try:
+                context.load_verify_locations(cadata=target.ca_pem)
+            except ssl.SSLError as exc:
+                raise InvalidKubeconfig(
+                    f"certificate-authority-data cannot be loaded: {exc.reason}")
+        else:
+            context.load_default_certs()
+    if target.client_cert_pem and target.client_key_pem:
+        _load_cert_chain_in_memory(context, target.client_cert_pem, target.client_key_pem)
+    return context
+
+
+def _pool_manager(target: KubeTarget) -> urllib3.PoolManager:
+    """A connection pool with retries off (ours are explicit) and the in-memory TLS context."""
+    kwargs: dict = {"num_pools": 2, "maxsize": 4, "retries": False}
+    if urlsplit(target.server).scheme == "https":
+        kwargs["ssl_context"] = _ssl_context(target)
+        if target.insecure_skip_tls_verify:
+            kwargs.update(cert_reqs="CERT_NONE", assert_hostname=False)
+        if target.tls_server_name:
+            kwargs["server_hostname"] = target.tls_server_name
+    return urllib3.PoolManager(**kwargs)
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failed call is tried again."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    backoff_max_s: float = RETRY_BACKOFF_MAX_S
+    retry_after_max_s: float = RETRY_AFTER_MAX_S
+
+    def delay_s(self, retry: int, retry_after_s: float | None) -> float:
+        """Seconds before retry number `retry` (0-based): Retry-After when given, else backoff."""
+        if retry_after_s is not None:
+            return min(retry_after_s, self.retry_after_max_s)
+        ceiling = min(self.backoff_max_s, self.backoff_s * 2 ** retry)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (delta-seconds or HTTP-date) in seconds; None when absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    #: urllib3's case-insensitive HTTPHeaderDict.
+    headers: Mapping
+    body: bytes
+
+    def json(self) -> dict:
+        try:
+            value = json.loads(self.body or b"{}")
+        except ValueError:
+            raise IntegrationError(f"the API answered {self.status} with a body that is not JSON")
+        if not isinstance(value, dict):
+            raise IntegrationError(f"the API answered {self.status} with an unexpected body")
+        return value
+
+    def message(self) -> str:
+        """The API's own words (a Status object's message), else the start of the body."""
+        try:
+            text = json.loads(self.body).get("message") or ""
+        except (ValueError, AttributeError):
+            text = self.body.decode("utf-8", "replace").strip()
+        return f"{text[:MESSAGE_MAX_CHARS] or 'no message'} (HTTP {self.status})"
+
+
+class ApiError(IntegrationError):
+    """The API refused a call with a non-retryable status."""
+
+    reason = "api_error"
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class _Resource:
+    """One served kind as discovery describes it."""
+
+    api_version: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None, name: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced:
+            base += f"/namespaces/{quote(namespace or '', safe='')}"
+        base += f"/{self.plural}"
+        return base + (f"/{quote(name, safe='')}" if name is not None else "")
+
+
+def _group_version_path(api_version: str) -> str | None:
+    parts = api_version.split("/")
+    if api_version == "v1":
+        return "/api/v1"
+    if len(parts) == 2 and all(parts):
+        return f"/apis/{api_version}"
+    return None
+
+
+class KubeCluster:
+    """One run's view of one cluster: stateless beyond a discovery cache and a connection pool."""
+
+    def __init__(self, target: KubeTarget, *, field_manager: str = DEFAULT_FIELD_MANAGER,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                 retry: RetryPolicy = RetryPolicy()):
+        self.target = target
+        self.field_manager = field_manager
+        self.retry = retry
+        self._timeout = (min(CONNECT_TIMEOUT_MAX_S, request_timeout_s), request_timeout_s)
+        configuration = kube_client.Configuration(host=target.server)
+        configuration.retries = False
+        if target.token:
+            configuration.api_key = {"BearerToken": target.token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        self._api = kube_client.ApiClient(configuration)
+        self._api.user_agent = field_manager
+        # The generated REST layer can only take TLS material as file paths; a pool built on the
+        # in-memory SSLContext replaces the one it made (which never opened a connection).
+        self._api.rest_client.pool_manager.clear()
+        self._api.rest_client.pool_manager = _pool_manager(target)
+        self._discovery: dict[str, dict[str, _Resource]] = {}
+        self._closer = weakref.finalize(self, self._api.rest_client.pool_manager.clear)
+
+    def close(self) -> None:
+        """Close pooled connections (also done when the cluster object is collected)."""
+        self._closer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    # -- the Cluster protocol ---------------------------------------------------------------
+    def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
+        """Server-side apply one document (PATCH apply-patch+yaml, forced, our field manager)."""
+        abort.raise_if_aborted()
+        ref = ResourceRef.of(manifest)
+        if not ref.api_version or not ref.kind:
+            raise UnknownKind("the document has no apiVersion or kind", ref)
+        if not ref.name:
+            raise ApplyError("the document has no metadata.name", ref)
+        try:
+            resource = self._resource(ref, abort)
+            namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
+            # No "applying X" prefix: the runner reports "applying X failed: <this message>".
+            response = self._request(
+                "PATCH", resource.path(namespace, ref.name), abort=abort, what=None,
+                body=manifest, content_type=APPLY_PATCH,
+                query=[("fieldManager", self.field_manager), ("force", "true")])
+        except ApplyError:
+            raise
+        except IntegrationError as exc:
+            raise ApplyError(str(exc), ref) from exc
+        applied = ResourceRef(ref.api_version, ref.kind, ref.name, namespace)
+        return AppliedResource(applied, "created" if response.status == 201 else "configured")
+
+    def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
+        """Whether one object is ready, by its kind's rule; a missing object is not."""
+        abort.raise_if_aborted()
+        resource = self._resource(ref, abort)
+        namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
+        response = self._request("GET", resource.path(namespace, ref.name), abort=abort,
+                                 what=f"reading {ref.label()}", not_found_ok=True)
+        if response.status == 404:
+            return Readiness(False, "not found")
+        obj = response.json()
+        if ref.kind == "Service":
+            return self._service_readiness(obj, namespace, ref.name, abort)
+        check = _READINESS_BY_KIND.get(ref.kind)
+        if check is not None:
+            return check(obj)
+        return _condition_readiness(obj, required=ref.kind in READY_CONDITION_KINDS)
+
+    def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
+        """Delete one object (dependents in the background); NotFound when it is already gone."""
+        abort.raise_if_aborted()
+        try:
+            resource = self._resource(ref, abort)
+        except UnknownKind as exc:
+            # A kind the cluster no longer serves (its CRD is gone) has no objects left.
+            raise NotFound(str(exc)) from exc
+        namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
+        response = self._request("DELETE", resource.path(namespace, ref.name), abort=abort,
+                                 what=f"deleting {ref.label()}", not_found_ok=True,
+                                 query=[("propagationPolicy", "Background")])
+        if response.status == 404:
+            raise NotFound(f"{ref.label()} does not exist")
+
+    # -- discovery ------------------------------------------------------------------------------
+    def _resource(self, ref: ResourceRef, abort: AbortSignal) -> _Resource:
+        """The plural and scope of a kind, from the API's discovery (cached for this run)."""
+        cached = ref.api_version in self._discovery
+        for refresh in (False, True):
+            if refresh and not cached:
+                break
+            kinds = self._discover(ref, abort, refresh=refresh)
+            if ref.kind in kinds:
+                return kinds[ref.kind]
+        raise UnknownKind(f"the cluster does not serve kind {ref.kind} in {ref.api_version}", ref)
+
+    def _discover(self, ref: ResourceRef, abort: AbortSignal, *, refresh: bool) -> dict:
+        api_version = ref.api_version
+        if not refresh and api_version in self._discovery:
+            return self._discovery[api_version]
+        path = _group_version_path(api_version)
+        if path is None:
+            raise UnknownKind(f"{api_version!r} is not an apiVersion", ref)
+        response = self._request("GET", path, abort=abort, what=f"discovering {api_version}",
+                                 not_found_ok=True)
+        if response.status == 404:
+            raise UnknownKind(f"the cluster does not serve {api_version}", ref)
+        kinds = {}
+        for entry in response.json().get("resources") or []:
+            name = entry.get("name") or ""
+            if "/" not in name and entry.get("kind"):
+                kinds.setdefault(entry["kind"], _Resource(api_version, name,
+                                                          bool(entry.get("namespaced"))))
+        self._discovery[api_version] = kinds
+        return kinds
+
+    # -- readiness helpers ----------------------------------------------------------------------
+    def _service_readiness(self, service: dict, namespace: str | None, name: str,
+                           abort: AbortSignal) -> Readiness:
+        spec = service.get("spec") or {}
+        if spec.get("type") == "ExternalName":
+            return Readiness(True, "ExternalName service")
+        if spec.get("clusterIP") == "None":
+            return Readiness(True, "headless service")
+        if not spec.get("selector"):
+            return Readiness(True, "no selector: endpoints are managed outside the cluster")
+        slices = _Resource("discovery.k8s.io/v1", "endpointslices", True)
+        response = self._request(
+            "GET", slices.path(namespace), abort=abort, what=f"reading endpoints of Service/{name}",
+            query=[("labelSelector", f"kubernetes.io/service-name={name}")])
+        ready = sum(1 for item in response.json().get("items") or []
+                    for endpoint in item.get("endpoints") or []
+                    if endpoint.get("addresses")
+                    and (endpoint.get("conditions") or {}).get("ready") is not False)
+        if ready:
+            return Readiness(True, f"{ready} ready endpoint{'s' if ready != 1 else ''}")
+        return Readiness(False, "no ready endpoints")
+
+    # -- one logical call, with retries ---------------------------------------------------------
+    def _request(self, method: str, path: str, *, abort: AbortSignal, what: str | None,
+                 query: list | None = None, body: dict | None = None,
+                 content_type: str = "application/json", not_found_ok: bool = False) -> _Response:
+        """One API call under the retry policy; the response, or IntegrationError/ApiError.
+
+        `what` ("reading Service/web") prefixes error messages.
+        """
+        prefix = f"{what}: " if what else ""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(method, path, query_params=query, header_params=headers,
+                                            body=body, auth_settings=["BearerToken"])
+        attempts = self.retry.max_retries + 1
+        for attempt in range(attempts):
+            retry_after = None
+            try:
+                response = abort.run(self._send, *request)
+                if isinstance(response, Exception):
+                    raise response
+            except RETRYABLE_ERRORS as exc:
+                failure = f"the API server did not answer: {type(exc).__name__}: {exc}"
+            except ApiException as exc:  # the REST layer's wrapping of TLS failures
+                reason = " ".join(str(exc.reason or exc).split())
+                raise IntegrationError(f"{prefix}{reason}"[:MESSAGE_MAX_CHARS]) from exc
+            except urllib3.exceptions.HTTPError as exc:
+                raise IntegrationError(f"{prefix}{type(exc).__name__}: {exc}"[:MESSAGE_MAX_CHARS])
+            else:
+                if response.status < 400 or (response.status == 404 and not_found_ok):
+                    return response
+                if response.status not in RETRYABLE_STATUSES:
+                    raise ApiError(f"{prefix}{response.message()}", response.status)
+                failure = response.message()
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            if attempt + 1 < attempts:
+                abort.sleep(self.retry.delay_s(attempt, retry_after))
+        raise IntegrationError(
+            f"{prefix}gave up after {attempts} attempts; last: {failure}"[:MESSAGE_MAX_CHARS])
+
+    def _send(self, method: str, url: str, headers: dict, body,
+              post_params) -> _Response | Exception:
+        """One HTTP attempt, in its own greenlet: killing it (abort) closes its connection.
+
+        A failure is returned, not raised: gevent's hub prints the traceback of every greenlet
+        that dies raising, and a retried connection error is not worth a traceback in the log.
+        """
+        try:
+            response = self._api.call_api(method, url, header_params=headers, body=body,
+                                          post_params=post_params, _request_timeout=self._timeout)
+            data = response.read()
+        except Exception as exc:
+            return exc
+        return _Response(response.status, response.headers, data)
+
+
+# -- readiness rules ------------------------------------------------------------------------------
+
+def _generation_pending(obj: dict) -> str | None:
+    generation = (obj.get("metadata") or {}).get("generation")
+    observed = (obj.get("status") or {}).get("observedGeneration") or 0
+    if generation and observed < generation:
+        return f"waiting for the controller to observe generation {generation}"
+    return None
+
+
+def _conditions(obj: dict) -> dict:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []
+            if isinstance(c, dict)}
+
+
+def _deployment_readiness(obj: dict) -> Readiness:
+    desired = (obj.get("spec") or {}).get("replicas", 1)
+    status = obj.get("status") or {}
+    pending = _generation_pending(obj)
+    if pending:
+        return Readiness(False, pending)
+    progressing = _conditions(obj).get("Progressing") or {}
+    if progressing.get("reason") == "ProgressDeadlineExceeded":
+        return Readiness(False, f"progress deadline exceeded: {progressing.get('message', '')}")
+    updated = status.get("updatedReplicas") or 0
+    available = status.get("availableReplicas") or 0
+    if updated < desired:
+        return Readiness(False, f"{updated}/{desired} replicas updated")
+    if available < desired:
+        return Readiness(False, f"{available}/{desired} replicas available")
+    return Readiness(True, f"{available}/{desired} replicas available")
+
+
+def _statefulset_readiness(obj: dict) -> Readiness:
+    desired = (obj.get("spec") or {}).get("replicas", 1)
+    status = obj.get("status") or {}
+    pending = _generation_pending(obj)
+    if pending:
+        return Readiness(False, pending)
+    available = status.get("availableReplicas", status.get("readyReplicas")) or 0
+    if available < desired:
+        return Readiness(False, f"{available}/{desired} replicas available")
+    return Readiness(True, f"{available}/{desired} replicas available")
+
+
+def _job_readiness(obj: dict) -> Readiness:
+    conditions = _conditions(obj)
+    if (conditions.get("Complete") or {}).get("status") == "True":
+        return Readiness(True, "complete")
+    failed = conditions.get("Failed") or {}
+    if failed.get("status") == "True":
+        return Readiness(False, f"failed: {failed.get('message') or failed.get('reason', '')}")
+    succeeded = (obj.get("status") or {}).get("succeeded") or 0
+    completions = (obj.get("spec") or {}).get("completions", 1)
+    return Readiness(False, f"running: {succeeded}/{completions} succeeded")
+
+
+def _condition_readiness(obj: dict, *, required: bool) -> Readiness:
+    """An object's own Ready condition when it has one (required for some kinds), else exists."""
+    ready = _conditions(obj).get("Ready")
+    if ready is None:
+        return Readiness(False, "waiting for the Ready condition") if required else \
+            Readiness(True, "exists")
+    detail = ready.get("message") or ready.get("reason") or ""
+    if ready.get("status") == "True":
+        return Readiness(True, detail or "Ready")
+    return Readiness(False, f"Ready={ready.get('status')}" + (f": {detail}" if detail else ""))
+
+
+_READINESS_BY_KIND = {
+    "Deployment": _deployment_readiness,
+    "StatefulSet": _statefulset_readiness,
+    "Job": _job_readiness,
+}
+
+
+# -- the backend --------------------------------------------------------------------------------
+
+class KubeBackend:
+    """Builds a KubeCluster per run from the request's kubeconfig (CLUSTER_BACKEND=kubernetes)."""
+
+    label = "kubernetes"
+
+    def __init__(self, *, field_manager: str = DEFAULT_FIELD_MANAGER,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                 retry: RetryPolicy = RetryPolicy()):
+        self.field_manager = field_manager
+        self.request_timeout_s = request_timeout_s
+        self.retry = retry
+
+    @classmethod
+    def from_settings(cls, settings) -> "KubeBackend":
+        return cls(field_manager=settings.kube_field_manager,
+                   request_timeout_s=settings.kube_request_timeout_s,
+                   retry=RetryPolicy(max_retries=settings.kube_max_retries,
+                                     backoff_s=settings.kube_retry_backoff_s))
+
+    def check(self, kubeconfig) -> KubeTarget:
+        """Validate a kubeconfig without contacting anything; InvalidKubeconfig when unusable."""
+        return check_kubeconfig(kubeconfig)
+
+    def cluster(self, kubeconfig: dict | None) -> "KubeCluster | NoKubeconfig":
+        """The cluster of a run's kubeconfig; without one, a cluster whose every call refuses."""
+        if kubeconfig is None:
+            return NoKubeconfig()
+        return KubeCluster(parse_kubeconfig(kubeconfig), field_manager=self.field_manager,
+                           request_timeout_s=self.request_timeout_s, retry=self.retry)
+
+
+class NoKubeconfig:
+    """A run started without a kubeconfig (the API refuses those; other callers may not).
+
+    Runs that never touch the cluster go on; the first cluster call fails with a typed error the
+    runner reports ("applying Deployment/web failed: ..."), not as a crash at run start.
+    """
+
+    MESSAGE = "this run has no kubeconfig (send it in the X-Kubeconfig header)"
+
+    def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
+        abort.raise_if_aborted()
+        raise ApplyError(self.MESSAGE, ResourceRef.of(manifest))
+
+    def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
+        abort.raise_if_aborted()
+        raise InvalidKubeconfig(self.MESSAGE)
+
+    def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
+        abort.raise_if_aborted()
+        raise InvalidKubeconfig(self.MESSAGE)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,406 @@
+"""The template catalog: YAML templates in a directory, their input declarations, instantiation.
+
+A template file declares its inputs and the resources it renders. String values may hold the
+placeholders `${instance}` (the instance name), `${namespace}` and `${inputs.NAME}`. They are
+substituted after the YAML is parsed, so no value can change a document's structure (YAML-safe by
+construction); a string that is exactly one placeholder takes the input's typed value.
+
+Rules a template must follow (checked at load, see `_validate`): every resource is namespaced and
+named after `${instance}` (two instances never collide, and failure cleanup can only ever touch its
+own instance); a sensitive input is referenced only inside a `Secret` (secrets reach the cluster as
+Secrets and nowhere else); a sensitive input has no default.
+"""
+import copy
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from secrets import token_hex
+
+import yaml
+
+from engine import secrets
+from engine.abort import CANCEL, AbortSignal
+from engine.integrations.base import (ApplyError, AppliedResource, Cluster, IntegrationError,
+                                      ResourceRef)
+
+log = logging.getLogger(__name__)
+
+INPUT_TYPES = {"string", "integer", "boolean", "password", "secret"}
+#: Short enough that `<template>-<suffix>-<resource suffix>` stays a valid object name.
+TEMPLATE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}")
+INSTANCE_PLACEHOLDER = "${instance}"
+#: Random bytes of an instance name's suffix (6 hex characters).
+INSTANCE_SUFFIX_BYTES = 3
+#: Kinds a template may not render: it deploys into the project's namespace and nowhere else.
+CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
+                        "StorageClass", "CustomResourceDefinition", "Node",
+                        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+MANAGED_BY = "deploy-task-engine"
+TEMPLATE_LABEL = "deploy-task-engine/template"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+
+class TemplateError(IntegrationError):
+    """The template cannot be used."""
+
+    reason = "template_error"
+
+
+class TemplateNotFound(TemplateError):
+    """No template of that name in the catalog."""
+
+    reason = "template_not_found"
+
+
+class CatalogError(TemplateError):
+    """A template file that does not validate (its message names the file and the problem)."""
+
+    reason = "template_invalid"
+
+
+class InvalidInputs(TemplateError):
+    """Input values that do not fit their declared types; `fields` names each (never values)."""
+
+    reason = "invalid_inputs"
+
+    def __init__(self, fields: dict[str, str]):
+        super().__init__("; ".join(f"{k}: {v}" for k, v in sorted(fields.items())))
+        self.fields = fields
+
+
+class InstantiationError(IntegrationError):
+    """The provider call stopped part-way; `applied` is what it had applied by then."""
+
+    def __init__(self, message: str, *, ref: ResourceRef, applied: list[AppliedResource],
+                 reason: str):
+        super().__init__(message)
+        self.ref = ref
+        self.applied = list(applied)
+        self.reason = reason
+
+
+class TemplateApplyError(InstantiationError):
+    """The cluster refused a document of the instance: the typed apply-stage failure."""
+
+
+@dataclass(frozen=True)
+class InputDecl:
+    """One declared input. `sensitive` is the declaration OR the shared predicate."""
+
+    name: str
+    type: str
+    default: str | int | bool | None
+    required: bool
+    sensitive: bool
+    description: str = ""
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "type": self.type, "default": self.default,
+                "required": self.required, "sensitive": self.sensitive,
+                "description": self.description}
+
+    def coerce(self, value):
+        """The value as this input's type; ValueError naming the expected type."""
+        if self.type == "integer":
+            if isinstance(value, bool):
+                raise ValueError("must be an integer")
+            if isinstance(value, int):
+                return value
+            if isinstance(value, str) and re.fullmatch(r"-?\d{1,18}", value.strip()):
+                return int(value.strip())
+            raise ValueError("must be an integer")
+        if self.type == "boolean":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in {"true", "yes", "1", "on"}:
+                return True
+            if text in {"false", "no", "0", "off"}:
+                return False
+            raise ValueError("must be true or false")
+        if isinstance(value, (dict, list)) or value is None:
+            raise ValueError("must be a string")
+        return value if isinstance(value, str) else _text(value)
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    title: str
+    description: str
+    inputs: tuple[InputDecl, ...]
+    #: Parsed documents with placeholders; copied at every render.
+    resources: tuple[dict, ...]
+
+    def summary(self) -> dict:
+        """What GET /api/v1/templates shows: declarations, never values."""
+        return {"name": self.name, "title": self.title, "description": self.description,
+                "inputs": [d.as_json() for d in self.inputs]}
+
+    @property
+    def input_names(self) -> set[str]:
+        return {d.name for d in self.inputs}
+
+    @property
+    def sensitive_names(self) -> set[str]:
+        return {d.name for d in self.inputs if d.sensitive}
+
+    def resolve(self, supplied: dict) -> tuple[dict, list[InputDecl]]:
+        """(typed value of every input that has one, declarations of required inputs without one).
+
+        Raises InvalidInputs when a supplied value does not fit its type.
+        """
+        values, missing, errors = {}, [], {}
+        for decl in self.inputs:
+            value = supplied.get(decl.name)
+            if value is not None and value != "":
+                try:
+                    values[decl.name] = decl.coerce(value)
+                except ValueError as exc:
+                    errors[decl.name] = str(exc)
+            elif decl.default is not None:
+                values[decl.name] = decl.default
+            elif decl.required:
+                missing.append(decl)
+            else:
+                values[decl.name] = ""  # only string-like inputs lack a default (load checks)
+        if errors:
+            raise InvalidInputs(errors)
+        return values, missing
+
+    def allocate_instance_name(self) -> str:
+        """A fresh instance name: `<template>-<random suffix>`."""
+        return f"{self.name}-{token_hex(INSTANCE_SUFFIX_BYTES)}"
+
+    def render(self, *, instance: str, namespace: str, values: dict) -> list[dict]:
+        """The instance's manifests: placeholders substituted, namespace and labels set."""
+        context = {"instance": instance, "namespace": namespace,
+                   **{f"inputs.{k}": v for k, v in values.items()}}
+        manifests = []
+        for doc in self.resources:
+            manifest = _substitute(copy.deepcopy(doc), context)
+            meta = manifest.setdefault("metadata", {})
+            meta["namespace"] = namespace
+            meta["labels"] = {**(meta.get("labels") or {}), INSTANCE_LABEL: instance,
+                              TEMPLATE_LABEL: self.name,
+                              "app.kubernetes.io/managed-by": MANAGED_BY}
+            manifests.append(manifest)
+        return manifests
+
+
+class TemplateCatalog:
+    """Templates from `*.yaml` files in a directory.
+
+    Every file must validate at construction (a broken shipped template fails the boot). Files
+    changed later are re-read on the next call; one that no longer validates is left out of the
+    listing and `get` raises CatalogError for it, so one bad edit never hides the others.
+    """
+
+    def __init__(self, directory: Path | str):
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise CatalogError(f"template catalog {self.directory} is not a directory")
+        self._stamp: dict[Path, int] = {}
+        self._templates: dict[str, Template] = {}
+        self._errors: dict[str, str] = {}
+        self._refresh()
+        if self._errors:
+            raise CatalogError("; ".join(self._errors.values()))
+
+    def templates(self) -> list[Template]:
+        """Every valid template, by name."""
+        self._refresh()
+        return [self._templates[name] for name in sorted(self._templates)]
+
+    def get(self, name: str) -> Template:
+        """One template; TemplateNotFound, or CatalogError when its file does not validate."""
+        self._refresh()
+        if name in self._errors:
+            raise CatalogError(self._errors[name])
+        if name not in self._templates:
+            raise TemplateNotFound(f"no template named {name!r} in the catalog")
+        return self._templates[name]
+
+    def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
+        """Names the template declares sensitive that this create request carries a value for.
+
+        Lets create strip declared secrets with innocuous names before the first insert; only
+        supplied names are returned, so an optional secret that was never given is never re-asked.
+        """
+        if source.get("kind") != "template":
+            return []
+        try:
+            template = self.get(source.get("template", ""))
+        except TemplateError:
+            return []  # the runner reports it; create strips by the shared predicate alone
+        given = set(source.get("args") or {}) | set(inputs or {})
+        return sorted(template.sensitive_names & given)
+
+    def instantiate(self, manifests: list[dict], *, cluster: Cluster,
+                    abort: AbortSignal) -> list[AppliedResource]:
+        """Apply every document of one instance as a single provider call.
+
+        Atomic as the runner sees it: a cancel arriving mid-way lets the call finish (the cancel
+        lands before or after it, never between documents); a shutdown or a lost lease still stops
+        it. A refused document raises TemplateApplyError, any other integration failure
+        InstantiationError, both carrying what had been applied.
+        """
+        abort.raise_if_aborted()
+        inner = AbortSignal()
+
+        def forward() -> None:
+            if abort.reason != CANCEL:
+                inner.abort(abort.reason)
+
+        abort.on_abort(forward)
+        applied: list[AppliedResource] = []
+        try:
+            for manifest in manifests:
+                ref = ResourceRef.of(manifest)
+                try:
+                    applied.append(cluster.apply(manifest, abort=inner))
+                except ApplyError as exc:
+                    raise TemplateApplyError(str(exc), ref=ref, applied=applied,
+                                             reason=exc.reason) from exc
+                except IntegrationError as exc:
+                    raise InstantiationError(str(exc), ref=ref, applied=applied,
+                                             reason=exc.reason) from exc
+        finally:
+            abort.remove(forward)
+        return applied
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        paths = sorted(self.directory.glob("*.yaml")) + sorted(self.directory.glob("*.yml"))
+        stamp = {p: p.stat().st_mtime_ns for p in paths}
+        if stamp == self._stamp:
+            return
+        templates, errors = {}, {}
+        for path in paths:
+            try:
+                template = load_template(path)
+            except CatalogError as exc:
+                errors[path.stem] = str(exc)
+                log.error("template catalog: %s", exc)
+                continue
+            if template.name in templates:
+                errors[template.name] = f"{path.name}: template {template.name} defined twice"
+                continue
+            templates[template.name] = template
+        self._templates, self._errors, self._stamp = templates, errors, stamp
+
+
+def load_template(path: Path) -> Template:
+    """Parse and validate one template file; CatalogError naming the file and the problem."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"{path.name}: not readable YAML ({exc})")
+    try:
+        return _validate(raw)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CatalogError(f"{path.name}: {exc}")
+
+
+def _validate(raw) -> Template:
+    if not isinstance(raw, dict):
+        raise ValueError("a template is a mapping")
+    unknown = set(raw) - {"name", "title", "description", "inputs", "resources"}
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not TEMPLATE_NAME.match(name):
+        raise ValueError("name must be lowercase letters, digits and '-', at most 30 characters")
+    inputs = tuple(_input(item) for item in raw.get("inputs") or [])
+    names = [d.name for d in inputs]
+    if len(set(names)) != len(names):
+        raise ValueError("an input is declared twice")
+    resources = raw.get("resources")
+    if not isinstance(resources, list) or not resources:
+        raise ValueError("resources must be a non-empty list of manifests")
+    known = {"instance", "namespace", *(f"inputs.{n}" for n in names)}
+    sensitive = {f"inputs.{d.name}" for d in inputs if d.sensitive}
+    seen = set()
+    for i, doc in enumerate(resources):
+        if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
+            raise ValueError(f"resource {i} needs apiVersion and kind")
+        kind = doc["kind"]
+        if kind in CLUSTER_SCOPED_KINDS:
+            raise ValueError(f"resource {i}: {kind} is cluster-scoped; templates are namespaced")
+        doc_name = (doc.get("metadata") or {}).get("name")
+        if not isinstance(doc_name, str) or INSTANCE_PLACEHOLDER not in doc_name:
+            raise ValueError(f"resource {i}: metadata.name must contain {INSTANCE_PLACEHOLDER}")
+        if (kind, doc_name) in seen:
+            raise ValueError(f"resource {i}: {kind} {doc_name} rendered twice")
+        seen.add((kind, doc_name))
+        refs = set(_references(doc))
+        if refs - known:
+            raise ValueError(f"resource {i}: unknown placeholders {sorted(refs - known)}")
+        if kind != "Secret" and refs & sensitive:
+            raise ValueError(f"resource {i}: sensitive inputs {sorted(refs & sensitive)} may only "
+                             "be used inside a Secret")
+    return Template(name=name, title=str(raw.get("title") or name),
+                    description=str(raw.get("description") or ""), inputs=inputs,
+                    resources=tuple(resources))
+
+
+def _input(item) -> InputDecl:
+    if not isinstance(item, dict):
+        raise ValueError("each input is a mapping")
+    unknown = set(item) - {"name", "type", "default", "required", "sensitive", "description"}
+    if unknown:
+        raise ValueError(f"input keys {sorted(unknown)} are unknown")
+    name = item.get("name")
+    if not isinstance(name, str) or not INPUT_NAME.match(name):
+        raise ValueError(f"input name {name!r} is not a valid identifier")
+    input_type = item.get("type", "string")
+    if input_type not in INPUT_TYPES:
+        raise ValueError(f"input {name}: type must be one of {sorted(INPUT_TYPES)}")
+    for flag in ("required", "sensitive"):
+        if not isinstance(item.get(flag, False), bool):
+            raise ValueError(f"input {name}: {flag} must be true or false")
+    sensitive = item.get("sensitive", False) or secrets.is_sensitive(name, input_type=input_type)
+    decl = InputDecl(name=name, type=input_type, default=None, required=item.get("required", False),
+                     sensitive=sensitive, description=str(item.get("description") or ""))
+    default = item.get("default")
+    if default is not None:
+        if sensitive:
+            raise ValueError(f"input {name}: a sensitive input has no default")
+        default = decl.coerce(default)
+    elif not decl.required and input_type in {"integer", "boolean"}:
+        raise ValueError(f"input {name}: an optional {input_type} input needs a default")
+    return InputDecl(name=name, type=input_type, default=default, required=decl.required,
+                     sensitive=sensitive, description=decl.description)
+
+
+def _references(obj):
+    if isinstance(obj, str):
+        yield from PLACEHOLDER.findall(obj)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _references(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _references(value)
+
+
+def _substitute(obj, context: dict):
+    if isinstance(obj, str):
+        whole = PLACEHOLDER.fullmatch(obj)
+        if whole:
+            return context[whole.group(1)]
+        return PLACEHOLDER.sub(lambda m: _text(context[m.group(1)]), obj)
+    if isinstance(obj, dict):
+        return {k: _substitute(v, context) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_substitute(v, context) for v in obj]
+    return obj
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,164 @@
+"""The task timeline (ADR 0028: timelines are task-owned): entries and steps built from events.
+
+Pure logic over event dicts (`dto.event` shape: seq, kind, payload, createdAt). A Timeline is
+built once from a bootstrap read, then fed one event at a time as the stream delivers them, so a
+live frame carries exactly one entry and the one step it changed.
+"""
+from dataclasses import dataclass
+
+from engine.readside import dto, presentation
+from engine.status import Status
+
+#: Known step keys, with the words the timeline shows; others show capitalized.
+STEP_LABELS = {"render": "Render manifests", "plan": "Plan", "apply": "Apply resources",
+               "verify": "Verify readiness", "inputs": "Collect inputs", "devbox": "Devbox",
+               "instantiate": "Instantiate template", "allocate": "Allocate identities"}
+#: Most events a timeline reads (the bootstrap page size).
+MAX_EVENTS = 1000
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the timeline's history."""
+
+    seq: int
+    kind: str
+    title: str
+    detail: str | None
+    tone: str
+    at: str | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where one step of the run stands (its latest state wins)."""
+
+    key: str
+    label: str
+    state: str
+    detail: str | None
+    order: int
+
+    @property
+    def presentation(self) -> presentation.Presentation:
+        return presentation.step(self.state)
+
+
+def _status_label(value) -> str:
+    try:
+        return presentation.STATUS[Status(value)].label
+    except ValueError:
+        return str(value)
+
+
+def entry(event: dict) -> Entry:
+    """The history line of one event."""
+    kind, payload = event["kind"], event.get("payload") or {}
+    title, detail, tone = kind.replace("_", " ").capitalize(), None, presentation.NEUTRAL
+    if kind == "created":
+        title = "Redeploy created" if payload.get("retriedFromTaskId") else "Created"
+        detail = f"{payload.get('sourceKind', '')} source".strip()
+        if payload.get("retriedFromTaskId"):
+            detail += f"; redeploys {str(payload['retriedFromTaskId'])[:8]}"
+    elif kind == "status":
+        to = payload.get("to")
+        title = f"{_status_label(payload.get('from'))} → {_status_label(to)}"
+        detail = payload.get("message") or payload.get("reason") or payload.get("verdict")
+        if payload.get("by") and payload["by"] not in ("runner", "engine"):
+            detail = f"{detail} (by {payload['by']})" if detail else f"by {payload['by']}"
+        try:
+            tone = presentation.STATUS[Status(to)].tone
+        except ValueError:
+            pass
+    elif kind == "cancel_requested":
+        title = "Cancel requested"
+        detail = f"by {payload['by']}" if payload.get("by") else None
+    elif kind == "step":
+        step = payload.get("step", "")
+        shown = presentation.step(payload.get("state", ""))
+        title = f"{STEP_LABELS.get(step, step.capitalize())}: {shown.label.lower()}"
+        detail = payload.get("detail")
+        tone = shown.tone
+    else:
+        detail = payload.get("message") or payload.get("detail")
+    return Entry(seq=int(event["seq"]), kind=kind, title=title,
+                 detail=str(detail) if detail is not None else None, tone=tone,
+                 at=event.get("createdAt"))
+
+
+class Timeline:
+    """Entries in sequence order and each step's latest state."""
+
+    def __init__(self):
+        self.entries: list[Entry] = []
+        self.steps: dict[str, Step] = {}
+        self._seen: set[int] = set()
+
+    def add(self, event: dict) -> tuple[Entry, Step | None] | None:
+        """Take one event: its entry and the step it changed; None when already seen."""
+        seq = int(event["seq"])
+        if seq in self._seen:
+            return None
+        self._seen.add(seq)
+        line = entry(event)
+        self.entries.append(line)
+        if len(self.entries) > 1 and seq < self.entries[-2].seq:
+            self.entries.sort(key=lambda e: e.seq)  # a late commit of an earlier sequence number
+        changed = None
+        payload = event.get("payload") or {}
+        if event["kind"] == "step" and payload.get("step"):
+            key = payload["step"]
+            previous = self.steps.get(key)
+            changed = Step(key=key, label=STEP_LABELS.get(key, key.capitalize()),
+                           state=payload.get("state", ""), detail=payload.get("detail"),
+                           order=previous.order if previous else len(self.steps))
+            self.steps[key] = changed
+        return line, changed
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._seen
+
+    def ordered_steps(self) -> list[Step]:
+        return sorted(self.steps.values(), key=lambda s: s.order)
+
+
+def build(events: list[dict]) -> Timeline:
+    """A timeline from a task's events (any order)."""
+    timeline = Timeline()
+    for event in sorted(events, key=lambda e: int(e["seq"])):
+        timeline.add(event)
+    return timeline
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished run left in the cluster (US6: itemized, never deleted)."""
+
+    extent: str
+    applied: list[dict]
+    not_applied: list[dict]
+
+
+def outcome(snapshot: dict) -> Outcome | None:
+    """The applied-resource itemization of a finished task, or None while it runs."""
+    status = Status(snapshot["status"])
+    if status not in (Status.CANCELLED, Status.FAILED, Status.COMPLETED):
+        return None
+    cancellation = snapshot.get("cancellation") or {}
+    applied = cancellation.get("appliedResources") or snapshot.get("appliedResources") or []
+    if "notAppliedResources" in cancellation:
+        not_applied = cancellation["notAppliedResources"]
+    else:
+        names = {(r.get("kind"), r.get("name")) for r in applied}
+        not_applied = [r for r in snapshot.get("plannedResources") or []
+                       if (r.get("kind"), r.get("name")) not in names]
+    extent = cancellation.get("applied") or (
+        "nothing" if not applied else "partially" if not_applied else "fully")
+    return Outcome(extent=extent, applied=list(applied), not_applied=list(not_applied))
+
+
+def read_events(db, namespace: str, task_id) -> list[dict]:
+    """A task's events, oldest first (`dto.event` shape), through the named query."""
+    rows = db.all("event_list_for_task", task_id=task_id, namespace=namespace, after_seq=0,
+                  limit=MAX_EVENTS)
+    return [dto.event(r) for r in rows]

@@ -1,0 +1,548 @@
+"""The AI runner (prompt and GitHub sources): a devbox session plus gateway turns that produce a
+deployment plan and manifests, then apply and verify exactly like the direct runner.
+
+The model's protocol (PROTOCOL below): it answers with ONE JSON object, either
+  {"plan": {...}, "manifests": [<Kubernetes object>, ...]}            -> apply and verify
+  {"needInputs": [{"name", "type", "sensitive", "required", "default"}]} -> park blocked
+and refers to an input's value as ${input:NAME}. Sensitive values are never sent to the model:
+the runner substitutes them into the manifests in memory, just before apply.
+
+Session: the devbox id and the gateway session id live in artifact_summary.aiSession, so a run
+resumed after /input re-attaches to both. Every terminal path pauses the devbox (server
+credential) and records it; a parked (blocked) task keeps its devbox as it is.
+"""
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import gevent
+import yaml
+
+from engine import secrets
+from engine.abort import AbortSignal, Aborted
+from engine.integrations.base import IntegrationError, NotFound
+from engine.runners import direct
+from engine.runners.context import RunContext
+from engine.status import Status
+
+log = logging.getLogger(__name__)
+
+#: Model turns one run may take (a turn that asks for inputs we already hold costs one more).
+MAX_TURNS_PER_RUN = 3
+#: Times a task may park asking for inputs before the runner gives up on the model.
+MAX_INPUT_ROUNDS = 3
+#: Streamed text is persisted as `gateway` events in batches this large, or this old.
+BATCH_CHARS = 2048
+BATCH_INTERVAL_S = 0.5
+#: How long a terminal path waits for the devbox pause before leaving it to the reaper.
+PAUSE_TIMEOUT_S = 10.0
+CLONE_DIR = "/workspace/repo"
+CLONE_TIMEOUT_S = 300.0
+#: File names of a cloned repository shown to the model.
+MAX_LISTED_FILES = 200
+MAX_MANIFESTS = 50
+MAX_DECLARED_INPUTS = 20
+#: Kinds a task may not create: they reach beyond the project's namespace.
+CLUSTER_SCOPED_KINDS = {
+    "Namespace", "Node", "PersistentVolume", "StorageClass", "ClusterRole", "ClusterRoleBinding",
+    "CustomResourceDefinition", "APIService", "PriorityClass", "RuntimeClass",
+    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+}
+#: Keys whose values are name -> value maps a model may put an input's value in.
+ARGS_FIELDS = {"args", "arguments", "inputs", "parameters", "values", "env", "environment"}
+INPUT_TYPES = {"string", "password", "secret", "number", "integer", "boolean", "text"}
+PLACEHOLDER = re.compile(r"\$\{input:([A-Za-z_][A-Za-z0-9_.-]{0,127})\}")
+INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+GITHUB_URL = "https://github.com/{repo}.git"
+
+PROTOCOL = """You are a deployment planner for Kubernetes. Answer with exactly ONE JSON object and
+nothing else that looks like JSON. Either:
+  {"plan": {"summary": "...", "args": {...}}, "manifests": [<Kubernetes object>, ...]}
+to deploy, or, when you cannot plan without values from the user:
+  {"needInputs": [{"name": "NAME", "type": "string|password|number|boolean",
+                   "sensitive": true|false, "required": true|false, "default": <value or null>,
+                   "description": "..."}]}
+Rules: namespaced kinds only (no Namespace, ClusterRole, CRD, ...); the namespace is set for you.
+Write ${input:NAME} wherever an input's value belongs; put sensitive values only into Secrets.
+Never invent passwords or keys: ask for them as sensitive inputs."""
+
+
+class MalformedAnswer(Exception):
+    """The model's answer does not follow the protocol."""
+
+
+@dataclass
+class AiSession:
+    """What a resumed run re-attaches to (persisted as artifact_summary.aiSession)."""
+
+    session_id: str
+    devbox_id: str | None = None
+    #: Gateway turns taken so far (numbering continues across resumes).
+    turns: int = 0
+    input_rounds: int = 0
+    cloned: bool = False
+    #: The declarations the model last asked for (sanitized; never values).
+    asked: list = field(default_factory=list)
+
+    @classmethod
+    def from_artifacts(cls, artifacts: dict) -> "AiSession":
+        raw = artifacts.get("aiSession") or {}
+        if not raw.get("sessionId"):
+            return cls(session_id=f"sess-{uuid.uuid4().hex}")
+        return cls(session_id=raw["sessionId"], devbox_id=raw.get("devboxId"),
+                   turns=int(raw.get("turns") or 0), input_rounds=int(raw.get("inputRounds") or 0),
+                   cloned=bool(raw.get("cloned")), asked=list(raw.get("asked") or []))
+
+    def as_json(self) -> dict:
+        return {"sessionId": self.session_id, "devboxId": self.devbox_id, "turns": self.turns,
+                "inputRounds": self.input_rounds, "cloned": self.cloned, "asked": self.asked}
+
+
+def run(handle, ctx: RunContext) -> None:
+    """One run of an AI task: plan with the model, then apply and verify (or park blocked)."""
+    integrations = ctx.integrations
+    if getattr(integrations, "devbox", None) is None \
+            or getattr(integrations, "gateway", None) is None:
+        handle.fail("ai_unavailable", "no devbox or gateway is configured on this server")
+        return
+    session = AiSession.from_artifacts(ctx.artifacts)
+    sensitive = sensitive_names(ctx, session.asked)
+    handle.add_secret_values([v for k, v in ctx.inputs.items() if k in sensitive])
+    opened: list[str] = []  # the devbox id once one exists, so the finally can pause it
+    try:
+        _run(handle, ctx, session, sensitive, opened)
+    finally:
+        # Every terminal path (completed, failed, cancelled, aborted, crashed) pauses; a parked
+        # task keeps its devbox for the resume. The pause never writes status.
+        if opened and handle.outcome is not Status.BLOCKED:
+            pause_devbox(handle, ctx, opened[-1])
+
+
+def _run(handle, ctx: RunContext, session: AiSession, sensitive: set[str],
+         opened: list[str]) -> None:
+    try:
+        _open_devbox(handle, ctx, session, opened)
+        files = _prepare_workspace(handle, ctx, session) if ctx.source["kind"] == "github" else []
+    except IntegrationError as exc:
+        handle.abort.raise_if_aborted()
+        handle.fail("devbox_error", f"the devbox failed: {exc}")
+        return
+
+    if session.asked:
+        still_missing = missing_inputs(session.asked, ctx.inputs)
+        if still_missing:
+            handle.request_inputs(session.asked, "still missing: " + ", ".join(still_missing))
+            return
+    messages = conversation(ctx, session, files, sensitive)
+    for _ in range(MAX_TURNS_PER_RUN):
+        try:
+            text = gateway_turn(handle, ctx, session, messages)
+            answer = parse_answer(text)
+        except IntegrationError as exc:
+            handle.abort.raise_if_aborted()
+            handle.update_timeline("plan", "failed", str(exc))
+            handle.fail(exc.reason, f"the gateway failed: {exc}")
+            return
+        except MalformedAnswer as exc:
+            handle.update_timeline("plan", "failed", str(exc))
+            handle.fail("malformed_answer", f"the model's answer is not a usable plan: {exc}")
+            return
+        if "needInputs" in answer:
+            declared = answer["needInputs"]
+        else:
+            unknown = sorted({n for n in placeholders(answer["manifests"]) if n not in ctx.inputs})
+            if not unknown:
+                _deploy(handle, ctx, session, answer, sensitive)
+                return
+            # The plan needs values nobody provided: ask for them as the model should have.
+            declared = [sanitize_declaration({"name": n, "required": True}) for n in unknown]
+        missing = missing_inputs(declared, ctx.inputs)
+        if missing:
+            if session.input_rounds >= MAX_INPUT_ROUNDS:
+                handle.fail("too_many_input_rounds",
+                            f"the model asked for inputs {MAX_INPUT_ROUNDS + 1} times")
+                return
+            session.input_rounds += 1
+            session.asked = declared
+            handle.set_artifacts(aiSession=session.as_json())
+            handle.update_timeline("plan", "done", "inputs needed: " + ", ".join(missing))
+            handle.request_inputs(declared, "the model needs: " + ", ".join(missing))
+            return
+        # It asked for what we already hold: tell it so and take another turn.
+        sensitive |= {d["name"] for d in declared if d["sensitive"]}
+        handle.add_secret_values([v for k, v in ctx.inputs.items() if k in sensitive])
+        messages += [{"role": "assistant", "content": json.dumps({"needInputs": declared})},
+                     {"role": "user", "content": inputs_text(ctx, sensitive)
+                      + "\nAll of them are provided. Answer with the plan and manifests now."}]
+    handle.fail("malformed_answer", f"no plan after {MAX_TURNS_PER_RUN} turns")
+
+
+# -- the devbox ----------------------------------------------------------------------------------
+def _open_devbox(handle, ctx: RunContext, session: AiSession, opened: list[str]) -> None:
+    """Re-attach to the recorded devbox, or create one; recorded on the row before any use."""
+    devbox = ctx.integrations.devbox
+    if session.devbox_id:
+        handle.update_timeline("devbox", "started", f"re-attaching to {session.devbox_id}")
+        try:
+            devbox.attach(session.devbox_id, namespace=ctx.namespace, abort=handle.abort)
+        except NotFound:
+            handle.update_timeline("devbox", "failed", f"{session.devbox_id} is gone; a new one")
+            session.devbox_id, session.cloned = None, False
+        else:
+            opened.append(session.devbox_id)
+            handle.record_devbox(session.devbox_id)
+            handle.update_timeline("devbox", "done", f"re-attached to {session.devbox_id}")
+            return
+    handle.update_timeline("devbox", "started", "creating a devbox")
+    devbox_id = devbox.create(namespace=ctx.namespace, task_id=str(ctx.task_id), abort=handle.abort)
+    opened.append(devbox_id)
+    handle.record_devbox(devbox_id)  # before any use: the engine can pause it if we die
+    session.devbox_id = devbox_id
+    handle.set_artifacts(aiSession=session.as_json())
+    handle.update_timeline("devbox", "done", f"created {devbox_id}")
+
+
+def _prepare_workspace(handle, ctx: RunContext, session: AiSession) -> list[str]:
+    """Clone the repository into the devbox (once per devbox); its file names."""
+    devbox = ctx.integrations.devbox
+    repo, ref = ctx.source["repo"], ctx.source.get("ref")
+    if not session.cloned:
+        handle.update_timeline("clone", "started", repo + (f"@{ref}" if ref else ""))
+        command = ["git", "clone", "--depth", "1"] + (["--branch", ref] if ref else []) \
+            + ["--", GITHUB_URL.format(repo=repo), CLONE_DIR]
+        result = devbox.exec(session.devbox_id, command, namespace=ctx.namespace,
+                             abort=handle.abort, timeout_s=CLONE_TIMEOUT_S)
+        if not result.ok:
+            detail = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+            handle.update_timeline("clone", "failed", detail[:300])
+            raise IntegrationError(f"cloning {repo} failed: {detail[:300]}")
+        session.cloned = True
+        handle.set_artifacts(aiSession=session.as_json())
+        handle.update_timeline("clone", "done", repo)
+    listing = devbox.exec(session.devbox_id, ["git", "-C", CLONE_DIR, "ls-files"],
+                          namespace=ctx.namespace, abort=handle.abort)
+    return listing.stdout.splitlines()[:MAX_LISTED_FILES] if listing.ok else []
+
+
+def pause_devbox(handle, ctx: RunContext, devbox_id: str) -> None:
+    """Pause with the server credential and record it; never writes status, never raises.
+
+    Runs on abort paths too, so it takes a signal of its own, bounded by PAUSE_TIMEOUT_S; a pause
+    that fails is left to the reaper (the row still says the devbox is unpaused).
+    """
+    signal = AbortSignal()
+    timer = gevent.spawn_later(PAUSE_TIMEOUT_S, signal.abort, "timeout")
+    try:
+        ctx.integrations.devbox.pause(devbox_id, namespace=ctx.namespace, abort=signal)
+    except NotFound:
+        pass  # gone: nothing is left running
+    except (IntegrationError, Aborted) as exc:
+        log.warning("task %s: pausing devbox %s failed (%s); the reaper retries",
+                    ctx.task_id, devbox_id, exc)
+        return
+    except Exception:
+        log.exception("task %s: pausing devbox %s failed", ctx.task_id, devbox_id)
+        return
+    finally:
+        timer.kill(block=False)
+    try:
+        handle.devbox_paused(devbox_id)
+    except Exception:
+        log.exception("task %s: could not record the devbox pause", ctx.task_id)
+
+
+# -- the gateway turn -----------------------------------------------------------------------------
+def conversation(ctx: RunContext, session: AiSession, files: list[str],
+                 sensitive: set[str]) -> list[dict]:
+    """The messages of the next turn: the task, and on a resume the question and its answers."""
+    source = ctx.source
+    if source["kind"] == "github":
+        ref = f" (ref {source['ref']})" if source.get("ref") else ""
+        task = (f"Repository: {source['repo']}{ref}\nCloned into the devbox at {CLONE_DIR}. "
+                "Files:\n" + "\n".join(files))
+    else:
+        task = f"Prompt: {source['prompt']}"
+    task += f"\nTarget: Kubernetes namespace {ctx.target_namespace}."
+    messages = [{"role": "system", "content": PROTOCOL}]
+    if session.asked:
+        messages += [{"role": "user", "content": task},
+                     {"role": "assistant", "content": json.dumps({"needInputs": session.asked})},
+                     {"role": "user", "content": inputs_text(ctx, sensitive)
+                      + "\nAnswer with the plan and manifests now."}]
+    elif ctx.inputs:
+        messages.append({"role": "user", "content": task + "\n" + inputs_text(ctx, sensitive)})
+    else:
+        messages.append({"role": "user", "content": task})
+    return messages
+
+
+def inputs_text(ctx: RunContext, sensitive: set[str]) -> str:
+    """The provided inputs as the model may see them: sensitive ones by name only."""
+    lines = []
+    for name in sorted(ctx.inputs):
+        if name in sensitive:
+            lines.append(f"- {name}: sensitive, not shown; write ${{input:{name}}} where it goes")
+        else:
+            lines.append(f"- {name} = {json.dumps(ctx.inputs[name])}")
+    return "Inputs provided:\n" + "\n".join(lines)
+
+
+def gateway_turn(handle, ctx: RunContext, session: AiSession, messages: list[dict]) -> str:
+    """Stream one turn: every piece goes live to viewers (scrubbed) and is persisted in batches
+    as `gateway` events; the raw answer stays in memory."""
+    session.turns += 1
+    turn = session.turns
+    handle.set_artifacts(aiSession=session.as_json())
+    handle.update_timeline("plan", "started", f"gateway turn {turn}")
+    handle.emit_event("gateway", {"type": "turn_started", "turn": turn,
+                                  "sessionId": session.session_id})
+    scrubber = handle.stream_scrubber()
+    raw: list[str] = []
+    batch = _Batch(handle, turn)
+    stream = ctx.integrations.gateway.stream_chat(messages, session_id=session.session_id,
+                                                  abort=handle.abort)
+    try:
+        for piece in stream:
+            raw.append(piece)
+            batch.add(scrubber.feed(piece))
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # a checkpoint that stopped us mid-stream must not leave the socket open
+    batch.add(scrubber.flush())
+    batch.flush()
+    handle.emit_event("gateway", {"type": "turn_done", "turn": turn, "chars": batch.offset})
+    return "".join(raw)
+
+
+class _Batch:
+    """Scrubbed text of one turn: shown live at once, persisted every BATCH_CHARS or
+    BATCH_INTERVAL_S (with a checkpoint, so a cancel from anywhere is seen mid-stream)."""
+
+    def __init__(self, handle, turn: int):
+        self.handle, self.turn = handle, turn
+        self.offset = 0  # scrubbed characters shown so far
+        self.pending: list[str] = []
+        self.pending_start = 0
+        self.flushed_at = time.monotonic()
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self.handle.publish("gateway", {"type": "delta", "turn": self.turn, "offset": self.offset,
+                                        "text": text})
+        self.pending.append(text)
+        self.offset += len(text)
+        if (self.offset - self.pending_start >= BATCH_CHARS
+                or time.monotonic() - self.flushed_at >= BATCH_INTERVAL_S):
+            self.flush()
+            self.handle.checkpoint()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.handle.emit_event("gateway", {"type": "delta", "turn": self.turn,
+                                               "offset": self.pending_start,
+                                               "text": "".join(self.pending)})
+        self.pending, self.pending_start = [], self.offset
+        self.flushed_at = time.monotonic()
+
+
+# -- the answer -----------------------------------------------------------------------------------
+def parse_answer(text: str) -> dict:
+    """The protocol object in a model's answer (fenced, bare, or amid prose), validated.
+
+    Returns {"plan": dict, "manifests": [dict]} or {"needInputs": [declaration]}.
+    """
+    for candidate in _json_objects(text):
+        if "needInputs" in candidate:
+            return {"needInputs": _declarations(candidate["needInputs"])}
+        if "manifests" in candidate:
+            return {"plan": _plan(candidate.get("plan")), "manifests": _manifests(
+                candidate["manifests"])}
+    raise MalformedAnswer("no JSON object with \"manifests\" or \"needInputs\" in it")
+
+
+def _json_objects(text: str):
+    decoder = json.JSONDecoder()
+    blocks = re.findall(r"```(?:json|JSON)?\s*\n(.*?)```", text, re.DOTALL)
+    for block in blocks + [text]:
+        try:
+            value = json.loads(block.strip())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+    for attempt, match in enumerate(re.finditer(r"\{", text)):
+        if attempt >= 200:
+            return
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def _plan(plan) -> dict:
+    if plan is None:
+        return {}
+    if isinstance(plan, str):
+        return {"summary": plan[:2000]}
+    if not isinstance(plan, dict):
+        raise MalformedAnswer("\"plan\" must be an object")
+    return plan
+
+
+def _manifests(value) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise MalformedAnswer("\"manifests\" must be a non-empty list")
+    docs: list = []
+    for item in value:
+        if isinstance(item, str):
+            try:
+                docs.extend(d for d in yaml.safe_load_all(item) if d is not None)
+            except yaml.YAMLError:
+                raise MalformedAnswer("a manifest is neither an object nor valid YAML") from None
+        else:
+            docs.append(item)
+    if len(docs) > MAX_MANIFESTS:
+        raise MalformedAnswer(f"more than {MAX_MANIFESTS} manifests")
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise MalformedAnswer("every manifest must be an object")
+        kind, api_version = doc.get("kind"), doc.get("apiVersion")
+        meta = doc.get("metadata")
+        if not (isinstance(kind, str) and kind and isinstance(api_version, str) and api_version):
+            raise MalformedAnswer("every manifest needs apiVersion and kind")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
+                or not K8S_NAME.match(meta["name"]):
+            raise MalformedAnswer(f"{kind} needs a valid metadata.name")
+        if kind in CLUSTER_SCOPED_KINDS:
+            raise MalformedAnswer(f"{kind} is cluster-scoped; a task may not create it")
+    return docs
+
+
+def _declarations(value) -> list[dict]:
+    if not isinstance(value, list) or not value or len(value) > MAX_DECLARED_INPUTS:
+        raise MalformedAnswer(f"\"needInputs\" must list 1 to {MAX_DECLARED_INPUTS} inputs")
+    declared, seen = [], set()
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
+                or not INPUT_NAME.match(item["name"]):
+            raise MalformedAnswer("every requested input needs a valid name")
+        if item["name"] not in seen:
+            seen.add(item["name"])
+            declared.append(sanitize_declaration(item))
+    return declared
+
+
+def sanitize_declaration(item: dict) -> dict:
+    """One input declaration as persisted: typed, sensitivity decided, no sensitive default."""
+    input_type = item.get("type") if item.get("type") in INPUT_TYPES else "string"
+    sensitive = bool(item.get("sensitive")) or secrets.is_sensitive(item["name"],
+                                                                    input_type=input_type)
+    declaration = {"name": item["name"], "type": input_type, "sensitive": sensitive,
+                   "required": item.get("required", True) is not False}
+    default = item.get("default")
+    if not sensitive and isinstance(default, (str, int, float, bool)):
+        declaration["default"] = default
+    if isinstance(item.get("description"), str):
+        declaration["description"] = item["description"][:500]
+    return declaration
+
+
+def missing_inputs(declared: list[dict], inputs: dict) -> list[str]:
+    """Required inputs this run has no value for (values live in memory, so a resumed run needs
+    every required one submitted again)."""
+    return [d["name"] for d in declared if d.get("required") and d["name"] not in inputs]
+
+
+def sensitive_names(ctx: RunContext, declared: list[dict]) -> set[str]:
+    """Input names whose values are secrets: recorded, declared by the model, or named so."""
+    names = set(ctx.sensitive_keys) | {d["name"] for d in declared if d.get("sensitive")}
+    return names | {k for k in ctx.inputs if secrets.is_sensitive(k, declared=names)}
+
+
+def placeholders(obj) -> set[str]:
+    """The input names an object refers to as ${input:NAME}."""
+    if isinstance(obj, str):
+        return set(PLACEHOLDER.findall(obj))
+    if isinstance(obj, dict):
+        return set().union(*(placeholders(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, list):
+        return set().union(*(placeholders(v) for v in obj)) if obj else set()
+    return set()
+
+
+def substitute(obj, inputs: dict):
+    """obj with every ${input:NAME} replaced by its value (in memory only, for the cluster)."""
+    if isinstance(obj, str):
+        return PLACEHOLDER.sub(lambda m: str(inputs[m.group(1)]), obj)
+    if isinstance(obj, dict):
+        return {k: substitute(v, inputs) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [substitute(v, inputs) for v in obj]
+    return obj
+
+
+def sanitize(obj, sensitive: set[str]):
+    """A copy safe to persist: sensitive keys stripped from embedded args maps, sensitive env
+    values and Secret data redacted. (Known values are scrubbed by the handle on top.)"""
+    if isinstance(obj, list):
+        return [_sanitize_env_entry(v, sensitive) if _is_env_entry(v) else sanitize(v, sensitive)
+                for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    is_secret = obj.get("kind") == "Secret"
+    out = {}
+    for key, value in obj.items():
+        if is_secret and key in ("data", "stringData") and isinstance(value, dict):
+            out[key] = {k: secrets.REDACTED for k in value}
+        elif key in ARGS_FIELDS and isinstance(value, dict):
+            out[key] = {k: sanitize(v, sensitive) for k, v in value.items()
+                        if not secrets.is_sensitive(k, declared=sensitive)}
+        else:
+            out[key] = sanitize(value, sensitive)
+    return out
+
+
+def _is_env_entry(value) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and "value" in value \
+        and set(value) <= {"name", "value"}
+
+
+def _sanitize_env_entry(entry: dict, sensitive: set[str]) -> dict:
+    if secrets.is_sensitive(entry["name"], declared=sensitive):
+        return {"name": entry["name"], "value": secrets.REDACTED}
+    return dict(entry)
+
+
+# -- deploy ---------------------------------------------------------------------------------------
+def _deploy(handle, ctx: RunContext, session: AiSession, answer: dict,
+            sensitive: set[str]) -> None:
+    """Persist the sanitized plan, then apply (substituted in memory) and verify like direct."""
+    manifests = [_own(doc, ctx) for doc in answer["manifests"]]
+    persisted = [sanitize(doc, sensitive) for doc in manifests]
+    session.asked = []
+    handle.set_artifacts(
+        aiSession=session.as_json(),
+        deploymentPlan=sanitize(answer["plan"], sensitive),
+        resourceYamls=[yaml.safe_dump(doc, sort_keys=False) for doc in persisted],
+    )
+    handle.update_timeline("plan", "done", f"{len(manifests)} resources planned")
+    applied = [substitute(doc, ctx.inputs) for doc in manifests]
+    direct.run(handle, ctx, render_manifests=lambda _ctx: applied)
+
+
+def _own(doc: dict, ctx: RunContext) -> dict:
+    """The document in the task's namespace, labelled as ours."""
+    doc = json.loads(json.dumps(doc))  # a deep copy the model's answer does not share
+    meta = doc["metadata"]
+    meta["namespace"] = ctx.target_namespace
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta["labels"] = {**labels, "app.kubernetes.io/managed-by": direct.FIELD_MANAGER}
+    return doc

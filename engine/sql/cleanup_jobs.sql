@@ -1,0 +1,234 @@
+-- Queries on cleanup_jobs: durable cleanup intents (seed 001). A claim is `attempts + 1`; every
+-- finish is guarded on (state = 'running', attempts) so a stale worker cannot overwrite a newer
+-- attempt. Times take coalesce(%(now)s, now()) so tests can pin the clock.
+
+-- cleanup_job_claim_due --
+-- Claim due jobs of some triggers this worker can run (a running job past its deadline was abandoned).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), due AS (
+    SELECT j.id FROM cleanup_jobs j
+    WHERE j.state IN ('pending', 'retry_wait', 'running')
+      AND j.trigger = ANY(%(triggers)s::cleanup_trigger[])
+      AND j.next_attempt_at <= (SELECT now FROM clock)
+      AND j.attempts < %(max_attempts)s
+      AND (j.host IS NULL OR j.host = %(host)s)
+      AND (%(has_devbox)s OR NOT j.needs_devbox)
+      AND (%(needs_devbox)s::bool IS NULL OR j.needs_devbox = %(needs_devbox)s::bool)
+    ORDER BY j.next_attempt_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE cleanup_jobs j
+SET state = 'running', attempts = j.attempts + 1, claimed_by = %(worker)s,
+    next_attempt_at = clock.now + make_interval(secs => %(attempt_timeout_s)s::float8),
+    updated_at = clock.now
+FROM due, clock
+WHERE j.id = due.id
+RETURNING j.*;
+
+-- cleanup_job_delete_completed --
+-- Forget succeeded and cancelled jobs completed before the cutoff (failed ones stay for diagnosis).
+DELETE FROM cleanup_jobs WHERE id IN (
+    SELECT id FROM cleanup_jobs
+    WHERE state IN ('succeeded', 'cancelled')
+      AND completed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s::float8)
+    ORDER BY completed_at LIMIT %(limit)s
+);
+
+-- cleanup_job_enqueue --
+-- Record a cleanup intent with its snapshot. A job of the same operation that is still open (or
+-- failed for good) is returned instead: a repeated trigger reuses it.
+WITH existing AS (
+    (SELECT * FROM cleanup_jobs
+     WHERE operation_id = %(operation_id)s AND state IN ('pending', 'running', 'retry_wait'))
+    UNION ALL
+    (SELECT * FROM cleanup_jobs
+     WHERE operation_id = %(operation_id)s AND state = 'failed' ORDER BY id DESC LIMIT 1)
+    LIMIT 1
+), inserted AS (
+    INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, host,
+                              needs_devbox, next_attempt_at)
+    SELECT %(operation_id)s, %(trigger)s::cleanup_trigger, %(task_id)s, %(namespace)s,
+           %(snapshot)s, %(host)s, %(needs_devbox)s, coalesce(%(now)s::timestamptz, now())
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
+    RETURNING *
+)
+SELECT *, true AS created FROM inserted
+UNION ALL
+SELECT *, false AS created FROM existing;
+
+-- cleanup_job_enqueue_devbox_pauses --
+-- Reaper: a pause job for each finished task whose devbox was never paused (oldest first).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, needs_devbox,
+                          next_attempt_at)
+SELECT 'devbox_pause:' || t.id || ':' || t.devbox_id, 'devbox_pause', t.id, t.namespace,
+       jsonb_build_object('taskId', t.id, 'namespace', t.namespace, 'projectId', t.project_id,
+                          'status', t.status, 'finishedAt', t.finished_at,
+                          'devboxId', t.devbox_id),
+       true, clock.now
+FROM deploy_tasks t, clock
+WHERE t.status IN ('completed', 'failed', 'cancelled')
+  AND t.devbox_id IS NOT NULL AND t.devbox_paused_at IS NULL
+  AND t.finished_at < clock.now - make_interval(secs => %(grace_s)s::float8)
+  AND NOT EXISTS (
+      SELECT 1 FROM deploy_tasks a
+      WHERE a.devbox_id = t.devbox_id
+        AND a.status IN ('queued', 'running', 'blocked', 'applying'))
+  AND NOT EXISTS (
+      SELECT 1 FROM cleanup_jobs j
+      WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id
+        AND j.state IN ('pending', 'running', 'retry_wait'))
+  AND NOT EXISTS (
+      SELECT 1 FROM cleanup_jobs j
+      WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id AND j.state = 'failed')
+ORDER BY t.finished_at
+LIMIT %(limit)s
+ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
+RETURNING id;
+
+-- cleanup_job_enqueue_purges --
+-- Reaper: a purge job for each finished task past retention (oldest first), its handles captured.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, needs_devbox,
+                          next_attempt_at)
+SELECT 'retention_purge:' || t.id, 'retention_purge', t.id, t.namespace,
+       jsonb_build_object('taskId', t.id, 'namespace', t.namespace, 'projectId', t.project_id,
+                          'status', t.status, 'finishedAt', t.finished_at,
+                          'devboxId', t.devbox_id,
+                          'runtimes', (SELECT jsonb_agg(to_jsonb(r)) FROM task_runtimes r
+                                       WHERE r.task_id = t.id)),
+       t.devbox_id IS NOT NULL, clock.now
+FROM deploy_tasks t, clock
+WHERE t.status IN ('completed', 'failed', 'cancelled')
+  AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+  AND NOT EXISTS (
+      SELECT 1 FROM cleanup_jobs j
+      WHERE j.operation_id = 'retention_purge:' || t.id
+        AND j.state IN ('pending', 'running', 'retry_wait'))
+  AND NOT EXISTS (
+      SELECT 1 FROM cleanup_jobs j
+      WHERE j.operation_id = 'retention_purge:' || t.id AND j.state = 'failed')
+ORDER BY t.finished_at
+LIMIT %(limit)s
+ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
+RETURNING id;
+
+-- cleanup_job_fail_if_abandoned --
+-- A claim on the last attempt whose worker never finished: terminal failed, never claimed again.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+UPDATE cleanup_jobs j
+SET state = 'failed', next_attempt_at = NULL, completed_at = clock.now, updated_at = clock.now,
+    last_error = 'attempt ' || j.attempts || ' abandoned by ' || coalesce(j.claimed_by, '?')
+                 || coalesce('; before that: ' || j.last_error, '')
+FROM clock
+WHERE j.state = 'running' AND j.next_attempt_at <= clock.now AND j.attempts >= %(max_attempts)s
+RETURNING j.id;
+
+-- cleanup_job_finish_if_claimed --
+-- End claimed attempts as succeeded or cancelled (a note replaces last_error when given).
+WITH done AS (
+    SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempts)
+), clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+UPDATE cleanup_jobs j
+SET state = %(state)s::cleanup_job_state, next_attempt_at = NULL, completed_at = clock.now,
+    last_error = coalesce(%(note)s::text, j.last_error), updated_at = clock.now
+FROM done, clock
+WHERE j.id = done.id AND j.attempts = done.attempts AND j.state = 'running'
+  AND %(state)s::cleanup_job_state IN ('succeeded', 'cancelled')
+RETURNING j.id;
+
+-- cleanup_job_note_if_unclaimable --
+-- Say why due devbox jobs wait when this process has no devbox integration (once per job).
+UPDATE cleanup_jobs
+SET last_error = %(note)s, updated_at = now()
+WHERE needs_devbox AND state = 'pending' AND last_error IS NULL
+  AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())
+RETURNING id;
+
+-- cleanup_job_purge_due_if_no_devbox --
+-- Claim, run and finish due purges of tasks without a devbox in one statement (one attempt each):
+-- delete each task still finished and past retention (events and messages cascade, its devbox and
+-- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one
+-- no longer past retention cancels its job; one that has a devbox after all goes to the devbox path.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), due AS (
+    SELECT j.id, j.task_id FROM cleanup_jobs j
+    WHERE j.trigger = 'retention_purge' AND j.state IN ('pending', 'retry_wait', 'running')
+      AND NOT j.needs_devbox
+      AND j.next_attempt_at <= (SELECT now FROM clock)
+      AND j.attempts < %(max_attempts)s
+    ORDER BY j.next_attempt_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), purged AS (
+    DELETE FROM deploy_tasks t USING due, clock
+    WHERE t.id = due.task_id AND t.devbox_id IS NULL
+      AND t.status IN ('completed', 'failed', 'cancelled')
+      AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+    RETURNING t.id, t.namespace, t.project_id
+), released AS (
+    DELETE FROM task_runtimes r USING purged p
+    WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
+), history AS (
+    -- The cascade would delete these row by row after the statement; set-based is cheaper.
+    DELETE FROM deploy_task_events e WHERE e.task_id IN (SELECT id FROM purged)
+), chat AS (
+    DELETE FROM deploy_task_messages m WHERE m.task_id IN (SELECT id FROM purged)
+), verdict AS (
+    -- Every CTE reads the snapshot from before the statement: a purged task is still visible here.
+    -- (An uncorrelated IN is a hashed subplan; a join on the CTE would be planned as n x n.)
+    SELECT due.id, CASE WHEN due.task_id IN (SELECT id FROM purged) OR t.id IS NULL
+                        THEN 'succeeded'
+                        WHEN t.devbox_id IS NOT NULL THEN 'pending'
+                        ELSE 'cancelled' END AS state
+    FROM due
+    LEFT JOIN deploy_tasks t ON t.id = due.task_id
+), finished AS (
+    UPDATE cleanup_jobs j SET
+        state = v.state::cleanup_job_state,
+        attempts = j.attempts + CASE WHEN v.state = 'pending' THEN 0 ELSE 1 END,
+        needs_devbox = (v.state = 'pending'),
+        next_attempt_at = CASE WHEN v.state = 'pending' THEN j.next_attempt_at END,
+        completed_at = CASE WHEN v.state = 'pending' THEN NULL ELSE clock.now END,
+        last_error = CASE WHEN v.state = 'cancelled'
+                          THEN 'cancelled: the task is no longer finished and past retention'
+                          ELSE j.last_error END,
+        claimed_by = %(worker)s, updated_at = clock.now
+    FROM verdict v, clock
+    WHERE j.id = v.id
+    RETURNING j.id, v.state
+)
+SELECT 'purged' AS outcome, count(pg_notify('deploy_tasks', json_build_object(
+    'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)) AS n
+FROM purged p
+UNION ALL
+SELECT f.state, count(*) FROM finished f GROUP BY f.state;
+
+-- cleanup_job_retry_if_claimed --
+-- A claimed attempt failed: wait the ladder's delay for this attempt, or fail for good after the last.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+)
+UPDATE cleanup_jobs j
+SET state = CASE WHEN j.attempts >= %(max_attempts)s THEN 'failed'
+                 ELSE 'retry_wait' END::cleanup_job_state,
+    next_attempt_at = CASE WHEN j.attempts >= %(max_attempts)s THEN NULL
+                           ELSE clock.now + make_interval(
+                               secs => (%(delays_s)s::float8[])[j.attempts]) END,
+    completed_at = CASE WHEN j.attempts >= %(max_attempts)s THEN clock.now END,
+    last_error = %(error)s, updated_at = clock.now
+FROM clock
+WHERE j.id = %(job_id)s AND j.attempts = %(attempts)s AND j.state = 'running'
+RETURNING j.*;

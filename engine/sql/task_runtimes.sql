@@ -1,0 +1,59 @@
+-- Queries on task_runtimes: the durable handles of what a task started (seed 001). A row stays
+-- until a stop of its runtime is confirmed; liveness is judged in Python (engine/cleanup.py).
+
+-- runtime_delete_devbox --
+-- Forget the runtime row of a devbox whose deletion is confirmed.
+DELETE FROM task_runtimes WHERE kind = 'devbox' AND remote_id = %(devbox_id)s
+RETURNING id;
+
+-- runtime_get --
+-- One runtime row.
+SELECT * FROM task_runtimes WHERE id = %(runtime_id)s;
+
+-- runtime_insert_local_if_held --
+-- Record a local process group a task started, for the holder of the task's lease.
+INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, owner_pid,
+                           owner_start_ticks, boot_id, pid, pgid, start_ticks, resume)
+SELECT t.id, t.namespace, 'local', %(liveness)s, %(label)s, %(host)s, %(owner)s, %(owner_pid)s,
+       %(owner_start_ticks)s, %(boot_id)s, %(pid)s, %(pgid)s, %(start_ticks)s, %(resume)s
+FROM deploy_tasks t
+WHERE t.id = %(task_id)s AND t.lease_epoch = %(epoch)s AND t.lease_owner = %(owner)s
+  AND t.status IN ('running', 'applying')
+RETURNING *;
+
+-- runtime_list_local_of_owner --
+-- Local runtimes an engine runtime started and has not released (optionally of one task).
+SELECT * FROM task_runtimes
+WHERE host = %(host)s AND owner = %(owner)s AND kind = 'local' AND status <> 'stopped'
+  AND (%(task_id)s::uuid IS NULL OR task_id = %(task_id)s::uuid)
+ORDER BY created_at;
+
+-- runtime_list_reconcilable_on_host --
+-- Rows left on this host by other engine runtimes (previous boots, sibling workers).
+SELECT * FROM task_runtimes
+WHERE host = %(host)s AND owner <> %(owner)s AND status <> 'stopped'
+ORDER BY created_at LIMIT %(limit)s;
+
+-- runtime_mark_stop_failed --
+-- A stop could not be confirmed: keep the row as the durable handle, with the error.
+UPDATE task_runtimes SET status = 'stop_failed', last_error = %(error)s, updated_at = now()
+WHERE id = %(runtime_id)s AND status <> 'stopped'
+RETURNING id;
+
+-- runtime_release_if_process --
+-- The stop of a local runtime is confirmed: delete the row, or keep it stripped of its process
+-- handle where it still carries something to resume. Says which.
+WITH removed AS (
+    DELETE FROM task_runtimes
+    WHERE id = %(runtime_id)s AND kind = 'local' AND resume IS NULL
+      AND pid IS NOT DISTINCT FROM %(pid)s AND start_ticks IS NOT DISTINCT FROM %(start_ticks)s
+    RETURNING id, 'removed' AS disposition
+), repaired AS (
+    UPDATE task_runtimes
+    SET status = 'stopped', liveness = 'none', pid = NULL, pgid = NULL, start_ticks = NULL,
+        last_error = NULL, updated_at = now()
+    WHERE id = %(runtime_id)s AND kind = 'local' AND resume IS NOT NULL
+      AND pid IS NOT DISTINCT FROM %(pid)s AND start_ticks IS NOT DISTINCT FROM %(start_ticks)s
+    RETURNING id, 'repaired' AS disposition
+)
+SELECT * FROM removed UNION ALL SELECT * FROM repaired;

@@ -1,0 +1,298 @@
+// The page's small plain JavaScript: one fragment applier shared by action responses, the project
+// stream (SSE) and the timeline websocket; the optimistic "Cancelling…" bridge; the confirm
+// dialog; dismissals (a cookie); placeholder dragging (PATCH /api/v1/tasks/<id>/canvas).
+// Status words and hues are never decided here: they arrive rendered from the server.
+(function () {
+  "use strict";
+
+  var DISMISS_COOKIE = "dock_dismissed";
+  var MAX_DISMISSED = 40;
+
+  function byId(id) { return document.getElementById(id); }
+
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.content : "";
+  }
+
+  function flash(message) {
+    var box = byId("flash");
+    if (!box) return;
+    box.textContent = message;
+    box.hidden = false;
+    clearTimeout(flash.timer);
+    flash.timer = setTimeout(function () { box.hidden = true; }, 6000);
+  }
+
+  // -- dismissals (client-local: seed 000, "dismissals stay client-local in v1") --------------
+  function dismissed() {
+    var match = document.cookie.match(/(?:^|;\s*)dock_dismissed=([^;]*)/);
+    return new Set(match && match[1] ? match[1].split(".") : []);
+  }
+
+  function dismiss(taskId) {
+    var ids = Array.from(dismissed()).filter(function (id) { return id !== taskId; });
+    ids.push(taskId);
+    ids = ids.slice(-MAX_DISMISSED);
+    document.cookie = DISMISS_COOKIE + "=" + ids.join(".") + "; path=/; max-age=" + (30 * 86400) +
+      "; samesite=lax";
+    var chip = byId("chip-" + taskId);
+    if (chip) chip.remove();
+  }
+
+  // -- fragments ------------------------------------------------------------------------------
+  function insertSorted(container, el) {
+    var key = el.dataset.sort;
+    var desc = container.dataset.sortDir === "desc";
+    if (key !== undefined) {
+      var children = container.children;
+      for (var i = 0; i < children.length; i++) {
+        var other = children[i].dataset.sort;
+        if (other !== undefined && (desc ? other < key : other > key)) {
+          container.insertBefore(el, children[i]);
+          return;
+        }
+      }
+    }
+    container.appendChild(el);
+  }
+
+  // Each top-level element of `html` either resets containers (data-reset), removes elements
+  // (data-remove), replaces the element with its id, or is inserted into its data-slot.
+  function applyFragments(html) {
+    var tpl = document.createElement("template");
+    tpl.innerHTML = html;
+    var gone = dismissed();
+    Array.from(tpl.content.children).forEach(function (el) {
+      if (el.hasAttribute("data-reset")) {
+        el.dataset.reset.split(" ").forEach(function (id) {
+          var c = byId(id);
+          if (c) c.replaceChildren();
+        });
+        return;
+      }
+      if (el.hasAttribute("data-remove")) {
+        el.dataset.remove.split(" ").forEach(function (id) {
+          var c = byId(id);
+          if (c) c.remove();
+        });
+        return;
+      }
+      if (el.hasAttribute("data-dismissable") && gone.has(el.dataset.taskId)) {
+        var stale = el.id && byId(el.id);
+        if (stale) stale.remove();
+        return;
+      }
+      var existing = el.id ? byId(el.id) : null;
+      if (existing) {
+        if (existing.classList.contains("is-dragging")) return;  // the drop will re-render it
+        existing.querySelectorAll("details[open]").forEach(function (d, i) {
+          var twin = el.querySelectorAll("details")[i];
+          if (twin) twin.open = true;
+        });
+        existing.replaceWith(el);
+      } else if (el.dataset.slot && byId(el.dataset.slot)) {
+        insertSorted(byId(el.dataset.slot), el);
+      } else {
+        return;  // shows a task or section this page does not display
+      }
+      if (window.htmx) htmx.process(el);
+    });
+    syncTimelineSocket();
+  }
+
+  // -- optimistic "Cancelling…" between the click and the response ----------------------------
+  function surfacesOf(taskId) {
+    return document.querySelectorAll('[data-task-id="' + taskId + '"]');
+  }
+
+  function bridgeCancel(button, on) {
+    var taskId = button.dataset.cancelFor;
+    surfacesOf(taskId).forEach(function (surface) {
+      surface.classList.toggle("is-cancelling", on);
+      surface.querySelectorAll("[data-status-label]").forEach(function (label) {
+        if (on) {
+          if (label.dataset.before === undefined) label.dataset.before = label.textContent;
+          label.textContent = button.dataset.optimisticLabel;
+        } else if (label.dataset.before !== undefined) {
+          label.textContent = label.dataset.before;
+          delete label.dataset.before;
+        }
+      });
+    });
+    document.querySelectorAll('[data-cancel-for="' + taskId + '"]').forEach(function (b) {
+      b.disabled = on;
+      if (on) b.textContent = button.dataset.optimisticLabel;
+      else b.textContent = "Cancel";
+    });
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    var elt = evt.detail.elt;
+    if (elt && elt.dataset && elt.dataset.optimisticLabel) bridgeCancel(elt, true);
+  });
+
+  document.addEventListener("htmx:afterRequest", function (evt) {
+    var elt = evt.detail.elt;
+    var source = elt && elt.closest ? elt.closest("[data-fragments]") : null;
+    if (!source) return;
+    if (evt.detail.successful) {
+      applyFragments(evt.detail.xhr.responseText);
+    } else {
+      if (elt.dataset.optimisticLabel) bridgeCancel(elt, false);
+      var status = evt.detail.xhr ? evt.detail.xhr.status : 0;
+      flash(status === 403 ? "This page is out of date: reload it and try again."
+                           : "That did not go through (" + (status || "network error") + "). Try again.");
+    }
+  });
+
+  // -- confirm dialog (hx-confirm: redeploy over applied resources) ---------------------------
+  document.addEventListener("htmx:confirm", function (evt) {
+    if (!evt.detail.question) return;
+    var dialog = byId("confirm-dialog");
+    if (!dialog || typeof dialog.showModal !== "function") return;  // falls back to confirm()
+    evt.preventDefault();
+    byId("confirm-message").textContent = evt.detail.question;
+    dialog.returnValue = "";
+    dialog.addEventListener("close", function onClose() {
+      dialog.removeEventListener("close", onClose);
+      if (dialog.returnValue === "ok") evt.detail.issueRequest(true);
+    });
+    dialog.showModal();
+  });
+
+  // -- clicks: dismiss, close the timeline ----------------------------------------------------
+  document.addEventListener("click", function (evt) {
+    var target = evt.target.closest("[data-dismiss], [data-close-timeline]");
+    if (!target) return;
+    if (target.hasAttribute("data-dismiss")) {
+      dismiss(target.dataset.dismiss);
+    } else {
+      var pane = byId("timeline-pane");
+      if (pane) {
+        var empty = document.createElement("aside");
+        empty.id = "timeline-pane";
+        empty.className = "timeline-pane";
+        empty.setAttribute("aria-label", "Timeline");
+        pane.replaceWith(empty);
+      }
+      syncTimelineSocket();
+    }
+  });
+
+  // -- placeholder dragging -------------------------------------------------------------------
+  document.addEventListener("pointerdown", function (evt) {
+    var grip = evt.target.closest("[data-drag]");
+    if (!grip) return;
+    var node = grip.closest(".placeholder");
+    var taskId = grip.dataset.drag;
+    evt.preventDefault();
+    grip.setPointerCapture(evt.pointerId);
+    node.classList.add("is-dragging");
+    var start = { x: evt.clientX, y: evt.clientY, left: node.offsetLeft, top: node.offsetTop };
+    function move(e) {
+      node.style.left = Math.max(0, start.left + e.clientX - start.x) + "px";
+      node.style.top = Math.max(0, start.top + e.clientY - start.y) + "px";
+    }
+    function end() {
+      grip.removeEventListener("pointermove", move);
+      grip.removeEventListener("pointerup", end);
+      grip.removeEventListener("pointercancel", end);
+      node.classList.remove("is-dragging");
+      if (node.offsetLeft === start.left && node.offsetTop === start.top) return;
+      fetch("/api/v1/tasks/" + taskId + "/canvas", {
+        method: "PATCH",
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrfToken() },
+        body: JSON.stringify({ x: node.offsetLeft, y: node.offsetTop })
+      }).then(function (r) { if (!r.ok) flash("Could not save the placement (" + r.status + ")."); },
+              function () { flash("Could not save the placement (network error)."); });
+    }
+    grip.addEventListener("pointermove", move);
+    grip.addEventListener("pointerup", end);
+    grip.addEventListener("pointercancel", end);
+  });
+
+  // -- the project stream (SSE): dock and canvas ----------------------------------------------
+  function connectProjectStream() {
+    var main = document.querySelector("[data-stream]");
+    if (!main) return;
+    var source = new EventSource(main.dataset.stream);
+    source.onmessage = function (evt) { applyFragments(evt.data); };
+    source.onopen = function () {
+      document.body.classList.remove("is-offline");
+      document.body.dataset.streamOpen = "1";
+    };
+    // EventSource reconnects by itself; the server re-bootstraps every new connection.
+    source.onerror = function () { document.body.classList.add("is-offline"); };
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  // -- the timeline websocket -----------------------------------------------------------------
+  var timeline = { url: null, socket: null, attempts: 0, timer: null };
+
+  function syncTimelineSocket() {
+    var pane = document.querySelector("#timeline-pane[data-timeline-ws]");
+    var url = pane ? pane.dataset.timelineWs : null;
+    if (url === timeline.url) return;
+    closeTimelineSocket();
+    timeline.url = url;
+    timeline.attempts = 0;
+    if (url) openTimelineSocket(url);
+  }
+
+  function closeTimelineSocket() {
+    clearTimeout(timeline.timer);
+    if (timeline.socket) {
+      var s = timeline.socket;
+      timeline.socket = null;
+      s.close();
+    }
+  }
+
+  function openTimelineSocket(url) {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + location.host + url);
+    var finished = false;
+    timeline.socket = socket;
+    socket.onopen = function () {
+      timeline.attempts = 0;
+      var pane = byId("timeline-pane");
+      if (pane) pane.dataset.live = "1";
+    };
+    socket.onmessage = function (evt) {
+      if (timeline.socket !== socket) return;
+      var msg = JSON.parse(evt.data);
+      if (msg.t === "reset") {
+        var pane = byId("timeline-pane");
+        var taskId = pane && pane.dataset.taskId;
+        ["tl-steps-", "tl-events-"].forEach(function (prefix) {
+          var c = byId(prefix + taskId);
+          if (c) c.replaceChildren();
+        });
+      } else if (msg.t === "frag") {
+        applyFragments(msg.html);
+      } else if (msg.t === "gone") {
+        finished = true;  // purged: nothing more will come
+      }
+    };
+    socket.onclose = function () {
+      var pane = byId("timeline-pane");
+      if (pane) delete pane.dataset.live;
+      if (timeline.socket !== socket || finished) return;
+      timeline.socket = null;
+      var delay = Math.min(10000, 250 * Math.pow(2, timeline.attempts++));
+      timeline.timer = setTimeout(function () {
+        if (timeline.url === url) openTimelineSocket(url);
+      }, delay);
+    };
+  }
+
+  document.addEventListener("htmx:afterSettle", syncTimelineSocket);
+
+  function start() {
+    connectProjectStream();
+    syncTimelineSocket();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,198 @@
+"""Contract of engine/integrations/devbox.py against a devbox API on loopback: exact paths and
+bodies, a namespace-scoped HS256 JWT signed with the configured key, typed 404s, aborts."""
+from gevent import monkey
+
+monkey.patch_all()
+
+import json  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import gevent  # noqa: E402
+import jwt  # noqa: E402
+import pytest  # noqa: E402
+from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
+
+from engine.abort import Aborted, AbortSignal  # noqa: E402
+from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
+from engine.integrations.devbox import DevboxClient, ExecResult  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+
+KEY = "devbox-signing-key-for-contract-tests"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    authorization: str | None
+    body: dict | None
+
+
+class _RawPathHandler(WSGIHandler):
+    """Keeps the path as sent (PATH_INFO is percent-decoded)."""
+
+    def get_environ(self):
+        environ = super().get_environ()
+        environ["RAW_URI"] = self.path
+        return environ
+
+
+class FakeDevboxApi:
+    """A devbox API on 127.0.0.1: scripted (status, body, delay) per "METHOD path"."""
+
+    def __init__(self):
+        self.seen: list[Seen] = []
+        self.routes: dict[str, tuple[int, dict | None, float]] = {}
+        self._server = WSGIServer(("127.0.0.1", 0), self._app, log=None,
+                                  handler_class=_RawPathHandler)
+        self._server.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/"
+
+    def route(self, key: str, status: int, body: dict | None = None, delay_s: float = 0.0):
+        self.routes[key] = (status, body, delay_s)
+
+    def _app(self, environ, start_response):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(length) if length else b""
+        # RAW_URI keeps percent-encoding, so the test sees exactly what went on the wire.
+        path = environ["RAW_URI"]
+        self.seen.append(Seen(environ["REQUEST_METHOD"], path, environ.get("HTTP_AUTHORIZATION"),
+                              json.loads(raw) if raw else None))
+        status, body, delay_s = self.routes.get(f"{environ['REQUEST_METHOD']} {path}",
+                                                (404, {"message": "no such devbox"}, 0.0))
+        if delay_s:
+            gevent.sleep(delay_s)
+        start_response(f"{status} Scripted", [("Content-Type", "application/json")])
+        return [json.dumps(body).encode()] if body is not None else []
+
+    def stop(self):
+        self._server.stop(timeout=1)
+
+
+@pytest.fixture
+def api():
+    server = FakeDevboxApi()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(api):
+    return DevboxClient(api.url, KEY, timeout_s=2.0, exec_timeout_s=30.0)
+
+
+def claims_of(seen: Seen) -> dict:
+    scheme, _, token = seen.authorization.partition(" ")
+    assert scheme == "Bearer"
+    return jwt.decode(token, KEY, algorithms=["HS256"], audience="devbox-api",
+                      issuer="deploy-task-engine")
+
+
+BASE = "/v1/namespaces/team-a/devboxes"
+
+
+def test_create_posts_the_task_and_returns_the_id_with_a_namespace_scoped_token(api, client):
+    api.route(f"POST {BASE}", 201, {"id": "dbx-1"})
+    before = int(time.time())
+
+    assert client.create(namespace="team-a", task_id="t-1", abort=AbortSignal()) == "dbx-1"
+
+    [seen] = api.seen
+    assert (seen.method, seen.path, seen.body) == ("POST", BASE, {"taskId": "t-1"})
+    claims = claims_of(seen)
+    assert claims["namespace"] == "team-a" and claims["sub"] == "namespace:team-a"
+    assert before <= claims["iat"] <= claims["exp"] - 300 + 1
+    # Signed with the configured key and nothing else.
+    token = seen.authorization.split(" ", 1)[1]
+    assert jwt.get_unverified_header(token)["alg"] == "HS256"
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(token, "another-key-just-as-long-as-the-real-one", algorithms=["HS256"],
+                   audience="devbox-api")
+    assert KEY not in repr(client)
+
+
+def test_each_namespace_gets_its_own_token(api, client):
+    api.route("POST /v1/namespaces/team-b/devboxes/dbx-9/pause", 204)
+    client.pause("dbx-9", namespace="team-b", abort=AbortSignal())
+    assert claims_of(api.seen[0])["namespace"] == "team-b"
+
+
+def test_attach_exec_pause_delete_paths_and_bodies(api, client):
+    api.route(f"POST {BASE}/dbx-1/attach", 200, {"id": "dbx-1", "state": "running"})
+    api.route(f"POST {BASE}/dbx-1/exec", 200, {"exitCode": 0, "stdout": "ok\n", "stderr": ""})
+    api.route(f"POST {BASE}/dbx-1/pause", 204)
+    api.route(f"DELETE {BASE}/dbx-1", 200, {})
+    abort = AbortSignal()
+
+    client.attach("dbx-1", namespace="team-a", abort=abort)
+    result = client.exec("dbx-1", ["git", "clone", "--depth", "1", "--", "u", "/w"],
+                         namespace="team-a", abort=abort, timeout_s=120)
+    client.pause("dbx-1", namespace="team-a", abort=abort)
+    client.delete("dbx-1", namespace="team-a", abort=abort)
+
+    assert result == ExecResult(0, "ok\n", "")
+    assert [(s.method, s.path, s.body) for s in api.seen] == [
+        ("POST", f"{BASE}/dbx-1/attach", {}),
+        ("POST", f"{BASE}/dbx-1/exec",
+         {"command": ["git", "clone", "--depth", "1", "--", "u", "/w"], "timeoutSeconds": 120}),
+        ("POST", f"{BASE}/dbx-1/pause", {}),
+        ("DELETE", f"{BASE}/dbx-1", None),
+    ]
+    assert all(claims_of(s)["namespace"] == "team-a" for s in api.seen)
+
+
+def test_a_devbox_id_cannot_escape_its_path_segment(api, client):
+    with pytest.raises(NotFound):
+        client.pause("../../other", namespace="team-a", abort=AbortSignal())
+    assert api.seen[0].path == f"{BASE}/..%2F..%2Fother/pause"
+
+
+@pytest.mark.parametrize("op", ["attach", "pause", "delete", "exec"])
+def test_404_is_the_typed_absence(api, client, op):
+    args = (["true"],) if op == "exec" else ()
+    with pytest.raises(NotFound):
+        getattr(client, op)("gone", *args, namespace="team-a", abort=AbortSignal())
+
+
+@pytest.mark.parametrize("status", [401, 403, 500, 503])
+def test_other_errors_are_integration_errors_not_absence(api, client, status):
+    api.route(f"POST {BASE}/dbx-1/pause", status, {"message": "nope"})
+    with pytest.raises(IntegrationError) as raised:
+        client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
+    assert not isinstance(raised.value, NotFound)
+    assert str(status) in str(raised.value)
+
+
+def test_a_malformed_answer_is_an_integration_error(api, client):
+    api.route(f"POST {BASE}", 201, {"name": "no id here"})
+    api.route(f"POST {BASE}/dbx-1/exec", 200, {"stdout": "no exit code"})
+    with pytest.raises(IntegrationError, match="without an id"):
+        client.create(namespace="team-a", task_id="t", abort=AbortSignal())
+    with pytest.raises(IntegrationError, match="exit code"):
+        client.exec("dbx-1", ["ls"], namespace="team-a", abort=AbortSignal())
+
+
+def test_an_unreachable_api_is_an_integration_error():
+    client = DevboxClient(f"http://127.0.0.1:{free_port()}", KEY, timeout_s=1.0)
+    with pytest.raises(IntegrationError, match="unreachable"):
+        client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
+
+
+def test_an_abort_ends_a_slow_call_at_once(api, client):
+    api.route(f"POST {BASE}/dbx-1/exec", 200, {"exitCode": 0}, delay_s=5.0)
+    abort = AbortSignal()
+    gevent.spawn_later(0.2, abort.abort, "cancel")
+    started = time.monotonic()
+    with pytest.raises(Aborted):
+        client.exec("dbx-1", ["sleep", "60"], namespace="team-a", abort=abort)
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("key", ["", "too-short-for-hs256"])
+def test_a_signing_key_of_at_least_32_bytes_is_required(key):
+    with pytest.raises(ValueError, match="DEVBOX_SIGNING_KEY"):
+        DevboxClient("http://127.0.0.1:1", key)

@@ -1,0 +1,197 @@
+"""E2E fixtures: the real server (gunicorn, gevent, two workers, the test database, the sandbox
+cluster) driven by headless Chromium (Debian's `chromium`, through Playwright's
+`executable_path`; no Playwright browser download). `make test` installs both when missing.
+
+Screenshots land in test-artifacts/e2e/ (not committed).
+"""
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import ROOT, wait_for
+
+CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "e2e"
+WIDE = {"width": 1280, "height": 800}
+NARROW = {"width": 390, "height": 844}
+#: Sandbox cadences slow enough that a browser sees every state, fast enough for a test.
+SERVER_ENV = {"SANDBOX_APPLY_DELAY_S": "0.4", "SANDBOX_READY_DELAY_S": "1.5",
+              "READINESS_POLL_S": "0.2", "ACCESS_LOG": ""}
+
+#: Installed before any page script: records every state a chip, placeholder or timeline header
+#: shows, so a test can assert the sequence (running -> applying -> completed) without racing it.
+RECORDER = """
+(() => {
+  window.__pageId = Math.random().toString(36).slice(2);
+  window.__shown = [];
+  const last = new Map();
+  const record = () => {
+    document.querySelectorAll('.chip, .placeholder, .tl-head').forEach((el) => {
+      const label = el.querySelector('[data-status-label]');
+      const state = el.dataset.status + '|' + (label ? label.textContent.trim() : '');
+      const key = el.className.split(' ')[0] + ':' + el.dataset.taskId;
+      if (last.get(key) !== state) {
+        last.set(key, state);
+        window.__shown.push({surface: el.className.split(' ')[0], task: el.dataset.taskId,
+                             status: el.dataset.status, label: label ? label.textContent.trim() : ''});
+      }
+    });
+  };
+  new MutationObserver(record).observe(document, {subtree: true, childList: true,
+                                                  attributes: true, characterData: true});
+})();
+"""
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the session."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no chromium at {CHROMIUM}: `make test` installs it (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM,
+                                             args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def server(start_server, tmp_path):
+    """Factory: the real server (gunicorn, two gevent workers) with e2e sandbox cadences."""
+    def factory(**env):
+        return start_server("gunicorn", workers=2,
+                            env={**SERVER_ENV, "DATA_DIR": str(tmp_path / "data"), **env})
+    return factory
+
+
+class Page:
+    """A browser page on one project, with the helpers the tests share."""
+
+    def __init__(self, page, base: str, project: str, shots: "Shots"):
+        self.page, self.base, self.project, self.shots = page, base, project, shots
+        self.errors: list[str] = []
+        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+        page.on("console", lambda msg: self.errors.append(f"console: {msg.text}")
+                if msg.type == "error" else None)
+
+    def open(self, query: str = "") -> "Page":
+        self.page.goto(f"{self.base}/projects/{self.project}{query}")
+        self.page.wait_for_function("document.body.dataset.streamOpen === '1'")
+        return self
+
+    def chip(self, task_id: str):
+        return self.page.locator(f"#chip-{task_id}")
+
+    def wait_chip(self, task_id: str, status: str, timeout: float = 20_000):
+        self.page.wait_for_selector(f"#chip-{task_id}[data-status={status}]", timeout=timeout)
+        return self.chip(task_id)
+
+    def shown(self, task_id: str, surface: str = "chip") -> list[tuple[str, str]]:
+        """Every (status, label) one surface of a task showed, in order."""
+        return [(s["status"], s["label"]) for s in self.page.evaluate("window.__shown")
+                if s["task"] == task_id and s["surface"] == surface]
+
+    def open_timeline(self, task_id: str):
+        self.chip(task_id).locator(".chip-open").click()
+        self.page.wait_for_selector(f"#timeline-pane[data-task-id='{task_id}'][data-live]")
+        return self.page.locator(f"#tl-head-{task_id}")
+
+    def deploy_image(self, image: str, name: str, port: str = "") -> str:
+        """Deploy through the image pane; the new task's id (its timeline opens)."""
+        if not self.page.locator("#pane.is-open[data-kind=image]").count():
+            self.page.click("[data-deploy=image]")
+        self.page.wait_for_selector("#pane.is-open[data-kind=image]")
+        self.page.fill("#f-image", image)
+        self.page.fill("#f-name", name)
+        if port:
+            self.page.fill("#f-port", port)
+        before = self.page.evaluate(
+            "document.querySelector('#timeline-pane') && document.querySelector('#timeline-pane').dataset.taskId")
+        self.page.click("#pane button[type=submit]")
+        self.page.wait_for_function(
+            "(before) => { const p = document.querySelector('#timeline-pane');"
+            " return p && p.dataset.taskId && p.dataset.taskId !== before; }", arg=before)
+        self.page.wait_for_selector("#pane:not(.is-open)", state="attached")
+        return self.page.get_attribute("#timeline-pane", "data-task-id")
+
+    def shot(self, name: str) -> None:
+        self.shots.take(self.page, name)
+
+    def assert_no_errors(self) -> None:
+        assert self.errors == []
+
+
+class Shots:
+    """Screenshots of one test, named <test>-<nn>-<state>.png under test-artifacts/e2e/."""
+
+    def __init__(self, test_name: str):
+        self.prefix = re.sub(r"[^a-z0-9_]+", "-", test_name.lower()).strip("-")
+        self.count = 0
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    def take(self, page, name: str) -> None:
+        self.count += 1
+        size = page.viewport_size or {}
+        page.screenshot(path=str(ARTIFACTS / f"{self.prefix}-{self.count:02d}-{name}-"
+                                                f"{size.get('width')}w.png"), full_page=True)
+
+
+@pytest.fixture
+def shots(request):
+    return Shots(request.node.name)
+
+
+@pytest.fixture
+def open_page(browser, shots):
+    """Factory: a fresh browser context (its own cookies) showing one project."""
+    contexts = []
+
+    def factory(srv, project: str, viewport=WIDE, query: str = "") -> Page:
+        context = browser.new_context(viewport=viewport)
+        context.add_init_script(RECORDER)
+        contexts.append(context)
+        return Page(context.new_page(), srv.base, project, shots).open(query)
+
+    yield factory
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def api():
+    """Factory: arrange through the JSON API (create, read) of a running server."""
+    class Api:
+        def __init__(self, base):
+            self.base = base
+
+        def create(self, project: str, source: dict, **body) -> dict:
+            r = requests.post(f"{self.base}/api/v1/tasks",
+                              json={"projectId": project, "source": source, **body}, timeout=10)
+            assert r.status_code == 201, r.text
+            return r.json()
+
+        def get(self, task_id: str) -> dict:
+            r = requests.get(f"{self.base}/api/v1/tasks/{task_id}", timeout=10)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        def list(self, project: str) -> list[dict]:
+            r = requests.get(f"{self.base}/api/v1/tasks", params={"projectId": project}, timeout=10)
+            return r.json()["items"]
+
+        def wait(self, task_id: str, *statuses: str, timeout: float = 20.0) -> dict:
+            return wait_for(lambda: (lambda s: s if s["status"] in statuses else None)(
+                self.get(task_id)), timeout, interval=0.1, message=f"{task_id} -> {statuses}")
+
+    return Api
+
+
+def image(name: str, tag: str = "1.0", marker: str = "") -> dict:
+    """An image source; `marker` is a sandbox behaviour (sandbox-never-ready, ...)."""
+    ref = f"registry.local/{marker + '-' if marker else ''}app:{tag}"
+    return {"kind": "image", "image": ref, "name": name, "port": 8080}

@@ -1,0 +1,352 @@
+"""Local runtimes (seed 001) with real processes: process-group stops, pid reuse, the shutdown
+drain, and startup reconciliation of rows a SIGKILLed server left behind."""
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import gevent
+import pytest
+
+from engine import cleanup
+from engine.abort import Aborted, AbortSignal
+from engine.cleanup import HOST, Liveness, ProcessIdentity
+from engine.errors import LeaseLost
+from engine.handle import TaskHandle
+from tests.conftest import ROOT, wait_for
+
+STOP_TIMEOUT_S = 0.3
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app(cleanup_interval_s=3600.0, runtime_stop_timeout_s=STOP_TIMEOUT_S)
+
+
+@pytest.fixture
+def spawned():
+    """Processes a test starts outside the engine; their groups are killed afterwards."""
+    groups = []
+
+    def factory(argv):
+        proc = subprocess.Popen(argv, start_new_session=True)
+        groups.append(proc.pid)
+        return proc
+
+    yield factory
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture
+def held_handle(runtime, insert_task, sql_conn):
+    """Factory: a task running under this runtime's lease, and the handle its runner would get.
+    Afterwards any group a failed test left behind is killed."""
+    def factory(epoch=1):
+        task = insert_task(status="running", lease_owner=runtime.owner, lease_epoch=1)
+        handle = TaskHandle(runtime.db, task["id"], epoch=epoch, owner=runtime.owner,
+                            abort=AbortSignal())
+        handle.runtime_stop_timeout_s = STOP_TIMEOUT_S
+        return handle
+    yield factory
+    for row in sql_conn.execute("SELECT pgid FROM task_runtimes WHERE pgid IS NOT NULL"):
+        try:
+            os.killpg(row["pgid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def running(pid: int) -> bool:
+    """Whether pid is a live (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def members(pgid: int) -> list[int]:
+    return cleanup.group_members(pgid)
+
+
+def runtime_rows(sql_conn, **where):
+    clause = " AND ".join(f"{k} = %({k})s" for k in where) or "true"
+    return sql_conn.execute(f"SELECT * FROM task_runtimes WHERE {clause} ORDER BY created_at",
+                            where).fetchall()
+
+
+def identity_of(pid: int) -> ProcessIdentity:
+    return ProcessIdentity(HOST, cleanup.boot_id(), pid, pid, cleanup._stat(pid).start_ticks)
+
+
+def insert_runtime(sql_conn, *, task_id=None, kind="local", liveness="process", owner=None,
+                   owner_pid=None, owner_start_ticks=None, identity: ProcessIdentity | None = None,
+                   host=HOST, resume=None, remote_id=None):
+    """Arrange a runtime row as an earlier process on this host would have left it."""
+    from psycopg.types.json import Jsonb
+    return sql_conn.execute(
+        "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, owner_pid, "
+        "owner_start_ticks, boot_id, pid, pgid, start_ticks, resume, remote_id) VALUES "
+        "(%s, 'default', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
+        (task_id or uuid.uuid4(), kind, liveness, host, owner or f"{host}:1:gone", owner_pid,
+         owner_start_ticks, identity and identity.boot_id, identity and identity.pid,
+         identity and identity.pgid, identity and identity.start_ticks,
+         Jsonb(resume) if resume else None, remote_id)).fetchone()
+
+
+def dead_identity(spawned) -> ProcessIdentity:
+    """The identity of a process that existed and is gone."""
+    proc = spawned(["true"])
+    identity = wait_for(lambda: cleanup._stat(proc.pid) and identity_of(proc.pid))
+    proc.wait()
+    wait_for(lambda: not running(proc.pid))
+    return identity
+
+
+# -- stopping process groups ----------------------------------------------------------------------
+
+def test_a_group_whose_leader_ignores_sigterm_is_killed_and_nothing_survives(held_handle,
+                                                                            sql_conn):
+    handle = held_handle()
+    proc = handle.start_local_process(
+        ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"], label="stubborn")
+    [row] = runtime_rows(sql_conn, task_id=handle.task_id)
+    assert (row["kind"], row["liveness"], row["pid"], row["pgid"], row["status"]) == \
+        ("local", "process", proc.pid, proc.pid, "running")
+    assert row["start_ticks"] == cleanup._stat(proc.pid).start_ticks
+    group = wait_for(lambda: len(members(proc.pid)) == 3 and members(proc.pid))
+
+    started = time.monotonic()
+    assert proc.stop() is True
+    assert time.monotonic() - started >= STOP_TIMEOUT_S  # SIGTERM was not enough: SIGKILL
+    assert [pid for pid in group if running(pid)] == []
+    assert members(proc.pid) == []
+    assert runtime_rows(sql_conn, task_id=handle.task_id) == []
+
+
+def test_a_wrapper_whose_child_outlives_it_is_fully_reaped(runtime, held_handle, sql_conn):
+    handle = held_handle()
+    proc = handle.start_local_process(["sh", "-c", "sleep 300 & echo $!"],
+                                      stdout=subprocess.PIPE, text=True)
+    child = int(proc.popen.stdout.readline())
+    assert proc.wait(AbortSignal()) == 0  # the wrapper is gone...
+    assert running(child)  # ...its child lives on, reparented away from it
+    assert cleanup.group_liveness(proc.identity) is Liveness.ALIVE
+    assert len(runtime_rows(sql_conn, task_id=handle.task_id)) == 1  # so the row stays
+
+    # The end of the run releases what the task left behind.
+    assert runtime.cleanup.release_runtimes(handle.task_id) == 1
+    assert not running(child)
+    assert runtime_rows(sql_conn, task_id=handle.task_id) == []
+
+
+def test_an_abort_stops_the_group_a_runner_waits_on(held_handle, sql_conn):
+    handle = held_handle()
+    proc = handle.start_local_process(["sleep", "300"])
+    abort = AbortSignal()
+    gevent.spawn_later(0.1, abort.abort, "cancel")
+    with pytest.raises(Aborted):
+        proc.wait(abort)
+    assert not running(proc.pid)
+    assert runtime_rows(sql_conn, task_id=handle.task_id) == []
+
+
+def test_a_fenced_off_runner_cannot_leave_a_process_behind(held_handle, sql_conn):
+    handle = held_handle(epoch=0)  # a stale epoch: the lease moved on
+    marker = f"{time.time() % 1000:.6f}"
+    with pytest.raises(LeaseLost):
+        handle.start_local_process(["sleep", f"3{marker}"])
+    assert handle.abort.aborted
+    assert runtime_rows(sql_conn, task_id=handle.task_id) == []
+
+    def survivors():
+        found = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                        if marker.encode() in f.read() and running(int(entry.name)):
+                            found.append(entry.name)
+                except OSError:
+                    pass
+        return found
+    assert survivors() == []
+
+
+def test_the_shutdown_drain_stops_this_process_groups(runtime, held_handle, sql_conn):
+    procs = [held_handle().start_local_process(["sh", "-c", "trap '' TERM; sleep 300"])
+             for _ in range(2)]
+    runtime.shutdown()
+    assert [p.pid for p in procs if running(p.pid) or members(p.pid)] == []
+    assert runtime_rows(sql_conn, kind="local") == []
+
+
+# -- liveness: confirmed dead only with pid and start time ----------------------------------------
+
+def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, caplog):
+    bystander = spawned(["sleep", "300"])
+    real = wait_for(lambda: cleanup._stat(bystander.pid) and identity_of(bystander.pid))
+    reused = ProcessIdentity(HOST, real.boot_id, real.pid, real.pgid, real.start_ticks - 1)
+    other_boot = ProcessIdentity(HOST, "another-boot", real.pid, real.pgid, real.start_ticks)
+    assert cleanup.group_liveness(real) is Liveness.ALIVE
+    assert cleanup.group_liveness(reused) is Liveness.DEAD
+    assert cleanup.group_liveness(other_boot) is Liveness.DEAD
+    assert cleanup.stop_group(reused, timeout_s=STOP_TIMEOUT_S) == "absent"
+
+    # A row naming the bystander's pid with another start time is a dead runtime of ours...
+    row = insert_runtime(sql_conn, identity=reused)
+    caplog.set_level(logging.INFO, logger="engine.cleanup")
+    summary = runtime.cleanup.reconcile()
+    assert summary["counts"] == [{"kind": "local", "liveness": "process",
+                                  "disposition": "removed", "count": 1}]
+    assert runtime_rows(sql_conn, id=row["id"]) == []
+    # ...and the unrelated process that now holds the pid was never signalled.
+    assert running(bystander.pid)
+    assert bystander.poll() is None
+
+
+def test_a_stop_job_for_a_runtime_confirmed_dead_succeeds_at_once(runtime, spawned, sql_conn):
+    row = insert_runtime(sql_conn, identity=dead_identity(spawned))
+    job = cleanup.enqueue_runtime_stop(runtime.db, row)
+    assert job["host"] == HOST
+    runtime.cleanup.run_once()
+    state = sql_conn.execute("SELECT state, attempts FROM cleanup_jobs WHERE id = %s",
+                             (job["id"],)).fetchone()
+    assert state == {"state": "succeeded", "attempts": 1}
+    assert runtime_rows(sql_conn, id=row["id"]) == []
+
+
+def test_a_runtime_without_a_process_handle_is_never_pruned(runtime, sql_conn):
+    row = insert_runtime(sql_conn, liveness="none")
+    job = cleanup.enqueue_runtime_stop(runtime.db, row)
+    runtime.cleanup.run_once()
+    state = sql_conn.execute("SELECT state, last_error FROM cleanup_jobs WHERE id = %s",
+                             (job["id"],)).fetchone()
+    assert state["state"] == "retry_wait" and "liveness unknown" in state["last_error"]
+    assert len(runtime_rows(sql_conn, id=row["id"])) == 1
+
+
+def test_a_stop_job_of_another_host_is_left_to_that_host(runtime, spawned, sql_conn):
+    row = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
+    job = cleanup.enqueue_runtime_stop(runtime.db, row)
+    runtime.cleanup.run_once()
+    state = sql_conn.execute("SELECT state, attempts FROM cleanup_jobs WHERE id = %s",
+                             (job["id"],)).fetchone()
+    assert state == {"state": "pending", "attempts": 0}
+
+
+# -- startup reconciliation -----------------------------------------------------------------------
+
+def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spawned, sql_conn,
+                                                                   caplog):
+    me = identity_of(os.getpid())
+    dead = insert_runtime(sql_conn, identity=dead_identity(spawned))
+    resumable = insert_runtime(sql_conn, identity=dead_identity(spawned),
+                               resume={"session": "s-1"})
+    sibling_proc = spawned(["sleep", "300"])
+    sibling = insert_runtime(sql_conn, identity=wait_for(lambda: identity_of(sibling_proc.pid)),
+                             owner=f"{HOST}:{os.getpid()}:sibling", owner_pid=os.getpid(),
+                             owner_start_ticks=me.start_ticks)
+    devbox = insert_runtime(sql_conn, kind="devbox", liveness="remote", remote_id="box-r")
+    handleless = insert_runtime(sql_conn, liveness="none")
+    elsewhere = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
+
+    caplog.set_level(logging.INFO, logger="engine.cleanup")
+    make_app(cleanup_interval_s=3600.0)
+
+    records = [r for r in caplog.records if r.name == "engine.cleanup"]
+    assert [r.levelno for r in records] == [logging.INFO]  # one line, no per-row warnings
+    summary = records[0].reconciliation
+    assert summary["rows"] == 5
+    assert summary["counts"] == [
+        {"kind": "devbox", "liveness": "remote", "disposition": "preserved_unknown", "count": 1},
+        {"kind": "local", "liveness": "none", "disposition": "preserved_unknown", "count": 1},
+        {"kind": "local", "liveness": "process", "disposition": "preserved_owner_alive",
+         "count": 1},
+        {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1},
+        {"kind": "local", "liveness": "process", "disposition": "repaired", "count": 1},
+    ]
+    left = {r["id"]: r for r in runtime_rows(sql_conn)}
+    assert dead["id"] not in left
+    assert (left[resumable["id"]]["status"], left[resumable["id"]]["pid"],
+            left[resumable["id"]]["resume"]) == ("stopped", None, {"session": "s-1"})
+    assert {sibling["id"], devbox["id"], handleless["id"], elsewhere["id"]} <= set(left)
+    assert running(sibling_proc.pid)
+
+    # A second boot finds nothing new to remove and repeats no warning.
+    caplog.clear()
+    make_app(cleanup_interval_s=3600.0)
+    summary = [r for r in caplog.records if r.name == "engine.cleanup"][0].reconciliation
+    assert summary["rows"] == 3
+    assert {c["disposition"] for c in summary["counts"]} == \
+        {"preserved_unknown", "preserved_owner_alive"}
+
+
+HELPER = """
+from gevent import monkey; monkey.patch_all()
+import json, os, socket, sys
+import gevent
+from engine.abort import AbortSignal
+from engine.db import Database
+from engine.handle import TaskHandle
+from engine.status import Status
+from engine.transitions import transition
+
+db = Database(sys.argv[1], max_size=2)
+db.open()
+owner = f"{socket.gethostname()}:{os.getpid()}:helper"
+row = transition(db, sys.argv[2], Status.RUNNING, claim_owner=owner, lease_ttl_s=60)[0]
+handle = TaskHandle(db, row["id"], epoch=row["lease_epoch"], owner=owner, abort=AbortSignal())
+lasting = handle.start_local_process(["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"])
+brief = handle.start_local_process(["sleep", "0.2"])
+print(json.dumps({"lasting": lasting.pid, "brief": brief.pid}), flush=True)
+gevent.sleep(600)
+"""
+
+
+def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
+        make_app, database_url, insert_task, sql_conn, caplog):
+    task = insert_task(status="queued")
+    pids = {}
+    server = subprocess.Popen([sys.executable, "-c", HELPER, database_url, str(task["id"])],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        pids.update(json.loads(server.stdout.readline()))
+        lasting = wait_for(lambda: len(members(pids["lasting"])) == 3 and members(pids["lasting"]))
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        wait_for(lambda: not running(pids["brief"]), message="the brief runtime to end")
+        # The killed server's groups had their own sessions: they outlive it.
+        assert all(running(pid) for pid in lasting)
+        assert len(runtime_rows(sql_conn, task_id=task["id"])) == 2
+
+        caplog.set_level(logging.INFO, logger="engine.cleanup")
+        make_app(cleanup_interval_s=0.05, runtime_stop_timeout_s=STOP_TIMEOUT_S)
+        summary = [r for r in caplog.records if r.name == "engine.cleanup"][0].reconciliation
+        assert summary["counts"] == [
+            {"kind": "local", "liveness": "process", "disposition": "preserved_stop_enqueued",
+             "count": 1},
+            {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1},
+        ]
+        # The stop job runs on this host's worker: SIGTERM is ignored, SIGKILL ends it.
+        wait_for(lambda: runtime_rows(sql_conn, task_id=task["id"]) == [], timeout=15,
+                 message="the left-behind group to be stopped and its row released")
+        assert [pid for pid in lasting if running(pid)] == []
+        job = sql_conn.execute("SELECT trigger, state, attempts FROM cleanup_jobs").fetchone()
+        assert job == {"trigger": "runtime_stop", "state": "succeeded", "attempts": 1}
+    finally:
+        if server.poll() is None:
+            server.kill()
+        for pgid in pids.values():
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

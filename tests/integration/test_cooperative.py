@@ -1,0 +1,97 @@
+"""psycopg must be cooperative under gevent, or one slow query freezes every greenlet in the process.
+
+psycopg picks its wait function when it is imported, so the entry point has to patch first. These
+tests run two `pg_sleep(0.5)` at once and fail if they take as long as running them one after the
+other: in a fresh interpreter that imports the real entry point (`app`), and through the running
+app's own pool. A control run imports psycopg before patching and must serialize; it shows the
+measurement can tell the two apart on this machine.
+"""
+import json
+import subprocess
+import sys
+import time
+
+import gevent
+
+from tests.conftest import ROOT
+
+SLEEP_S = 0.5
+#: Two overlapped sleeps take ~0.5 s; serialized ones take 1.0 s. Leave room for a loaded machine.
+OVERLAPPED_BELOW_S = 0.9
+
+#: Runs in a fresh interpreter; prints {"elapsed": seconds}. `{prelude}` decides the import order.
+SCRIPT = """
+{prelude}
+import json, sys, time
+import gevent
+from engine.db import Database
+
+db = Database(sys.argv[1], max_size=4)
+db.open()
+
+def query(sql):
+    with db.pool.connection() as conn:
+        conn.execute(sql)
+
+# Grow the pool to two connections first, so the measurement is the queries alone.
+gevent.joinall([gevent.spawn(query, "SELECT pg_sleep(0.05)") for _ in range(2)], raise_error=True)
+started = time.monotonic()
+gevent.joinall([gevent.spawn(query, "SELECT pg_sleep({sleep})") for _ in range(2)], raise_error=True)
+print(json.dumps({{"elapsed": time.monotonic() - started}}))
+db.close()
+"""
+
+#: The real entry point: importing it monkey-patches before anything imports psycopg.
+ENTRY_POINT_FIRST = "import app"
+#: The mistake STACK_NOTES warns about: psycopg imported before gevent patches.
+PSYCOPG_FIRST = "import psycopg\nfrom gevent import monkey\nmonkey.patch_all()"
+
+
+def _two_sleeps_in_fresh_interpreter(prelude: str, database_url: str) -> float:
+    script = SCRIPT.format(prelude=prelude, sleep=SLEEP_S)
+    done = subprocess.run([sys.executable, "-c", script, database_url], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])["elapsed"]
+
+
+def test_the_entry_point_makes_psycopg_cooperative(database_url):
+    elapsed = _two_sleeps_in_fresh_interpreter(ENTRY_POINT_FIRST, database_url)
+    assert elapsed < OVERLAPPED_BELOW_S, f"two pg_sleep({SLEEP_S}) serialized: {elapsed:.2f}s"
+
+
+def test_control_psycopg_imported_before_patching_serializes(database_url):
+    elapsed = _two_sleeps_in_fresh_interpreter(PSYCOPG_FIRST, database_url)
+    assert elapsed >= 2 * SLEEP_S * 0.95, f"expected serialized sleeps, took {elapsed:.2f}s"
+
+
+def test_the_running_apps_pool_overlaps_queries(runtime):
+    def query(sql):
+        with runtime.db.pool.connection() as conn:
+            conn.execute(sql)
+
+    gevent.joinall([gevent.spawn(query, "SELECT pg_sleep(0.05)") for _ in range(2)],
+                   raise_error=True)
+    started = time.monotonic()
+    gevent.joinall([gevent.spawn(query, f"SELECT pg_sleep({SLEEP_S})") for _ in range(2)],
+                   raise_error=True)
+    elapsed = time.monotonic() - started
+    assert elapsed < OVERLAPPED_BELOW_S, f"two pg_sleep({SLEEP_S}) serialized: {elapsed:.2f}s"
+
+
+def test_a_slow_query_does_not_stall_requests(client, runtime):
+    """While one greenlet waits on PostgreSQL, the app still answers a request."""
+    def slow():
+        with runtime.db.pool.connection() as conn:
+            conn.execute("SELECT pg_sleep(2)")
+
+    sleeper = gevent.spawn(slow)
+    gevent.sleep(0.1)  # let it reach the server
+    started = time.monotonic()
+    response = client.get("/api/v1/tasks")  # a request that reads the database too
+    answered_after = time.monotonic() - started
+    still_sleeping = not sleeper.ready()
+    sleeper.join(timeout=10)
+    assert response.status_code == 200
+    assert still_sleeping and answered_after < 1.5, f"request waited {answered_after:.2f}s"
+    assert response.get_json()["items"] == []

@@ -1,0 +1,217 @@
+"""The project SSE stream: bootstrap, upserts, removes, re-bootstrap, and across processes.
+
+In-process tests serve the app with gevent's WSGIServer on loopback (the fake cluster lets them
+hold a task where they want it); the cross-process test runs gunicorn with two gevent workers.
+Every assertion is on frames a real HTTP client received.
+"""
+import json
+
+import gevent
+import pytest
+import requests
+from gevent.pywsgi import WSGIServer
+from gevent.queue import Empty, Queue
+
+from tests.conftest import IMAGE_SOURCE, wait_for
+
+STREAM = "/api/v1/projects/{project}/tasks/stream"
+END = ("end", None)
+
+
+class EventStream:
+    """An SSE client reading frames into a queue from its own greenlet."""
+
+    def __init__(self, base: str, project: str = "demo"):
+        self.response = requests.get(base + STREAM.format(project=project), stream=True,
+                                     timeout=(5, 60))
+        assert self.response.status_code == 200, self.response.text
+        assert self.response.headers["Content-Type"].startswith("text/event-stream")
+        self.served_by = self.response.headers["X-Served-By"]
+        self.frames: Queue = Queue()
+        self._reader = gevent.spawn(self._read)
+
+    def _read(self):
+        buffer = ""
+        try:
+            for chunk in self.response.iter_content(chunk_size=None):
+                buffer += chunk.decode()
+                while "\n\n" in buffer:
+                    frame, buffer = buffer.split("\n\n", 1)
+                    parsed = _parse(frame)
+                    if parsed is not None:
+                        self.frames.put(parsed)
+        finally:
+            self.frames.put(END)
+
+    def next(self, timeout: float = 20.0) -> tuple[str, dict]:
+        """The next (event, data) frame; fails the test after `timeout` seconds."""
+        try:
+            frame = self.frames.get(timeout=timeout)
+        except Empty:
+            raise AssertionError(f"no stream frame within {timeout}s")
+        assert frame != END, "the stream ended"
+        return frame
+
+    def until(self, predicate, timeout: float = 30.0) -> list[tuple[str, dict]]:
+        """Frames up to and including the first one `predicate` accepts."""
+        seen = []
+        deadline = gevent.get_hub().loop.now() + timeout
+        while True:
+            remaining = deadline - gevent.get_hub().loop.now()
+            if remaining <= 0:
+                raise AssertionError(f"no matching frame within {timeout}s; saw {seen}")
+            frame = self.next(timeout=remaining)
+            seen.append(frame)
+            if predicate(*frame):
+                return seen
+
+    def close(self):
+        self._reader.kill(block=True, timeout=5)
+        self.response.close()
+
+
+def _parse(frame: str):
+    event, data = None, []
+    for line in frame.splitlines():
+        if line.startswith(":"):
+            continue  # keepalive comment
+        key, _, value = line.partition(":")
+        if key == "event":
+            event = value.strip()
+        elif key == "data":
+            data.append(value.strip())
+    if event is None:
+        return None
+    return event, json.loads("\n".join(data))
+
+
+@pytest.fixture
+def serve():
+    """Factory: serve an app in this process on loopback; its base URL. Stopped after the test."""
+    servers, streams = [], []
+
+    def factory(app):
+        server = WSGIServer(("127.0.0.1", 0), app, log=None)
+        server.start()
+        servers.append((server, app))
+        return f"http://127.0.0.1:{server.server_port}"
+
+    def stream(base, project="demo"):
+        opened = EventStream(base, project)
+        streams.append(opened)
+        return opened
+
+    factory.stream = stream
+    yield factory
+    for opened in streams:
+        opened.close()
+    for server, app in servers:
+        app.extensions["engine"].shutdown()  # closes the streams server-side, as SIGTERM does
+        server.stop(timeout=5)
+
+
+def create(base, project="demo") -> str:
+    response = requests.post(base + "/api/v1/tasks", timeout=10,
+                             json={"projectId": project, "source": IMAGE_SOURCE})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+STATUS_ORDER = ["queued", "running", "applying", "completed"]
+
+
+def test_bootstrap_then_upserts_until_completed(make_app, cluster, serve, insert_task):
+    cluster.ready_after_polls = "never"  # hold the run in verify until the test says so
+    earlier = insert_task(status="completed", project_id="demo")
+    insert_task(status="completed", project_id="elsewhere")
+    insert_task(status="completed", project_id="demo", namespace="other-team")
+    base = serve(make_app())
+    stream = serve.stream(base)
+
+    event, data = stream.next()
+    assert event == "snapshot"
+    assert [i["id"] for i in data["items"]] == [str(earlier["id"])]
+
+    elsewhere = create(base, project="elsewhere")
+    task_id = create(base)
+    frames = stream.until(lambda e, d: e == "upsert" and d["id"] == task_id
+                          and d["phase"] == "verify")
+    cluster.ready_after_polls = None
+    frames += stream.until(lambda e, d: e == "upsert" and d["id"] == task_id
+                           and d["status"] == "completed")
+
+    assert all(d.get("id") != elsewhere for _, d in frames), "another project's task leaked"
+    mine = [d for e, d in frames if e == "upsert" and d["id"] == task_id]
+    statuses = [d["status"] for d in mine]
+    assert statuses == sorted(statuses, key=STATUS_ORDER.index), statuses
+    assert {"running", "applying", "completed"} <= set(statuses)
+    final = mine[-1]
+    assert (final["active"], final["projectId"], final["title"]) == (False, "demo", "web")
+    assert [r["kind"] for r in final["appliedResources"]] == ["Deployment", "Service"]
+
+
+def test_a_row_that_disappears_is_a_remove(make_app, serve, insert_task, sql_conn):
+    task = insert_task(status="failed", project_id="demo")
+    base = serve(make_app())
+    stream = serve.stream(base)
+    assert [i["id"] for i in stream.next()[1]["items"]] == [str(task["id"])]
+
+    # What the retention purge does: delete the row, and notify its ids.
+    sql_conn.execute(
+        "WITH gone AS (DELETE FROM deploy_tasks WHERE id = %s RETURNING namespace, project_id, id) "
+        "SELECT pg_notify('deploy_tasks', json_build_object("
+        "'namespace', namespace, 'project', project_id, 'task', id)::text) FROM gone",
+        (task["id"],))
+    assert stream.next() == ("remove", {"id": str(task["id"])})
+
+
+def test_a_listener_reconnect_rebootstraps_the_stream(make_app, serve, insert_task, sql_conn):
+    app = make_app()
+    base = serve(app)
+    stream = serve.stream(base)
+    assert stream.next() == ("snapshot", {"items": []})
+    runtime = app.extensions["engine"]
+
+    # A change nobody is notified of, as if it had happened while the listener was away.
+    unseen = insert_task(status="failed", project_id="demo")
+    killed = sql_conn.execute(
+        "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
+        "WHERE datname = current_database() AND query = 'LISTEN deploy_tasks'").fetchall()
+    assert [r["ok"] for r in killed] == [True]
+
+    event, data = stream.next()
+    assert event == "snapshot"
+    assert [i["id"] for i in data["items"]] == [str(unseen["id"])]
+    wait_for(runtime.fanout.connected.is_set, message="the listener to reconnect")
+    # And the stream is live again.
+    task_id = create(base)
+    stream.until(lambda e, d: e == "upsert" and d["id"] == task_id)
+
+
+def test_a_stream_sees_tasks_another_worker_runs(start_server):
+    """Gunicorn, two gevent workers: the stream is served by one, the task run by the other."""
+    server = start_server("gunicorn", workers=2, env={
+        "SANDBOX_APPLY_DELAY_S": "0.05", "SANDBOX_READY_DELAY_S": "0.3",
+        "READINESS_POLL_S": "0.1"})
+    stream = EventStream(server.base)
+    try:
+        assert stream.next()[0] == "snapshot"
+        other = None
+        for _ in range(15):  # fresh connections, a few at a time, until the other worker takes one
+            batch = [gevent.spawn(requests.post, server.base + "/api/v1/tasks", timeout=10,
+                                  json={"projectId": "demo", "source": IMAGE_SOURCE})
+                     for _ in range(4)]
+            gevent.joinall(batch, raise_error=True)
+            for done in batch:
+                assert done.value.status_code == 201, done.value.text
+                if done.value.headers["X-Served-By"] != stream.served_by:
+                    other = done.value.json()["id"]
+            if other:
+                break
+        assert other, "no create was handled by the other worker"
+        frames = stream.until(lambda e, d: e == "upsert" and d["id"] == other
+                              and d["status"] == "completed", timeout=60)
+        seen = [d["status"] for e, d in frames if e == "upsert" and d["id"] == other]
+        assert seen[-1] == "completed"
+    finally:
+        stream.close()

@@ -1,0 +1,384 @@
+"""Template sources end to end through the HTTP API: catalog listing, deploy on the fake cluster
+and the sandbox, blocked inputs answered through /input, identity reuse across redeploys,
+failure cleanup only for a fresh identity, and cancel never reaching cleanup."""
+import base64
+import json
+import os
+import re
+import textwrap
+import uuid
+
+import pytest
+
+from engine.integrations import Integrations
+from engine.integrations.sandbox import SandboxCluster
+from tests.conftest import wait_for
+
+INSTANCE = "templateInstanceName"
+
+
+def canary() -> str:
+    return f"CANARY-{uuid.uuid4().hex}"
+
+
+def forms(value: str) -> list[str]:
+    """The ways a value could be persisted: raw, JSON-escaped, base64."""
+    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
+
+
+def dump_database(sql_conn) -> str:
+    """Every row of every table, as text."""
+    tables = [r["tablename"] for r in sql_conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+    assert {"deploy_tasks", "deploy_task_events"} <= set(tables)
+    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
+        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
+
+
+def template(name="webapp", **args) -> dict:
+    return {"kind": "template", "template": name, "args": args}
+
+
+def create(client, source, project_id="demo", **body) -> dict:
+    response = client.post("/api/v1/tasks",
+                           json={"projectId": project_id, "source": source, **body})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def redeploy(client, predecessor_id, **body) -> dict:
+    response = client.post("/api/v1/tasks", json={"predecessorTaskId": predecessor_id, **body})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def wait(client, task_id, *statuses, timeout=10.0) -> dict:
+    def current():
+        snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
+        return snap if snap["status"] in statuses else None
+    return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
+
+
+def events(client, task_id) -> list[dict]:
+    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
+
+
+def steps(client, task_id, step) -> list[dict]:
+    return [e["payload"] for e in events(client, task_id)
+            if e["kind"] == "step" and e["payload"]["step"] == step]
+
+
+def applied_manifests(cluster, kind=None) -> list[dict]:
+    return [c.manifest for c in cluster.calls
+            if c.op == "apply" and c.outcome == "ok" and kind in (None, c.ref.kind)]
+
+
+def instance_of(snap) -> str:
+    return snap["resultIdentities"][INSTANCE]
+
+
+# -- the catalog ---------------------------------------------------------------------------------
+def test_the_catalog_lists_each_template_with_its_declared_inputs(client):
+    response = client.get("/api/v1/templates")
+    assert response.status_code == 200
+    items = {t["name"]: t for t in response.get_json()["items"]}
+    assert {"webapp", "postgresql", "redis"} <= set(items)
+    for item in items.values():
+        assert item["title"] and item["description"]
+        for decl in item["inputs"]:
+            assert {"name", "type", "default", "required", "sensitive"} <= set(decl)
+    postgres = {d["name"]: d for d in items["postgresql"]["inputs"]}
+    assert postgres["password"] | {"description": None} == {
+        "name": "password", "type": "password", "default": None, "required": True,
+        "sensitive": True, "description": None}
+    assert postgres["version"]["default"] == "17" and postgres["version"]["sensitive"] is False
+    webapp = {d["name"]: d for d in items["webapp"]["inputs"]}
+    assert webapp["port"] == webapp["port"] | {"type": "integer", "default": 80}
+
+
+# -- deploying -----------------------------------------------------------------------------------
+def test_a_template_deploys_to_completed_on_the_fake_cluster(client, cluster):
+    task = create(client, template("webapp", replicas=2, image="nginx:1.27"))
+    assert task["runner"] == "template"
+    snap = wait(client, task["id"], "completed", "failed")
+    assert snap["status"] == "completed", snap["failure"]
+    instance = instance_of(snap)
+    assert re.fullmatch(r"webapp-[0-9a-f]{6}", instance)
+    assert cluster.applied() == [f"Deployment/{instance}", f"Service/{instance}"]
+    deployment = applied_manifests(cluster, "Deployment")[0]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["metadata"]["namespace"] == "demo"
+    assert {(r["kind"], r["name"]) for r in snap["appliedResources"]} == {
+        ("Deployment", instance), ("Service", instance)}
+    # Completed only after the required result resource answered ready.
+    polled = [c.ref.label() for c in cluster.calls if c.op == "readiness"]
+    assert polled == [f"Deployment/{instance}"]
+    assert cluster.deletes() == []
+
+
+@pytest.fixture
+def sandbox_client(make_app):
+    sandbox = SandboxCluster(apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False,
+                             apply_error="")
+    app = make_app(overrides={"integrations": Integrations(cluster=lambda kubeconfig: sandbox,
+                                                           cluster_label="sandbox")})
+    return app.test_client(), sandbox
+
+
+@pytest.mark.parametrize("name,inputs", [
+    ("webapp", {}), ("postgresql", {"password": "pg-pass-1234"}),
+    ("redis", {"password": "rd-pass-1234"})])
+def test_each_shipped_template_deploys_to_completed_on_the_sandbox(sandbox_client, name, inputs):
+    client, sandbox = sandbox_client
+    task = create(client, template(name), inputs=inputs)
+    snap = wait(client, task["id"], "completed", "failed", "blocked")
+    assert snap["status"] == "completed", snap
+    instance = instance_of(snap)
+    stored = {ref.label() for ref in sandbox.objects}
+    assert {f"{r['kind']}/{r['name']}" for r in snap["appliedResources"]} == stored
+    assert all(ref.name.startswith(instance) and ref.namespace == "demo" for ref in sandbox.objects)
+
+
+# -- blocked inputs and the secrets contract ---------------------------------------------------
+def test_a_blocked_template_resumes_through_input_and_its_secret_is_persisted_nowhere(
+        client, cluster, sql_conn):
+    secret = canary()
+    task = create(client, template("postgresql", database="shop"))
+    blocked = wait(client, task["id"], "blocked", "completed", "failed")
+    assert blocked["status"] == "blocked"
+    pending = {d["name"]: d for d in blocked["pendingInputs"]}
+    assert pending["password"]["missing"] is True and pending["password"]["sensitive"] is True
+    assert pending["database"]["missing"] is False
+    assert blocked["resultIdentities"] == {}  # parked before any identity was allocated
+    assert cluster.calls == []
+
+    response = client.post(f"/api/v1/tasks/{task['id']}/input",
+                           json={"inputs": {"password": secret}})
+    assert response.status_code == 200 and response.get_json()["status"] == "running"
+    done = wait(client, task["id"], "completed", "failed")
+    assert done["status"] == "completed", done["failure"]
+
+    # The cluster got the value, in the Secret and nowhere else.
+    instance = instance_of(done)
+    secret_doc = applied_manifests(cluster, "Secret")[0]
+    assert secret_doc["metadata"]["name"] == f"{instance}-credentials"
+    assert secret_doc["stringData"]["password"] == secret
+    assert secret_doc["stringData"]["database"] == "shop"
+    others = [m for m in applied_manifests(cluster) if m["kind"] != "Secret"]
+    assert others and secret not in repr(others)
+    # No table, column or event holds it; clones will know to re-ask it.
+    dump = dump_database(sql_conn)
+    assert all(form not in dump for form in forms(secret))
+    assert "password" in done["sensitiveKeys"]
+    assert secret not in json.dumps(events(client, task["id"]))
+
+
+SECRET_NOTE = """
+name: note
+title: Note
+description: a note kept in a Secret
+inputs:
+  - name: note
+    type: string
+    sensitive: {note_sensitive}
+  - name: code
+    type: string
+    required: true
+resources:
+  - apiVersion: v1
+    kind: Secret
+    metadata:
+      name: ${{instance}}
+    stringData:
+      note: ${{inputs.note}}
+      code: ${{inputs.code}}
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: ${{instance}}-info
+    data:
+      info: plain
+"""
+
+
+def write_note_template(directory, *, note_sensitive: bool, mtime_ns: int) -> None:
+    path = directory / "note.yaml"
+    path.write_text(textwrap.dedent(SECRET_NOTE).format(
+        note_sensitive="true" if note_sensitive else "false"))
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_a_declared_secret_with_an_innocuous_name_is_stripped_before_the_first_insert(
+        make_app, cluster, sql_conn, tmp_path):
+    write_note_template(tmp_path, note_sensitive=True, mtime_ns=1)
+    client = make_app(template_catalog_dir=str(tmp_path)).test_client()
+    secret = canary()
+    task = create(client, template("note", note=secret, code="plain-code"))
+    assert "note" not in task["source"]["args"] and "note" in task["sensitiveKeys"]
+    done = wait(client, task["id"], "completed", "failed", "blocked")
+    assert done["status"] == "completed", done
+    assert applied_manifests(cluster, "Secret")[0]["stringData"]["note"] == secret
+    dump = dump_database(sql_conn)
+    assert all(form not in dump for form in forms(secret))
+    assert "plain-code" in dump  # non-sensitive arguments stay on the task
+
+
+def test_the_runner_re_scrubs_a_source_persisted_before_the_template_declared_it_sensitive(
+        make_app, cluster, sql_conn, tmp_path):
+    write_note_template(tmp_path, note_sensitive=False, mtime_ns=1)
+    client = make_app(template_catalog_dir=str(tmp_path)).test_client()
+    value = canary()
+    task = create(client, template("note", note=value))
+    blocked = wait(client, task["id"], "blocked", "completed", "failed")
+    assert blocked["status"] == "blocked" and blocked["source"]["args"]["note"] == value
+    # The template is changed while the task is parked: `note` is now declared sensitive.
+    write_note_template(tmp_path, note_sensitive=True, mtime_ns=2)
+    client.post(f"/api/v1/tasks/{task['id']}/input", json={"inputs": {"code": "c0de"}})
+    done = wait(client, task["id"], "completed", "failed")
+    assert done["status"] == "completed", done["failure"]
+    assert "note" not in done["source"]["args"] and "note" in done["sensitiveKeys"]
+    assert applied_manifests(cluster, "Secret")[0]["stringData"]["note"] == value  # not dropped
+    row = sql_conn.execute("SELECT row_to_json(t)::text AS row FROM deploy_tasks t WHERE id = %s",
+                           (task["id"],)).fetchone()["row"]
+    assert value not in row
+    rescrubbed = [e["payload"] for e in events(client, task["id"])
+                  if e["kind"] == "secrets_rescrubbed"]
+    assert rescrubbed == [{"stripped": ["note"], "recorded": []}]
+
+
+def test_a_redeploy_re_asks_a_recorded_optional_secret_instead_of_dropping_it(
+        make_app, cluster, tmp_path):
+    write_note_template(tmp_path, note_sensitive=True, mtime_ns=1)
+    client = make_app(template_catalog_dir=str(tmp_path)).test_client()
+    cluster.fail_kinds = {"ConfigMap"}
+    first = create(client, template("note", note=canary(), code="c0de"))
+    assert wait(client, first["id"], "failed", "completed")["status"] == "failed"
+    cluster.fail_kinds = set()
+    clone = redeploy(client, first["id"])
+    blocked = wait(client, clone["id"], "blocked", "completed", "failed")
+    assert blocked["status"] == "blocked"  # `note` is optional, but it was given and is secret
+    pending = {d["name"]: d for d in blocked["pendingInputs"]}
+    assert pending["note"]["missing"] is True and pending["code"]["missing"] is False
+    second = canary()
+    client.post(f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"note": second}})
+    assert wait(client, clone["id"], "completed", "failed")["status"] == "completed"
+    assert applied_manifests(cluster, "Secret")[-1]["stringData"] == {"note": second,
+                                                                      "code": "c0de"}
+
+
+# -- identities across redeploys ----------------------------------------------------------------
+def failed_webapp(client, cluster) -> dict:
+    """A webapp task whose Service the cluster refused (Deployment applied, then cleaned up)."""
+    cluster.fail_kinds = {"Service"}
+    task = create(client, template("webapp"))
+    snap = wait(client, task["id"], "failed", "completed")
+    assert snap["status"] == "failed" and snap["failure"]["reason"] == "apply_failed"
+    return snap
+
+
+def test_a_redeploy_of_a_failed_template_task_reuses_its_instance_name(client, cluster):
+    first = failed_webapp(client, cluster)
+    cluster.fail_kinds = set()
+    clone = redeploy(client, first["id"])
+    assert clone["resultIdentities"] == first["resultIdentities"]
+    done = wait(client, clone["id"], "completed", "failed")
+    assert done["status"] == "completed" and instance_of(done) == instance_of(first)
+    assert applied_manifests(cluster, "Service")[0]["metadata"]["name"] == instance_of(first)
+    assert [s["reused"] for s in steps(client, clone["id"], "identity")] == [True]
+
+
+def test_an_edited_redeploy_to_another_project_gets_a_fresh_instance_name(client, cluster):
+    first = failed_webapp(client, cluster)
+    cluster.fail_kinds = set()
+    clone = redeploy(client, first["id"], projectId="elsewhere",
+                     source=template("webapp", replicas=3))
+    assert clone["resultIdentities"] == {} and clone["projectId"] == "elsewhere"
+    done = wait(client, clone["id"], "completed", "failed")
+    assert done["status"] == "completed"
+    assert re.fullmatch(r"webapp-[0-9a-f]{6}", instance_of(done))
+    assert instance_of(done) != instance_of(first)
+    service = applied_manifests(cluster, "Service")[0]
+    assert service["metadata"] == service["metadata"] | {"name": instance_of(done),
+                                                         "namespace": "elsewhere"}
+
+
+@pytest.mark.parametrize("how_b_ended", ["cancelled_while_blocked", "failed_before_allocation"])
+def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purged(
+        client, cluster, sql_conn, how_b_ended):
+    cluster.fail_kinds = {"StatefulSet"}
+    a = create(client, template("postgresql"), inputs={"password": "first-pass-1"})
+    a = wait(client, a["id"], "failed", "completed")
+    assert a["status"] == "failed"
+    root_identity = instance_of(a)
+    cluster.fail_kinds = set()
+
+    if how_b_ended == "cancelled_while_blocked":
+        # The password is a recorded secret with no value in memory: B parks before allocating.
+        b = redeploy(client, a["id"])
+        assert wait(client, b["id"], "blocked", "failed", "completed")["status"] == "blocked"
+        assert client.post(f"/api/v1/tasks/{b['id']}/cancel").get_json()["status"] == "cancelled"
+    else:
+        b = redeploy(client, a["id"], source=template("no-such-template"))
+        failed = wait(client, b["id"], "failed", "completed", "blocked")
+        assert failed["failure"]["reason"] == "template_not_found"
+    b = client.get(f"/api/v1/tasks/{b['id']}").get_json()
+    assert b["resultIdentities"] == {INSTANCE: root_identity}  # copied at creation, nothing new
+
+    sql_conn.execute("DELETE FROM deploy_tasks WHERE id = %s", (a["id"],))  # A is purged
+    applies_before = len(applied_manifests(cluster))
+    c = redeploy(client, b["id"], source=template("postgresql"), inputs={"password": "third-pass"})
+    c = wait(client, c["id"], "completed", "failed", "blocked")
+    assert c["status"] == "completed", c
+    assert instance_of(c) == root_identity
+    names = {m["metadata"]["name"] for m in applied_manifests(cluster)[applies_before:]}
+    assert names == {root_identity, f"{root_identity}-credentials"}
+
+
+# -- failure cleanup ------------------------------------------------------------------------------
+def test_an_apply_failure_of_a_fresh_instance_deletes_its_partial_resources(client, cluster):
+    snap = failed_webapp(client, cluster)
+    instance = instance_of(snap)
+    assert [c.ref.label() for c in cluster.deletes()] == [f"Deployment/{instance}"]
+    assert snap["appliedResources"] == []
+    assert [s["state"] for s in steps(client, snap["id"], "cleanup")] == ["started", "done"]
+    assert [s["reused"] for s in steps(client, snap["id"], "identity")] == [False]
+
+
+def test_an_apply_failure_of_a_reused_instance_deletes_nothing(client, cluster):
+    first = failed_webapp(client, cluster)
+    deletes_by_first = len(cluster.deletes())
+    clone = redeploy(client, first["id"])  # the Service is still refused
+    snap = wait(client, clone["id"], "failed", "completed")
+    assert snap["failure"]["reason"] == "apply_failed"
+    assert len(cluster.deletes()) == deletes_by_first == 1
+    assert [(r["kind"], r["name"]) for r in snap["appliedResources"]] == [
+        ("Deployment", instance_of(first))]
+    assert steps(client, clone["id"], "cleanup") == []
+
+
+def test_a_readiness_timeout_fails_with_the_resources_kept(make_app, cluster):
+    client = make_app(readiness_timeout_s=0.2).test_client()
+    cluster.ready_after_polls = "never"
+    task = create(client, template("webapp"))
+    snap = wait(client, task["id"], "failed", "completed")
+    assert snap["failure"]["reason"] == "readiness_timeout"
+    assert len(snap["appliedResources"]) == 2 and cluster.deletes() == []
+
+
+@pytest.mark.parametrize("refused", [set(), {"Service"}], ids=["apply-ok", "apply-refused"])
+def test_a_cancel_during_the_template_apply_is_cancelled_with_nothing_deleted(client, cluster,
+                                                                              refused):
+    cluster.apply_delay_s = 0.3
+    cluster.fail_kinds = refused
+    task = create(client, template("webapp"))
+    wait_for(cluster.applying.is_set, message="the provider call in flight")
+    response = client.post(f"/api/v1/tasks/{task['id']}/cancel")
+    assert response.status_code == 200
+    snap = wait(client, task["id"], "cancelled", "failed", "completed")
+    assert snap["status"] == "cancelled" and snap["failure"] is None
+    assert cluster.deletes() == []
+    assert steps(client, task["id"], "cleanup") == []
+    # One atomic provider call: the cancel landed after it, never between its documents.
+    attempted = [c.ref.kind for c in cluster.calls if c.op == "apply"]
+    assert attempted == ["Deployment", "Service"]
+    assert snap["cancellation"]["applied"] == ("fully" if not refused else "partially")
