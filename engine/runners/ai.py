@@ -535,7 +535,7 @@ def _deploy(handle, ctx: RunContext, session: AiSession, answer: dict,
     )
     handle.update_timeline("plan", "done", f"{len(manifests)} resources planned")
     applied = [substitute(doc, ctx.inputs) for doc in manifests]
-    direct.run(handle, ctx, render_manifests=lambda _ctx: applied)
+    direct.apply_and_verify(handle, ctx, lambda _ctx: applied)
 
 
 def _own(doc: dict, ctx: RunContext) -> dict:

@@ -61,9 +61,11 @@ ENGINES: dict[str, Engine] = {
 
 def run(handle, ctx: RunContext) -> None:
     """The direct runner over this database's manifests, its password held only in memory."""
+    if direct.blocked_on_recorded_secrets(handle, ctx):
+        return  # a redeploy of a database whose password was given re-asks it, never rotates it
     password = ctx.inputs.get("password") or token_urlsafe(PASSWORD_BYTES)
     handle.add_secret_values([password, quote(password, safe="")])
-    direct.run(handle, ctx, render_manifests=lambda c: render(c, password=password))
+    direct.apply_and_verify(handle, ctx, lambda c: render(c, password=password))
 
 
 def render(ctx: RunContext, *, password: str) -> list[dict]:

@@ -8,11 +8,32 @@ from engine.status import Status
 FIELD_MANAGER = "deploy-task-engine"
 
 
-def run(handle, ctx: RunContext, render_manifests=None) -> None:
-    """Render (an image source unless `render_manifests` is given), apply document by document
-    (checkpoint before each), then wait for readiness."""
+def run(handle, ctx: RunContext) -> None:
+    """The image source: ask again for recorded secrets this run lacks, then render, apply and
+    verify."""
+    if not blocked_on_recorded_secrets(handle, ctx):
+        apply_and_verify(handle, ctx, render)
+
+
+def blocked_on_recorded_secrets(handle, ctx: RunContext) -> bool:
+    """Park the task blocked when a secret recorded on it (a redeploy's, or one submitted before)
+    has no value in this run's memory: never deploy without it, never invent it. True if parked."""
+    missing = [k for k in ctx.sensitive_keys if k not in ctx.inputs]
+    if not missing:
+        return False
+    handle.update_timeline("inputs", "blocked", f"waiting for {', '.join(missing)}")
+    handle.request_inputs(
+        [{"name": k, "type": "string", "default": None, "required": True, "sensitive": True,
+          "missing": True} for k in missing],
+        message=f"secret values are needed again: {', '.join(missing)}")
+    return True
+
+
+def apply_and_verify(handle, ctx: RunContext, render_manifests) -> None:
+    """Render with `render_manifests(ctx)`, apply document by document (checkpoint before each),
+    then wait for readiness."""
     handle.update_timeline("render", "started")
-    manifests = (render_manifests or render)(ctx)
+    manifests = render_manifests(ctx)
     planned = [ResourceRef.of(m).as_json() for m in manifests]
     handle.set_artifacts(plannedResources=planned, appliedResources=[])
     handle.update_timeline("render", "done", f"{len(manifests)} resources")

@@ -72,6 +72,19 @@ def test_a_version_picks_the_image_tag_and_a_given_password_is_used_not_persiste
     assert all(form not in dump_database(sql_conn) for form in forms(given))
 
 
+def test_a_redeploy_re_asks_a_given_password_instead_of_rotating_it(client, cluster):
+    cluster.fail_kinds = {"StatefulSet"}
+    first = create(client, database(name="ledger"), inputs={"password": "given-pw-1234567"})
+    assert wait(client, first["id"], "failed")["sensitiveKeys"] == ["password"]
+    cluster.fail_kinds = set()
+    clone = client.post("/api/v1/tasks", json={"predecessorTaskId": first["id"]}).get_json()
+    blocked = wait(client, clone["id"], "blocked")
+    assert [i["name"] for i in blocked["pendingInputs"]] == ["password"]
+    client.post(f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"password": "given-pw-1234567"}})
+    wait(client, clone["id"], "completed")
+    assert applied_manifests(cluster, "Secret")[-1]["stringData"]["password"] == "given-pw-1234567"
+
+
 def test_a_statefulset_that_never_gets_ready_fails_with_the_resources_kept(make_app, cluster):
     client = make_app(readiness_timeout_s=0.2).test_client()
     cluster.ready_after_polls = "never"

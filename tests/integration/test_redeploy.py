@@ -124,3 +124,27 @@ def test_redeploy_body_is_validated(client):
     response = client.post("/api/v1/tasks", json={
         "source": {"kind": "image", "image": "nginx", "name": "web"}})
     assert response.status_code == 400 and set(response.get_json()["fields"]) == {"projectId"}
+
+
+def test_a_one_click_redeploy_re_asks_recorded_secrets_instead_of_deploying_without_them(
+        client, cluster, wait_status, sql_conn):
+    first = client.post("/api/v1/tasks", json={"projectId": "demo", "source": {
+        "kind": "image", "image": "nginx", "name": "web",
+        "env": {"API_TOKEN": "tok-first-123456"}}}).get_json()
+    cluster.fail_kinds = {"Deployment"}
+    wait_status(first["id"], "failed")
+    cluster.fail_kinds = set()
+    applies_before = len(cluster.calls)
+    clone = redeploy(client, first["id"]).get_json()
+    blocked = wait_status(clone["id"], "blocked")
+    assert [i["name"] for i in blocked["pendingInputs"]] == ["API_TOKEN"]
+    assert blocked["pendingInputs"][0]["sensitive"] is True
+    assert len(cluster.calls) == applies_before  # nothing was applied without the secret
+    response = client.post(f"/api/v1/tasks/{clone['id']}/input",
+                           json={"inputs": {"API_TOKEN": "tok-second-654321"}})
+    assert response.status_code == 200
+    wait_status(clone["id"], "completed")
+    secret = [c.manifest for c in cluster.calls if c.op == "apply" and c.ref.kind == "Secret"][-1]
+    assert secret["stringData"] == {"API_TOKEN": "tok-second-654321"}
+    dump = str(sql_conn.execute("SELECT row_to_json(t)::text FROM deploy_tasks t").fetchall())
+    assert "tok-second" not in dump and "tok-first" not in dump
