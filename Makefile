@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup gunicorn bench clean
+.PHONY: run test setup browser gunicorn bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,12 @@ setup: $(STAMP)
 run: setup
 	exec $(PY) app.py
 
-test: setup
+# The e2e tests drive Debian's chromium through Playwright (pip, requirements-dev.txt) with
+# executable_path: no Playwright browser download, ever.
+browser:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Production shape: gunicorn with gevent workers (set DATABASE_URL for a real server).

@@ -7,7 +7,6 @@ answers with *fragments*: top-level elements with ids that the page's one fragme
 stream and the timeline websocket send the very same fragments, so a click, a teammate's action
 and a reconnect all render through one path.
 """
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,8 +30,15 @@ log = logging.getLogger(__name__)
 
 bp = Blueprint("pages", __name__)
 csrf.protect(bp)
-# Every template (fragments rendered by the websocket hub too) reads statuses from one module.
-bp.record_once(lambda state: state.app.jinja_env.globals.update(presentation=presentation))
+
+
+@bp.record_once
+def _template_setup(state) -> None:
+    # Every template (fragments rendered by the websocket hub too) reads statuses from one
+    # module; block tags leave no blank lines behind (fragments travel to every viewer).
+    env = state.app.jinja_env
+    env.globals.update(presentation=presentation)
+    env.trim_blocks = env.lstrip_blocks = True
 
 #: Client-local dismissals (seed 000: "dismissals stay client-local in v1"): task ids, dot-joined.
 DISMISS_COOKIE = "dock_dismissed"
@@ -135,6 +141,12 @@ class TaskView:
         return (16 + (self.index % GRID_COLUMNS) * GRID_X, 16 + (self.index // GRID_COLUMNS) * GRID_Y)
 
     @property
+    def version(self) -> int:
+        """The row's updated_at in microseconds: fragments never go back to an older state."""
+        stamp = self.item.get("updatedAt") or self.item.get("createdAt")
+        return int(datetime.fromisoformat(stamp).timestamp() * 1_000_000) if stamp else 0
+
+    @property
     def sort_key(self) -> str:
         return f"{self.item.get('createdAt') or ''}|{self.id}"
 
@@ -161,7 +173,7 @@ def render_chip(view: TaskView) -> str:
 
 def render_placeholder(view: TaskView) -> str:
     if not view.active:
-        return removal(f"ph-{view.id}")
+        return removal(f"ph-{view.id}", version=view.version)
     return render_template("partials/placeholder.html", view=view)
 
 
@@ -169,8 +181,10 @@ def render_cards(store: TaskStore) -> str:
     return render_template("partials/cards.html", cards=store.resource_cards())
 
 
-def removal(*element_ids: str) -> str:
-    return f'<template data-remove="{" ".join(element_ids)}"></template>'
+def removal(*element_ids: str, version: int | None = None) -> str:
+    """Remove elements; a later insert of one of them at or below `version` (none: any) is stale."""
+    stamp = f' data-version="{version}"' if version is not None else ""
+    return f'<template data-remove="{" ".join(element_ids)}"{stamp}></template>'
 
 
 def reset(*container_ids: str) -> str:
@@ -760,8 +774,3 @@ def input_fields(snapshot: dict) -> list[FieldSpec]:
 def domain_error(exc: DomainError):
     """Domain errors on pages render as a small HTML message with their status."""
     return render_template("error.html", message=exc.message, code=exc.code), exc.http_status
-
-
-@bp.app_template_filter("tojson_attr")
-def tojson_attr(value) -> str:
-    return json.dumps(value, separators=(",", ":"))

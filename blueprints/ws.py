@@ -7,13 +7,16 @@ skipping events its bootstrap already sent.
 Per process and per watched task there is ONE channel: one fanout subscription, one reader that
 re-reads the task's events and row once per notification, renders each new event's fragment
 once, and encodes the websocket frame bytes once. Its viewers only copy those bytes to their own
-socket, each from its own greenlet (the socket's single writer), with `sendall` so a frame is
-never cut short (simple-websocket's `send` can write part of a frame: STACK_NOTES). A viewer that
-falls a whole queue behind re-bootstraps instead of buffering without bound.
+socket (see Viewer: one non-blocking send when idle, else through the viewer's own greenlet with
+`sendall`, so a frame is never cut short: simple-websocket's `send` can write part of a frame,
+STACK_NOTES). A viewer that falls a whole queue behind re-bootstraps instead of buffering without
+bound.
 
-Frames are JSON: {"t": "reset"}, {"t": "frag", "html", "seq"?}, {"t": "ping"}, {"t": "gone"}
+Frames are JSON: {"t": "reset"}, {"t": "frag", "html", "seq"?}, {"t": "ready"} (bootstrap
+sent), {"t": "ping"}, {"t": "gone"}
 (the task was purged: stop), {"t": "bye"} (this server is shutting down: reconnect).
 """
+import _socket
 import json
 import logging
 import struct
@@ -68,15 +71,44 @@ def frame(kind: str, **fields) -> bytes:
 
 
 PING = frame("ping")
+READY = frame("ready")
 
 
 class Viewer:
-    """One websocket watching a task: a bounded queue of encoded frames."""
+    """One websocket watching a task.
 
-    def __init__(self):
+    A channel hands it each batch of (seq, encoded frame). When the viewer is idle (its own
+    greenlet is not writing and nothing is queued), the channel writes the batch straight to the
+    socket with ONE non-blocking send, which never yields: a thousand viewers cost a thousand
+    syscalls, not a thousand greenlet wake-ups. Whatever does not fit at once (or arrives while
+    the viewer is busy) goes through the viewer's queue and its own greenlet, in order, so the
+    socket still has one writer at a time and frames are never interleaved.
+    """
+
+    def __init__(self, ws):
         self.queue: Queue = Queue(VIEWER_QUEUE_SIZE)
+        inner = getattr(getattr(ws, "sock", None), "_sock", None)
+        #: The OS-level socket under gevent's wrapper (already non-blocking), if we can reach it.
+        self.direct = inner if isinstance(inner, _socket.socket) else None
+        #: The viewer's greenlet is writing (its bootstrap first): the channel must queue.
+        self.busy = True
+        #: Event seqs its bootstrap sent; a batch overlapping them goes through the queue.
+        self.sent: set[int] = set()
+        self.broken = False
 
-    def offer(self, item) -> None:
+    def offer(self, item, joined: bytes | None = None, seqs: frozenset = frozenset()) -> None:
+        if (joined is not None and self.direct is not None and not self.busy and not self.broken
+                and self.queue.empty() and self.sent.isdisjoint(seqs)):
+            try:
+                written = self.direct.send(joined)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self.broken = True  # the peer is gone; its greenlet notices and leaves
+                return
+            if written == len(joined):
+                return
+            item = [(None, joined[written:])]
         try:
             self.queue.put_nowait(item)
         except Full:
@@ -134,21 +166,29 @@ class Channel:
 
     def _refresh(self) -> None:
         runtime = self.hub.runtime
-        events = timelines.read_events(runtime.db, self.namespace, self.task_id)
+        # Both reads at once (two pool connections): they are most of the time before the fanout.
+        reading = gevent.spawn(timelines.read_events, runtime.db, self.namespace, self.task_id)
         row = read_task_row(runtime.db, self.namespace, self.task_id)
+        events = reading.get()
         if row is None:  # purged: the notification is the removal
             self._broadcast(GONE)
             return
+        batch = []
         with self.hub.app.app_context():
             for event in events:
                 added = self.timeline.add(event)
                 if added is not None:
                     html = render_event(self.task_id, *added)
-                    self._broadcast((added[0].seq, frame("frag", html=html, seq=added[0].seq)))
+                    batch.append((added[0].seq, frame("frag", seq=added[0].seq, html=html)))
             sections = pages.render_timeline_sections(row)
         if sections != self.sections:
             self.sections = sections
-            self._broadcast((None, frame("frag", html=sections)))
+            batch.append((None, frame("frag", html=sections)))
+        if batch:
+            joined = b"".join(data for _, data in batch)
+            seqs = frozenset(seq for seq, _ in batch if seq is not None)
+            for viewer in list(self.viewers):
+                viewer.offer(batch, joined, seqs)
 
     def _broadcast(self, item) -> None:
         for viewer in list(self.viewers):
@@ -221,16 +261,19 @@ def timeline_socket(ws, task_id):
     """Stream a task's timeline: reset, sections, its events, then every new one."""
     namespace = current_identity().namespace
     raw = _SendAll(ws)
-    viewer = Viewer()
+    viewer = Viewer(ws)
     channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
     try:
-        sent = bootstrap(raw, namespace, task_id)
-        while ws.connected:
+        viewer.sent = sent = bootstrap(raw, namespace, task_id)
+        while ws.connected and not viewer.broken:
+            viewer.busy = False
             try:
                 item = viewer.queue.get(timeout=KEEPALIVE_S)
             except Empty:
+                viewer.busy = True
                 raw.send(PING)
                 continue
+            viewer.busy = True
             if item is GONE or item is BYE:
                 raw.send(frame("gone" if item is GONE else "bye"))
                 return
@@ -238,14 +281,17 @@ def timeline_socket(ws, task_id):
                 if channel.greenlet.dead:
                     hub().leave(channel, viewer)
                     channel = hub().join(namespace, task_id, viewer)
-                sent = bootstrap(raw, namespace, task_id)
+                viewer.sent = sent = bootstrap(raw, namespace, task_id)
                 continue
-            seq, data = item
-            if seq is not None:
-                if seq in sent:
-                    continue
-                sent.add(seq)
-            raw.send(data)
+            out = []
+            for seq, data in item:
+                if seq is not None:
+                    if seq in sent:
+                        continue
+                    sent.add(seq)
+                out.append(data)
+            if out:
+                raw.send(b"".join(out))
     except (ConnectionClosed, OSError):
         pass
     finally:
@@ -267,8 +313,9 @@ def bootstrap(raw: "_SendAll", namespace: str, task_id: UUID) -> set[int]:
     for event in events:
         added = built.add(event)
         if added is not None:
-            raw.send(frame("frag", html=render_event(task_id, *added), seq=added[0].seq))
+            raw.send(frame("frag", seq=added[0].seq, html=render_event(task_id, *added)))
             sent.add(added[0].seq)
+    raw.send(READY)
     return sent
 
 

@@ -57,6 +57,15 @@
     container.appendChild(el);
   }
 
+  // Fragments of one task carry data-version (its row's updated_at): an action's answer and a
+  // stream frame may cross, and the older one must never win. Removed ids are remembered with
+  // the version that removed them, so a late answer cannot bring a finished placeholder back.
+  var tombstones = new Map();
+
+  function version(el) {
+    return el && el.dataset.version !== undefined ? Number(el.dataset.version) : null;
+  }
+
   // Each top-level element of `html` either resets containers (data-reset), removes elements
   // (data-remove), replaces the element with its id, or is inserted into its data-slot.
   function applyFragments(html) {
@@ -69,12 +78,16 @@
           var c = byId(id);
           if (c) c.replaceChildren();
         });
+        tombstones.clear();  // a bootstrap follows: it is the whole truth
         return;
       }
       if (el.hasAttribute("data-remove")) {
+        var removedAt = version(el);
         el.dataset.remove.split(" ").forEach(function (id) {
           var c = byId(id);
+          if (c && removedAt !== null && version(c) !== null && version(c) > removedAt) return;
           if (c) c.remove();
+          tombstones.set(id, removedAt === null ? Infinity : removedAt);
         });
         return;
       }
@@ -84,6 +97,11 @@
         return;
       }
       var existing = el.id ? byId(el.id) : null;
+      var incoming = version(el);
+      if (incoming !== null) {
+        if (existing && version(existing) !== null && version(existing) > incoming) return;
+        if (!existing && tombstones.has(el.id) && tombstones.get(el.id) >= incoming) return;
+      }
       if (existing) {
         if (existing.classList.contains("is-dragging")) return;  // the drop will re-render it
         existing.querySelectorAll("details[open]").forEach(function (d, i) {
@@ -127,23 +145,24 @@
     });
   }
 
+  // The answer is handled by a listener on the requesting element itself: a live update may
+  // replace that element (a chip, say) while its request is in flight, and events of a detached
+  // element never bubble to the document.
   document.addEventListener("htmx:beforeRequest", function (evt) {
     var elt = evt.detail.elt;
-    if (elt && elt.dataset && elt.dataset.optimisticLabel) bridgeCancel(elt, true);
-  });
-
-  document.addEventListener("htmx:afterRequest", function (evt) {
-    var elt = evt.detail.elt;
-    var source = elt && elt.closest ? elt.closest("[data-fragments]") : null;
-    if (!source) return;
-    if (evt.detail.successful) {
-      applyFragments(evt.detail.xhr.responseText);
-    } else {
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-fragments")) return;
+    if (elt.dataset.optimisticLabel) bridgeCancel(elt, true);
+    elt.addEventListener("htmx:afterRequest", function (done) {
+      if (done.target !== elt) return;
+      if (done.detail.successful) {
+        applyFragments(done.detail.xhr.responseText);
+        return;
+      }
       if (elt.dataset.optimisticLabel) bridgeCancel(elt, false);
-      var status = evt.detail.xhr ? evt.detail.xhr.status : 0;
+      var status = done.detail.xhr ? done.detail.xhr.status : 0;
       flash(status === 403 ? "This page is out of date: reload it and try again."
                            : "That did not go through (" + (status || "network error") + "). Try again.");
-    }
+    }, { once: true });
   });
 
   // -- confirm dialog (hx-confirm: redeploy over applied resources) ---------------------------
@@ -254,11 +273,7 @@
     var socket = new WebSocket(scheme + location.host + url);
     var finished = false;
     timeline.socket = socket;
-    socket.onopen = function () {
-      timeline.attempts = 0;
-      var pane = byId("timeline-pane");
-      if (pane) pane.dataset.live = "1";
-    };
+    socket.onopen = function () { timeline.attempts = 0; };
     socket.onmessage = function (evt) {
       if (timeline.socket !== socket) return;
       var msg = JSON.parse(evt.data);
@@ -271,6 +286,9 @@
         });
       } else if (msg.t === "frag") {
         applyFragments(msg.html);
+      } else if (msg.t === "ready") {
+        var live = byId("timeline-pane");  // bootstrapped: from here on, every event as it happens
+        if (live) live.dataset.live = "1";
       } else if (msg.t === "gone") {
         finished = true;  // purged: nothing more will come
       }

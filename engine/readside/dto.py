@@ -80,6 +80,8 @@ def projection(row: dict) -> dict:
         "appliedResources": summary.get("appliedResources") or [],
         "canvas": row["canvas"],
         "createdAt": _iso(row["created_at"]),
+        # Every write bumps it: lets a surface drop a fragment older than the one it shows.
+        "updatedAt": _iso(row["updated_at"]),
         "finishedAt": _iso(row["finished_at"]),
     }
 

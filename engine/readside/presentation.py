@@ -88,8 +88,7 @@ def resource(owner_status: str) -> Presentation:
         return Presentation("Running", GREEN)  # a healthy resource: green, never progress-blue
     if status in ACTIVE:
         return Presentation("Deploying", BLUE, busy=True)
-    if status is Status.FAILED:
-        return Presentation("Not ready", RED)
+    # Kept after a failed or cancelled run: it exists, its health is not vouched for.
     return Presentation("Applied", NEUTRAL)
 
 

@@ -138,7 +138,7 @@ class Shots:
         self.count += 1
         size = page.viewport_size or {}
         page.screenshot(path=str(ARTIFACTS / f"{self.prefix}-{self.count:02d}-{name}-"
-                                                f"{size.get('width')}w.png"), full_page=True)
+                                                f"{size.get('width')}w.png"))
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
 """The project page against the real server, in headless Chromium: live dock, canvas and timeline;
 cancel from every surface; redeploy, edit & redeploy, the overwrite dialog; blocked inputs;
 two browsers on one project. Each test saves screenshots of the states it passes through."""
+import os
 import re
+import signal
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +12,19 @@ from blueprints.schemas import SOURCE_SCHEMAS
 from tests.e2e.conftest import NARROW, image
 
 pytestmark = pytest.mark.e2e
+
+
+def worker_pids(master: int) -> list[int]:
+    """The gunicorn master's worker processes."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:
+            pids.append(int(stat.parent.name))
+    return pids
 
 
 def statuses(shown):
@@ -149,7 +165,9 @@ def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
     assert superseded.locator("[data-action=redeploy]").count() == 0
     assert "Redeployed" in superseded.inner_text()
     # The new run opened in the timeline pane, linked to its predecessor.
-    assert ui.page.get_attribute("#timeline-pane", "data-task-id") == clone["id"]
+    ui.page.wait_for_selector(f"#timeline-pane[data-task-id='{clone['id']}']")
+    assert ui.page.locator(f"#tl-head-{clone['id']} .tl-meta").inner_text().endswith(
+        failed["id"][:8])
     ui.wait_chip(clone["id"], "failed")  # same source, same simulated error
     ui.shot("superseded-and-clone-failed")
 
@@ -186,8 +204,10 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
     ui.page.fill("#f-image", "nginx:1.27")
     secret.fill("tok-very-secret-2")
     pane.locator("button[type=submit]").click()
-    ui.page.wait_for_timeout(1500)
-    print("PANE", ui.page.inner_html("#pane")[:3000], ui.errors)
+    # The secret env went to the cluster as a Secret before the failure: the overwrite guard.
+    ui.page.wait_for_selector("#confirm-dialog[open]")
+    assert "Secret/web-env" in ui.page.inner_text("#confirm-message")
+    ui.page.click("#confirm-dialog [data-confirm-ok]")
     ui.page.wait_for_function(
         f"document.querySelector('#timeline-pane').dataset.taskId !== '{failed['id']}'")
     clone_id = ui.page.get_attribute("#timeline-pane", "data-task-id")
@@ -298,7 +318,7 @@ def test_two_browsers_on_one_project_see_each_others_actions_live(server, open_p
     bob.assert_no_errors()
 
 
-def test_the_timeline_rebootstraps_after_its_websocket_reconnects(server, open_page, api):
+def test_the_page_rebootstraps_after_its_streams_reconnect(server, open_page, api):
     srv = server()
     task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
@@ -307,16 +327,23 @@ def test_the_timeline_rebootstraps_after_its_websocket_reconnects(server, open_p
     before = events.count()
     assert before >= 3
     ui.page.evaluate(f"document.querySelector('#tl-events-{task['id']} li').dataset.stale = '1'")
-    # Drop the socket from the server side of the browser: the page reconnects and re-bootstraps.
-    ui.page.evaluate("""() => { const p = document.querySelector('#timeline-pane');
-                                delete p.dataset.live; }""")
-    ui.page.context.set_offline(True)
-    ui.page.wait_for_timeout(300)
-    ui.page.context.set_offline(False)
-    ui.page.wait_for_selector("#timeline-pane[data-live]", timeout=15_000)
+    # A chip no stream frame knows: only a re-bootstrap (reset + snapshot) clears it.
+    ui.page.evaluate("document.querySelector('#dock-chips').insertAdjacentHTML("
+                     "'beforeend', '<article id=\"chip-bogus\" class=\"chip\"></article>')")
+    # Restart both workers (SIGTERM: graceful, they close their streams); gunicorn replaces them
+    # and the page reconnects and re-bootstraps on the new ones.
+    for pid in worker_pids(srv.proc.pid):
+        os.kill(pid, signal.SIGTERM)
     ui.page.wait_for_function(
-        f"!document.querySelector('#tl-events-{task['id']} li[data-stale]')")
+        f"!document.querySelector('#tl-events-{task['id']} li[data-stale]')", timeout=30_000)
+    ui.page.wait_for_selector("#timeline-pane[data-live]", timeout=30_000)
     assert events.count() >= before
+    # The dock's stream reconnected too, and re-bootstrapped.
+    ui.page.wait_for_selector("#chip-bogus", state="detached", timeout=30_000)
+    assert ui.chip(task["id"]).count() == 1
+    # The run the restart interrupted is recorded as such, live, on the new worker.
+    ui.wait_chip(task["id"], "failed")
+    ui.page.wait_for_selector(f"#tl-head-{task['id']}[data-status=failed]")
 
 
 def test_the_page_is_usable_at_a_narrow_viewport(server, open_page, api):

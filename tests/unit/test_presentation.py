@@ -60,7 +60,7 @@ def test_a_running_resource_card_is_green_not_progress_blue():
     card = presentation.resource("completed")
     assert (card.label, card.tone) == ("Running", "green")
     assert presentation.resource("applying").tone == "blue"
-    assert presentation.resource("failed").tone == "red"
+    assert presentation.resource("failed").tone == "neutral"
     assert presentation.resource("cancelled").tone == "neutral"
 
 

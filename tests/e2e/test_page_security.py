@@ -1,0 +1,136 @@
+"""The hypermedia routes against the real server: CSRF on writes, Origin on websocket handshakes,
+GETs that never change state, no cross-project leakage, small frames."""
+import json
+import re
+
+import pytest
+import requests
+import websocket
+
+from tests.e2e.conftest import image
+
+pytestmark = pytest.mark.e2e
+
+
+def session_with_token(base: str, project: str) -> tuple[requests.Session, str]:
+    """A browser-like session: its cookie and the CSRF token the page rendered for it."""
+    session = requests.Session()
+    page = session.get(f"{base}/projects/{project}", timeout=10)
+    assert page.status_code == 200
+    token = re.search(r'name="csrf-token" content="([^"]+)"', page.text).group(1)
+    return session, token
+
+
+def test_page_writes_need_the_sessions_csrf_token(server, api):
+    srv = server()
+    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    api(srv.base).wait(task["id"], "applying")
+    session, token = session_with_token(srv.base, "shop")
+    url = f"{srv.base}/tasks/{task['id']}/cancel"
+
+    assert session.post(url, timeout=10).status_code == 403
+    assert session.post(url, headers={"X-CSRF-Token": "forged"}, timeout=10).status_code == 403
+    # Another browser's token is no good either: it is bound to that browser's session.
+    _, other_token = session_with_token(srv.base, "shop")
+    assert session.post(url, headers={"X-CSRF-Token": other_token}, timeout=10).status_code == 403
+    assert api(srv.base).get(task["id"])["cancelRequestedAt"] is None
+
+    answer = session.post(url, headers={"X-CSRF-Token": token}, timeout=10)
+    assert answer.status_code == 200
+    assert f'id="chip-{task["id"]}"' in answer.text and "Cancelling…" in answer.text \
+        or "Cancelled" in answer.text
+    api(srv.base).wait(task["id"], "cancelled")
+    # Both workers share the key that signs the session: the token works on either of them.
+    served = set()
+    for _ in range(60):
+        fresh = requests.post(url, cookies=session.cookies, timeout=10,
+                              headers={"X-CSRF-Token": token, "Connection": "close"})
+        assert fresh.status_code == 200
+        served.add(fresh.headers["X-Served-By"])
+        if len(served) == 2:
+            break
+    assert len(served) == 2
+
+
+def test_websocket_handshakes_check_origin(server, api):
+    srv = server()
+    task = api(srv.base).create("shop", image("web"))
+    url = f"ws://127.0.0.1:{srv.port}/ws/tasks/{task['id']}/timeline"
+    for origin in ("http://evil.example", "null", f"http://127.0.0.1:{srv.port + 1}"):
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            websocket.create_connection(url, origin=origin, timeout=5)
+        assert refused.value.status_code == 403
+    with pytest.raises(websocket.WebSocketBadStatusException):
+        websocket.create_connection(url, suppress_origin=True, timeout=5)
+    # An unknown task is refused before the upgrade too.
+    with pytest.raises(websocket.WebSocketBadStatusException) as missing:
+        websocket.create_connection(url.replace(task["id"], "6f1b1c1e-0000-4000-8000-000000000000"),
+                                    origin=srv.base, timeout=5)
+    assert missing.value.status_code == 404
+
+    ws = websocket.create_connection(url, origin=srv.base, timeout=10)
+    try:
+        frames = []
+        while not frames or frames[-1]["t"] != "ready":
+            raw = ws.recv()
+            assert len(raw) < 8192  # one event or one section per frame
+            frames.append(json.loads(raw))
+        assert frames[0]["t"] == "reset"
+        seqs = [f["seq"] for f in frames if f.get("seq")]
+        assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+        # Then live: every new event arrives once, as its own frame.
+        api(srv.base).wait(task["id"], "completed")
+        live = []
+        while not any("Completed" in f.get("html", "") for f in live):
+            live.append(json.loads(ws.recv()))
+        new = [f["seq"] for f in live if f.get("seq")]
+        assert new and not set(new) & set(seqs) and len(new) == len(set(new))
+    finally:
+        ws.close()
+
+
+def test_gets_never_change_state(server, api, sql_conn):
+    srv = server()
+    failed = api(srv.base).create("shop", image("web", marker="sandbox-apply-error"))
+    api(srv.base).wait(failed["id"], "failed")
+
+    def state():
+        return sql_conn.execute(
+            "SELECT t::text AS row, (SELECT count(*) FROM deploy_task_events e"
+            " WHERE e.task_id = t.id) AS events FROM deploy_tasks t ORDER BY id").fetchall()
+
+    before = state()
+    session = requests.Session()
+    hx = {"HX-Request": "true"}
+    for path in ("/", "/projects/shop", f"/projects/shop?task={failed['id']}&deploy=image",
+                 f"/tasks/{failed['id']}/timeline", f"/tasks/{failed['id']}/edit",
+                 "/projects/shop/deploy/image", "/panes/close", "/projects?id=shop"):
+        assert session.get(srv.base + path, headers=hx, timeout=10).status_code == 200, path
+    with session.get(f"{srv.base}/projects/shop/stream", stream=True, timeout=10) as stream:
+        next(stream.iter_lines())
+    assert state() == before
+
+
+def test_the_project_stream_is_scoped_to_its_project(server, api):
+    srv = server()
+    mine = api(srv.base).create("shop", image("mine"))
+    theirs = api(srv.base).create("other", image("theirs"))
+    seen = []
+    with requests.get(f"{srv.base}/projects/shop/stream", stream=True, timeout=20) as stream:
+        lines = stream.iter_lines(decode_unicode=True)
+        later = None
+        for line in lines:
+            seen.append(line)
+            if later is None and mine["id"] in line:
+                later = api(srv.base).create("other", image("later"))
+                api(srv.base).create("shop", image("mine-too"))
+            if later is not None and "mine-too" in line:
+                break
+    text = "\n".join(seen)
+    assert mine["id"] in text
+    assert theirs["id"] not in text and later["id"] not in text
+    page = requests.get(f"{srv.base}/projects/shop", timeout=10).text
+    assert mine["id"] in page and theirs["id"] not in page
+    # Each SSE message carries one task's fragments (or one reset / the cards).
+    messages = "\n".join(seen).split("\n\n")
+    assert max(len(m) for m in messages) < 8192
