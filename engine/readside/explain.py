@@ -1,4 +1,5 @@
 """A plain-language account of a task, built from its row and events (the explain tool)."""
+from engine.readside import timeline
 from engine.status import Status
 
 NEXT_STEPS = {
@@ -65,13 +66,5 @@ def _describe_source(source: dict) -> str:
 
 
 def _describe_step(event: dict) -> str:
-    payload = event["payload"]
-    if event["kind"] == "status":
-        text = f"{payload.get('from')} -> {payload.get('to')} ({payload.get('verdict')})"
-        if payload.get("reason"):
-            text += f": {payload.get('message') or payload['reason']}"
-        return text
-    if event["kind"] == "cancel_requested":
-        return "cancel requested"
-    detail = f": {payload['detail']}" if payload.get("detail") else ""
-    return f"{payload.get('step')} {payload.get('state')}{detail}"
+    line = timeline.entry(event)
+    return f"{line.title}: {line.detail}" if line.detail else line.title
