@@ -16,6 +16,7 @@ from pathlib import Path  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
+from engine.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
 from engine.db import Database, apply_schema  # noqa: E402
 
 #: The benchmarks' own server: never the developers' instance/ nor the test server.

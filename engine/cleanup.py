@@ -52,6 +52,9 @@ PROCESS_POLL_S = 0.05
 #: A finished task's runner pauses its own devbox; the reaper steps in after this grace.
 DEVBOX_PAUSE_GRACE_S = 60.0
 DEVBOX_PAUSE_BATCH = 50
+#: Purges one reaper sweep enqueues: enough to start a drain that the worker continues a batch
+#: per pass (PURGE_BATCH), few enough to keep every sweep short.
+PURGE_KICK = 100
 #: Succeeded and cancelled jobs are forgotten after this; failed ones stay for diagnosis.
 COMPLETED_JOB_KEEP_S = 7 * 24 * 3600.0
 COMPLETED_JOB_DELETE_BATCH = 1000
@@ -92,8 +95,6 @@ class JobState(StrEnum):
     #: Terminal: the precondition no longer holds (e.g. the task is no longer past retention).
     CANCELLED = "cancelled"
 
-
-OPEN_STATES = (JobState.PENDING, JobState.RUNNING, JobState.RETRY_WAIT)
 
 
 class Liveness(StrEnum):
@@ -393,14 +394,16 @@ def enqueue_devbox_delete(db: Database, devbox_id: str, *, namespace: str, task_
 
 
 def enqueue_devbox_pauses(db: Database, *, limit: int = DEVBOX_PAUSE_BATCH,
-                          grace_s: float = DEVBOX_PAUSE_GRACE_S, now: datetime | None = None) -> int:
+                          grace_s: float = DEVBOX_PAUSE_GRACE_S,
+                          now: datetime | None = None) -> int:
     """Reaper: a pause job per finished task whose devbox was never paused; how many."""
     return len(db.all("cleanup_job_enqueue_devbox_pauses", limit=limit, grace_s=grace_s, now=now))
 
 
 def enqueue_purges(db: Database, *, retention_s: float, limit: int,
                    now: datetime | None = None) -> int:
-    """Reaper: a purge job per finished task past retention (oldest first); how many."""
+    """A purge job per finished task past retention (oldest first); how many. The reaper starts a
+    drain with a few; the worker goes on with a batch per pass while it finds more."""
     return len(db.all("cleanup_job_enqueue_purges", retention_s=retention_s, limit=limit, now=now))
 
 
@@ -426,7 +429,8 @@ class CleanupWorker:
         self._wake = Event()
         self._attempts: set[_Attempt] = set()
         self._pool = Pool(JOB_CONCURRENCY)
-        #: The last tick filled a batch: the next one goes on draining (and skips housekeeping).
+        #: The last tick purged something (or filled its batch of other jobs): the next one goes
+        #: on at once, looks for more expired tasks itself, and skips housekeeping.
         self._draining = False
 
     @property
@@ -456,7 +460,7 @@ class CleanupWorker:
         busy = False
         while not self._stopping:
             if busy:
-                gevent.sleep(0)  # full batches: drain on, but let other greenlets run
+                gevent.sleep(0)  # more may be due: go on, but let other greenlets run
             else:
                 self._wake.wait(self.settings.cleanup_interval_s)
                 self._wake.clear()
@@ -469,25 +473,29 @@ class CleanupWorker:
                 busy = False
 
     def run_once(self, now: datetime | None = None) -> bool:
-        """One tick: claim and run due jobs; whether a batch was full (more may be due)."""
+        """One tick: claim and run due jobs; whether to go on at once (more may be due)."""
         s = self.settings
         if not self._draining:
             self._housekeep(now)
         retention_s = s.retention_days * 86400
         if self._draining:
-            # Continue a purge backlog the reaper started, one bounded batch per tick.
+            # Continue a purge drain the reaper started, one bounded batch per pass.
             enqueue_purges(self.db, retention_s=retention_s, limit=s.purge_batch, now=now)
-        plain = self._purge_without_devbox(retention_s, now)
-        purges = self._claim([Trigger.RETENTION_PURGE], s.purge_batch, now, needs_devbox=True)
-        if purges:
-            self._run_purges(purges, now)
+        purged = self._purge_without_devbox(retention_s, now)
+        if self.devbox is not None and not self._stopping:
+            with_devbox = self.db.all(
+                "cleanup_job_claim_purges_with_devbox", limit=s.purge_batch,
+                max_attempts=MAX_ATTEMPTS, retention_s=retention_s, worker=self.owner,
+                attempt_timeout_s=s.cleanup_attempt_timeout_s, now=now)
+            if with_devbox:
+                self._run_purges(with_devbox, retention_s, now)
+            purged += len(with_devbox)
         others = self._claim([Trigger.DEVBOX_PAUSE, Trigger.DEVBOX_DELETE, Trigger.RUNTIME_STOP],
                              JOB_CONCURRENCY, now)
         for job in others:
             self._pool.spawn(self._run_job, job, now)
         self._pool.join()
-        self._draining = (plain >= s.purge_batch or len(purges) >= s.purge_batch
-                          or len(others) >= JOB_CONCURRENCY) and not self._stopping
+        self._draining = (purged > 0 or len(others) >= JOB_CONCURRENCY) and not self._stopping
         return self._draining
 
     def _housekeep(self, now: datetime | None) -> None:
@@ -498,14 +506,12 @@ class CleanupWorker:
         self.db.execute("cleanup_job_delete_completed", keep_s=COMPLETED_JOB_KEEP_S,
                         limit=COMPLETED_JOB_DELETE_BATCH, now=now)
 
-    def _claim(self, triggers: list[Trigger], limit: int, now: datetime | None, *,
-               needs_devbox: bool | None = None) -> list[dict]:
+    def _claim(self, triggers: list[Trigger], limit: int, now: datetime | None) -> list[dict]:
         if self._stopping:
             return []
         return self.db.all("cleanup_job_claim_due", triggers=[str(t) for t in triggers],
                            limit=limit, max_attempts=MAX_ATTEMPTS, host=HOST,
-                           has_devbox=self.devbox is not None, needs_devbox=needs_devbox,
-                           worker=self.owner,
+                           has_devbox=self.devbox is not None, worker=self.owner,
                            attempt_timeout_s=self.settings.cleanup_attempt_timeout_s, now=now)
 
     def _purge_without_devbox(self, retention_s: float, now: datetime | None) -> int:
@@ -525,11 +531,12 @@ class CleanupWorker:
                 note: str | None = None) -> None:
         if jobs:
             self.db.all("cleanup_job_finish_if_claimed", job_ids=[j["id"] for j in jobs],
-                        attempts=[j["attempts"] for j in jobs], state=str(state), note=note, now=now)
+                        attempts=[j["attempts"] for j in jobs], state=str(state), note=note,
+                        now=now)
 
     def _retry(self, job: dict, error: str, now: datetime | None) -> None:
-        row = self.db.one("cleanup_job_retry_if_claimed", job_id=job["id"], attempts=job["attempts"],
-                          error=error[:2000], max_attempts=MAX_ATTEMPTS,
+        row = self.db.one("cleanup_job_retry_if_claimed", job_id=job["id"],
+                          attempts=job["attempts"], error=error[:2000], max_attempts=MAX_ATTEMPTS,
                           delays_s=list(RETRY_DELAYS_S), now=now)
         if row is None:
             log.info("cleanup job %s: attempt %d was superseded", job["id"], job["attempts"])
@@ -622,63 +629,50 @@ class CleanupWorker:
             self.db.one("runtime_mark_stop_failed", runtime_id=runtime_id, error=str(exc))
             raise
 
-    def _run_purges(self, jobs: list[dict], now: datetime | None) -> None:
-        """A batch of purges: revalidate, delete devboxes (first), then the rows in one statement."""
-        retention_s = self.settings.retention_days * 86400
-        by_task = {str(j["task_id"]): j for j in jobs}
-        states = {str(r["id"]): r for r in self.db.all(
-            "task_list_purge_state", task_ids=list(by_task), retention_s=retention_s, now=now)}
-        done, cancelled, to_delete = [], [], []
-        devbox_steps = []
-        for task_id, job in by_task.items():
-            state = states.get(task_id)
-            if state is None:
-                # Already deleted: done, but a devbox in the snapshot is still released.
-                if job["snapshot"].get("devboxId"):
-                    devbox_steps.append((job, job["snapshot"]["devboxId"], False))
-                else:
-                    done.append(job)
-            elif not state["expired"]:
-                cancelled.append(job)
-            elif state["devbox_id"] and not state["devbox_in_use"]:
-                devbox_steps.append((job, state["devbox_id"], True))
+    def _run_purges(self, jobs: list[dict], retention_s: float, now: datetime | None) -> None:
+        """Claimed purges of tasks with a devbox: delete the devboxes first (concurrently), then
+        the rows and the jobs in one statement. The claim re-read each task (revalidation)."""
+        ready, deleting = [], []
+        for job in jobs:
+            if job["task_exists"] and not job["expired"]:
+                ready.append(job)  # the purge statement cancels it: nothing is touched
+            elif job["devbox_id"] and not job["devbox_in_use"]:
+                deleting.append(job)
             else:
-                # No devbox, or one an active task now uses (it stays with that task's row).
-                to_delete.append(job)
-        self._finish(cancelled, JobState.CANCELLED, now,
-                     note="cancelled: the task is no longer finished and past retention")
+                # No devbox after all, or an active task uses it now: the row goes, the devbox
+                # stays with that task's row (and its purge).
+                ready.append(job)
 
-        def devbox_step(job, devbox_id, row_left):
+        def devbox_step(job):
             attempt = self._attempt(job)
             try:
-                if self.db.all("task_list_ids_active_with_devbox", devbox_id=devbox_id):
-                    pass  # borrowed by an active task since: its row keeps the handle
-                else:
-                    self._delete_devbox_now(devbox_id, job["snapshot"]["namespace"], attempt.abort)
+                try:
+                    self._require_devbox().delete(job["devbox_id"], namespace=job["namespace"],
+                                                  abort=attempt.abort)
+                except NotFound:
+                    pass  # already gone counts as deleted
+                if not job["task_exists"]:  # otherwise its runtime row goes with the task row
+                    self.db.all("runtime_delete_devbox", devbox_id=job["devbox_id"])
             except Exception as exc:
                 if not _is_integration_error(exc) and not isinstance(exc, Aborted):
                     log.exception("purge job %s: devbox delete crashed", job["id"])
-                self._retry(job, f"devbox {devbox_id} delete: {_describe(exc, attempt.abort)}", now)
+                self._retry(job, f"devbox {job['devbox_id']} delete: "
+                                 f"{_describe(exc, attempt.abort)}", now)
             else:
-                (to_delete if row_left else done).append(job)
+                ready.append(job)
             finally:
                 self._done(attempt)
 
-        for step in devbox_steps:
-            self._pool.spawn(devbox_step, *step)
+        for job in deleting:
+            self._pool.spawn(devbox_step, job)
         self._pool.join()
-        if to_delete:
-            purged = {str(r["id"]) for r in self.db.all(
-                "task_purge_if_expired", task_ids=[str(j["task_id"]) for j in to_delete],
-                retention_s=retention_s, now=now)}
-            for job in to_delete:
-                if str(job["task_id"]) in purged:
-                    done.append(job)
-                else:
-                    self._retry(job, "the task changed while it was being purged", now)
-            if purged:
-                log.info("retention purge: %d task(s) deleted", len(purged))
-        self._finish(done, JobState.SUCCEEDED, now)
+        if ready:
+            outcomes = {r["outcome"]: r["n"] for r in self.db.all(
+                "cleanup_job_purge_claimed", job_ids=[j["id"] for j in ready],
+                attempts=[j["attempts"] for j in ready], retention_s=retention_s, now=now)}
+            if outcomes.get("purged"):
+                log.info("retention purge: %d task(s) deleted after their devbox",
+                         outcomes["purged"])
 
     # -- local runtimes of this process -----------------------------------------------------------
     def release_runtimes(self, task_id: UUID | None = None) -> int:

@@ -73,7 +73,7 @@ class Reaper:
         resolved["pause_devboxes"] = cleanup.enqueue_devbox_pauses(self.db, now=now)
         resolved["purge"] = cleanup.enqueue_purges(
             self.db, retention_s=self.settings.retention_days * 86400,
-            limit=self.settings.purge_batch, now=now)
+            limit=min(cleanup.PURGE_KICK, self.settings.purge_batch), now=now)
         for name in ("pause_devboxes", "purge"):
             if resolved[name]:
                 log.info("reaper %s: %d cleanup job(s) enqueued", name, resolved[name])

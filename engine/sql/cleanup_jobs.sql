@@ -1,6 +1,11 @@
 -- Queries on cleanup_jobs: durable cleanup intents (seed 001). A claim is `attempts + 1`; every
 -- finish is guarded on (state = 'running', attempts) so a stale worker cannot overwrite a newer
 -- attempt. Times take coalesce(%(now)s, now()) so tests can pin the clock.
+--
+-- The purge statements commit without waiting for the WAL flush (set_config(...,
+-- 'synchronous_commit', 'off', true) in their clock: this transaction only). A crash can lose
+-- their last fraction of a second, never half of one: the jobs and the rows they delete commit
+-- together, and purging is idempotent, so a lost purge is simply done again.
 
 -- cleanup_job_claim_due --
 -- Claim due jobs of some triggers this worker can run (a running job past its deadline was abandoned).
@@ -14,7 +19,6 @@ WITH clock AS (
       AND j.attempts < %(max_attempts)s
       AND (j.host IS NULL OR j.host = %(host)s)
       AND (%(has_devbox)s OR NOT j.needs_devbox)
-      AND (%(needs_devbox)s::bool IS NULL OR j.needs_devbox = %(needs_devbox)s::bool)
     ORDER BY j.next_attempt_at, j.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
@@ -26,6 +30,42 @@ SET state = 'running', attempts = j.attempts + 1, claimed_by = %(worker)s,
 FROM due, clock
 WHERE j.id = due.id
 RETURNING j.*;
+
+-- cleanup_job_claim_purges_with_devbox --
+-- Claim due purges of tasks with a devbox (deleted first), with what each re-checks: whether the
+-- task still exists and is finished and past retention, and whether an active task uses the devbox.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), due AS (
+    SELECT j.id FROM cleanup_jobs j
+    WHERE j.trigger = 'retention_purge' AND j.state IN ('pending', 'retry_wait', 'running')
+      AND j.needs_devbox
+      AND j.next_attempt_at <= (SELECT now FROM clock)
+      AND j.attempts < %(max_attempts)s
+    ORDER BY j.next_attempt_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE cleanup_jobs j
+    SET state = 'running', attempts = j.attempts + 1, claimed_by = %(worker)s,
+        next_attempt_at = clock.now + make_interval(secs => %(attempt_timeout_s)s::float8),
+        updated_at = clock.now
+    FROM due, clock
+    WHERE j.id = due.id
+    RETURNING j.id, j.attempts, j.trigger, j.operation_id, j.task_id, j.snapshot
+)
+SELECT c.*, c.snapshot ->> 'namespace' AS namespace,
+       coalesce(t.devbox_id, c.snapshot ->> 'devboxId') AS devbox_id,
+       t.id IS NOT NULL AS task_exists,
+       coalesce(t.status IN ('completed', 'failed', 'cancelled')
+                AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8),
+                false) AS expired,
+       EXISTS (SELECT 1 FROM deploy_tasks a
+               WHERE a.devbox_id = coalesce(t.devbox_id, c.snapshot ->> 'devboxId')
+                 AND a.id IS DISTINCT FROM t.id
+                 AND a.status IN ('queued', 'running', 'blocked', 'applying')) AS devbox_in_use
+FROM claimed c CROSS JOIN clock
+LEFT JOIN deploy_tasks t ON t.id = c.task_id;
 
 -- cleanup_job_delete_completed --
 -- Forget succeeded and cancelled jobs completed before the cutoff (failed ones stay for diagnosis).
@@ -79,13 +119,16 @@ WHERE t.status IN ('completed', 'failed', 'cancelled')
       SELECT 1 FROM deploy_tasks a
       WHERE a.devbox_id = t.devbox_id
         AND a.status IN ('queued', 'running', 'blocked', 'applying'))
+  -- OFFSET 0 keeps each NOT EXISTS an index probe per candidate: as an anti-join on stale
+  -- statistics it was planned as a nested loop over every open job.
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
       WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id
-        AND j.state IN ('pending', 'running', 'retry_wait'))
+        AND j.state IN ('pending', 'running', 'retry_wait') OFFSET 0)
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
-      WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id AND j.state = 'failed')
+      WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id AND j.state = 'failed'
+      OFFSET 0)
 ORDER BY t.finished_at
 LIMIT %(limit)s
 ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
@@ -94,7 +137,8 @@ RETURNING id;
 -- cleanup_job_enqueue_purges --
 -- Reaper: a purge job for each finished task past retention (oldest first), its handles captured.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           set_config('synchronous_commit', 'off', true) AS async_commit
 )
 INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, needs_devbox,
                           next_attempt_at)
@@ -108,13 +152,14 @@ SELECT 'retention_purge:' || t.id, 'retention_purge', t.id, t.namespace,
 FROM deploy_tasks t, clock
 WHERE t.status IN ('completed', 'failed', 'cancelled')
   AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+  -- OFFSET 0: an index probe per candidate whatever the statistics say (see above).
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
       WHERE j.operation_id = 'retention_purge:' || t.id
-        AND j.state IN ('pending', 'running', 'retry_wait'))
+        AND j.state IN ('pending', 'running', 'retry_wait') OFFSET 0)
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
-      WHERE j.operation_id = 'retention_purge:' || t.id AND j.state = 'failed')
+      WHERE j.operation_id = 'retention_purge:' || t.id AND j.state = 'failed' OFFSET 0)
 ORDER BY t.finished_at
 LIMIT %(limit)s
 ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
@@ -156,13 +201,59 @@ WHERE needs_devbox AND state = 'pending' AND last_error IS NULL
   AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())
 RETURNING id;
 
+-- cleanup_job_purge_claimed --
+-- Finish claimed purges whose devbox step is done, in one statement guarded on (state, attempts):
+-- delete each task still finished and past retention (events and messages cascade, its devbox and
+-- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one no
+-- longer past retention cancels its job.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           set_config('synchronous_commit', 'off', true) AS async_commit
+), claimed AS (
+    SELECT j.id, j.task_id FROM cleanup_jobs j
+    JOIN unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+      ON c.id = j.id AND c.attempts = j.attempts
+    WHERE j.state = 'running'
+    FOR UPDATE OF j
+), purged AS (
+    DELETE FROM deploy_tasks t USING claimed, clock
+    WHERE t.id = claimed.task_id
+      AND t.status IN ('completed', 'failed', 'cancelled')
+      AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+    RETURNING t.id, t.namespace, t.project_id
+), released AS (
+    DELETE FROM task_runtimes r USING purged p
+    WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
+), verdict AS (
+    SELECT claimed.id, CASE WHEN claimed.task_id IN (SELECT id FROM purged) OR t.id IS NULL
+                            THEN 'succeeded' ELSE 'cancelled' END AS state
+    FROM claimed
+    LEFT JOIN deploy_tasks t ON t.id = claimed.task_id
+), finished AS (
+    UPDATE cleanup_jobs j SET
+        state = v.state::cleanup_job_state, next_attempt_at = NULL, completed_at = clock.now,
+        last_error = CASE WHEN v.state = 'cancelled'
+                          THEN 'cancelled: the task is no longer finished and past retention'
+                          ELSE j.last_error END,
+        updated_at = clock.now
+    FROM verdict v, clock
+    WHERE j.id = v.id
+    RETURNING j.id, v.state
+)
+SELECT 'purged' AS outcome, count(pg_notify('deploy_tasks', json_build_object(
+    'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)) AS n
+FROM purged p
+UNION ALL
+SELECT f.state, count(*) FROM finished f GROUP BY f.state;
+
 -- cleanup_job_purge_due_if_no_devbox --
 -- Claim, run and finish due purges of tasks without a devbox in one statement (one attempt each):
 -- delete each task still finished and past retention (events and messages cascade, its devbox and
 -- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one
 -- no longer past retention cancels its job; one that has a devbox after all goes to the devbox path.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+           set_config('synchronous_commit', 'off', true) AS async_commit
 ), due AS (
     SELECT j.id, j.task_id FROM cleanup_jobs j
     WHERE j.trigger = 'retention_purge' AND j.state IN ('pending', 'retry_wait', 'running')
@@ -181,11 +272,6 @@ WITH clock AS (
 ), released AS (
     DELETE FROM task_runtimes r USING purged p
     WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
-), history AS (
-    -- The cascade would delete these row by row after the statement; set-based is cheaper.
-    DELETE FROM deploy_task_events e WHERE e.task_id IN (SELECT id FROM purged)
-), chat AS (
-    DELETE FROM deploy_task_messages m WHERE m.task_id IN (SELECT id FROM purged)
 ), verdict AS (
     -- Every CTE reads the snapshot from before the statement: a purged task is still visible here.
     -- (An uncorrelated IN is a hashed subplan; a join on the CTE would be planned as n x n.)

@@ -191,10 +191,10 @@ FROM changed c;
 -- here, or fenced off.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), prev AS (
-    SELECT id, status FROM deploy_tasks WHERE id = ANY(%(task_ids)s::uuid[]) FOR UPDATE
 ), moved AS (
     UPDATE deploy_tasks t SET
+        -- SET reads the old row: this is what the move came from, with no extra lock or scan.
+        previous_status = t.status,
         status = %(to)s::task_status,
         phase = coalesce(%(phase)s::text, t.phase),
         lease_epoch = CASE WHEN %(claim_owner)s::text IS NOT NULL
@@ -217,8 +217,12 @@ WITH clock AS (
         finished_at = CASE WHEN %(to)s::task_status IN ('completed', 'failed', 'cancelled')
                            THEN clock.now END,
         updated_at = clock.now
-    FROM prev, clock
-    WHERE t.id = prev.id
+    FROM clock, (
+        -- The LIMIT never cuts (ids are unique): it lets the planner cost the generic plan at
+        -- one row per id instead of ten, so the prepared statement is not re-planned every call.
+        SELECT id FROM unnest(%(task_ids)s::uuid[]) AS u(id) LIMIT cardinality(%(task_ids)s::uuid[])
+    ) AS wanted
+    WHERE t.id = wanted.id
       AND t.status = ANY(%(from_statuses)s::task_status[])
       AND (%(namespace)s::text IS NULL OR t.namespace = %(namespace)s::text)
       AND (%(expect_epoch)s::bigint IS NULL
@@ -232,12 +236,12 @@ WITH clock AS (
            OR t.lease_claimed_at < clock.now - make_interval(secs => %(claimed_older_than_s)s::float8))
       AND (%(created_older_than_s)s::float8 IS NULL
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
-    RETURNING t.*, prev.status AS from_status
+    RETURNING t.*
 ), recorded AS (
     INSERT INTO deploy_task_events (task_id, kind, payload)
     SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
-        'from', m.from_status, 'to', m.status,
-        'verdict', %(verdicts)s::jsonb ->> m.from_status::text,
+        'from', m.previous_status, 'to', m.status,
+        'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
         'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
     FROM moved m
 )
@@ -292,39 +296,3 @@ FROM deploy_tasks t WHERE t.id = %(task_id)s;
 SELECT id FROM deploy_tasks
 WHERE devbox_id = %(devbox_id)s AND status IN ('queued', 'running', 'blocked', 'applying')
 LIMIT 5;
-
--- task_list_purge_state --
--- What purge jobs re-check: which tasks still exist, whether each is still finished and past
--- retention, and whether an active task shares its devbox.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-)
-SELECT t.id, t.devbox_id,
-       (t.status IN ('completed', 'failed', 'cancelled')
-        AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)) AS expired,
-       (t.devbox_id IS NOT NULL AND EXISTS (
-            SELECT 1 FROM deploy_tasks a
-            WHERE a.devbox_id = t.devbox_id AND a.id <> t.id
-              AND a.status IN ('queued', 'running', 'blocked', 'applying'))) AS devbox_in_use
-FROM deploy_tasks t, clock
-WHERE t.id = ANY(%(task_ids)s::uuid[]);
-
--- task_purge_if_expired --
--- Retention purge: delete finished tasks still past retention (events and messages cascade) with
--- their devbox and resume-only runtime rows, and notify; that notification is the removal event.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), purged AS (
-    DELETE FROM deploy_tasks t USING clock
-    WHERE t.id = ANY(%(task_ids)s::uuid[])
-      AND t.status IN ('completed', 'failed', 'cancelled')
-      AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
-    RETURNING t.id, t.namespace, t.project_id
-), released AS (
-    DELETE FROM task_runtimes r USING purged p
-    WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
-)
-SELECT p.id, pg_notify('deploy_tasks', json_build_object(
-    'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)
-    AS notified
-FROM purged p;

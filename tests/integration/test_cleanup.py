@@ -19,7 +19,7 @@ def devbox():
 
 @pytest.fixture
 def app(make_app, cluster, devbox):
-    """The app, with a fake devbox; its background loops stay idle: tests drive reaper and worker."""
+    """The app with a fake devbox; its loops stay idle: the tests drive reaper and worker."""
     return make_app(cleanup_interval_s=3600.0, overrides={"integrations": Integrations(
         cluster=lambda kubeconfig: cluster, cluster_label="fake", devbox=devbox)})
 
@@ -79,6 +79,34 @@ def test_python_and_postgres_enums_agree(sql_conn, typname, enum):
         "SELECT enumlabel FROM pg_enum JOIN pg_type t ON t.oid = enumtypid "
         "WHERE t.typname = %s ORDER BY enumsortorder", (typname,)).fetchall()]
     assert labels == [str(m) for m in enum]
+
+
+def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_conn):
+    from engine.abort import AbortSignal
+    from engine.errors import LeaseLost
+    from engine.handle import TaskHandle
+
+    def handle_of(task, epoch=1):
+        return TaskHandle(engine.db, task["id"], epoch=epoch, owner=engine.owner,
+                          abort=AbortSignal())
+
+    first = insert_task(status="running", lease_owner=engine.owner, lease_epoch=1)
+    handle_of(first).record_devbox("box-rec")
+    [row] = sql_conn.execute("SELECT * FROM task_runtimes").fetchall()
+    assert (row["task_id"], row["kind"], row["liveness"], row["remote_id"], row["owner"]) == \
+        (first["id"], "devbox", "remote", "box-rec", engine.owner)
+    assert row["host"] == cleanup.HOST
+    # The same devbox recorded by a later task: one row, now that task's.
+    second = insert_task(status="running", lease_owner=engine.owner, lease_epoch=1)
+    handle_of(second).record_devbox("box-rec")
+    assert [(r["task_id"], r["remote_id"]) for r in
+            sql_conn.execute("SELECT * FROM task_runtimes").fetchall()] == [(second["id"], "box-rec")]
+    # Fenced: a stale epoch records nothing.
+    with pytest.raises(LeaseLost):
+        handle_of(insert_task(status="running", lease_owner=engine.owner), epoch=0) \
+            .record_devbox("box-stale")
+    assert sql_conn.execute("SELECT count(*) AS n FROM task_runtimes WHERE remote_id = 'box-stale'"
+                            ).fetchone()["n"] == 0
 
 
 # -- jobs: reuse, the ladder, fencing -----------------------------------------------------------
@@ -351,7 +379,7 @@ def test_active_and_blocked_tasks_survive_any_purge(engine, insert_task, sql_con
                         task_id=rows[status]["id"], namespace="default", now=t)
     engine.cleanup.run_once(now=t)
 
-    survivors = {r["status"] for r in sql_conn.execute("SELECT status FROM deploy_tasks").fetchall()}
+    survivors = {r["status"] for r in sql_conn.execute("SELECT status FROM deploy_tasks")}
     assert survivors == {"queued", "running", "blocked", "applying"}
     by_state = {str(j["task_id"]): j["state"] for j in jobs(sql_conn)}
     for status, row in rows.items():
@@ -376,15 +404,20 @@ def test_purge_works_in_bounded_batches_oldest_first(make_app, insert_task, sql_
     runtime = make_app(cleanup_interval_s=3600.0, purge_batch=3).extensions["engine"]
     tasks = [insert_task(status="completed", finished_at=now_plus(-(60 - i) * DAY))
              for i in range(7)]
-    assert runtime.reaper.sweep()["purge"] == 3
-    assert runtime.cleanup.run_once() is True  # a full batch: more may be due
-    remaining = {r["id"] for r in sql_conn.execute("SELECT id FROM deploy_tasks").fetchall()}
-    assert remaining == {t["id"] for t in tasks[3:]}
-    assert runtime.reaper.sweep()["purge"] == 3
-    runtime.cleanup.run_once()
-    assert runtime.reaper.sweep()["purge"] == 1
-    assert runtime.cleanup.run_once() is False
-    assert sql_conn.execute("SELECT count(*) AS n FROM deploy_tasks").fetchone()["n"] == 0
+
+    def remaining():
+        return {r["id"] for r in sql_conn.execute("SELECT id FROM deploy_tasks").fetchall()}
+
+    assert runtime.reaper.sweep()["purge"] == 3  # the reaper starts a drain...
+    assert runtime.cleanup.run_once() is True  # it purged: more may be due
+    assert remaining() == {t["id"] for t in tasks[3:]}
+    assert runtime.cleanup.run_once() is True  # ...the worker goes on, a batch per pass
+    assert remaining() == {t["id"] for t in tasks[6:]}
+    assert runtime.cleanup.run_once() is True
+    assert remaining() == set()
+    assert runtime.cleanup.run_once() is False  # found nothing more: the drain ends
+    assert runtime.reaper.sweep()["purge"] == 0
+    assert [j["state"] for j in jobs(sql_conn)] == ["succeeded"] * 7
 
 
 def test_a_devbox_delete_rechecks_that_no_active_task_uses_it(engine, devbox, insert_task,

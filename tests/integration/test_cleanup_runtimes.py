@@ -3,6 +3,7 @@ drain, and startup reconciliation of rows a SIGKILLed server left behind."""
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,13 +12,14 @@ import uuid
 
 import gevent
 import pytest
+import requests
 
 from engine import cleanup
 from engine.abort import Aborted, AbortSignal
 from engine.cleanup import HOST, Liveness, ProcessIdentity
 from engine.errors import LeaseLost
 from engine.handle import TaskHandle
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, free_port, wait_for
 
 STOP_TIMEOUT_S = 0.3
 
@@ -306,7 +308,7 @@ owner = f"{socket.gethostname()}:{os.getpid()}:helper"
 row = transition(db, sys.argv[2], Status.RUNNING, claim_owner=owner, lease_ttl_s=60)[0]
 handle = TaskHandle(db, row["id"], epoch=row["lease_epoch"], owner=owner, abort=AbortSignal())
 lasting = handle.start_local_process(["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"])
-brief = handle.start_local_process(["sleep", "0.2"])
+brief = handle.start_local_process(["sleep", "1"])
 print(json.dumps({"lasting": lasting.pid, "brief": brief.pid}), flush=True)
 gevent.sleep(600)
 """
@@ -350,3 +352,44 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_run_stops_gracefully_and_reaps_the_servers_groups(database_url, spawned, sql_conn,
+                                                                tmp_path):
+    port = free_port()
+    log_path = tmp_path / "make-run.log"
+    env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "HOST": "127.0.0.1",
+           "RUNTIME_STOP_TIMEOUT_S": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        # -o: treat the venv stamp as up to date (the suite runs inside that venv already).
+        make = subprocess.Popen(["make", "-o", ".venv/.installed", "run"], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def healthy():
+            assert make.poll() is None, log_path.read_text()
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).json()
+            except requests.RequestException:
+                return None
+        owner = wait_for(healthy, 30, interval=0.1, message="make run to serve")["owner"]
+        # A group the server started (its runtime row names the server as owner) that ignores
+        # SIGTERM: only the server's shutdown can end it, and only with SIGKILL.
+        stubborn = spawned(["sh", "-c", "trap '' TERM; sleep 300 & wait"])
+        wait_for(lambda: len(members(stubborn.pid)) == 2)
+        server_pid = int(owner.split(":")[1])
+        insert_runtime(sql_conn, identity=identity_of(stubborn.pid), owner=owner,
+                       owner_pid=server_pid,
+                       owner_start_ticks=cleanup._stat(server_pid).start_ticks)
+
+        started = time.monotonic()
+        make.send_signal(signal.SIGTERM)  # to make alone, as a launcher or a terminal would
+        make.wait(30)
+        assert time.monotonic() - started >= 1.0  # make waited for the server's drain
+        assert members(stubborn.pid) == []
+        assert runtime_rows(sql_conn, kind="local") == []
+        output = log_path.read_text()
+        assert "drained" in output and "Traceback" not in output
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)

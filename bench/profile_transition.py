@@ -1,0 +1,116 @@
+"""Where a guarded transition's time goes: the transition against variants that each drop a part.
+
+Not a target of its own: run it when (a) misses, to see which part costs what. Variants run
+interleaved in small blocks so a machine shared with other work slows them all alike.
+
+  plain            UPDATE deploy_tasks SET status = ... WHERE id = ...       (the baseline)
+  plain+notify     the same UPDATE plus the engine's pg_notify, in one statement
+  cte-no-notify    the engine's task_transition with its pg_notify removed
+  transition       engine.transitions.transition (CAS + event + notify)
+
+Client CPU per call is measured with process_time (this process only), so the rest of each
+call is server work, the commit's WAL flush and scheduling.
+"""
+from bench.common import fresh_database, median, run_sql  # noqa: I001  (patches first)
+
+import json  # noqa: E402
+import time  # noqa: E402
+
+import gevent  # noqa: E402
+
+from engine.db import Database, _adapt  # noqa: E402
+from engine.sql import queries  # noqa: E402
+from engine.status import Status  # noqa: E402
+from engine.transitions import Guard, transition  # noqa: E402
+
+ROWS = 1200
+BLOCK = 50
+OWNER = "bench-owner"
+PLAIN = "UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s"
+PLAIN_NOTIFY = """WITH moved AS (
+    UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s
+    RETURNING id, namespace, project_id
+)
+SELECT pg_notify('deploy_tasks', json_build_object(
+    'namespace', namespace, 'project', project_id, 'task', id)::text) FROM moved"""
+
+
+def _without_notify(sql: str) -> str | None:
+    marker = "SELECT m.*, pg_notify("
+    head, found, _ = sql.rpartition(marker)
+    return head + "SELECT m.* FROM moved m;" if found else None
+
+
+def variants(db: Database) -> dict:
+    fence = Guard(expect_epoch=1, expect_owner=OWNER)
+    verdicts = json.dumps({"running": "failed", "applying": "failed"})
+    no_notify = _without_notify(queries["task_transition"])
+
+    def raw(sql, params):
+        with db.pool.connection() as conn:
+            cur = conn.execute(sql, _adapt(params))
+            return cur.fetchall() if cur.description else None
+
+    def cte_params(task_id):
+        return dict(task_ids=[task_id], to="failed", from_statuses=["running", "applying"],
+                    verdicts=verdicts, reason="bench", message="bench", phase=None,
+                    actor="bench", claim_owner=None, lease_ttl_s=None, now=None, namespace=None,
+                    expect_epoch=1, expect_owner=OWNER, if_lease_expired=False,
+                    if_cancel_pending=None, cancel_older_than_s=None,
+                    claimed_older_than_s=None, created_older_than_s=None)
+
+    found = {
+        "plain": lambda i: raw(PLAIN, {"task_id": i, "to": "failed"}),
+        "plain+notify": lambda i: raw(PLAIN_NOTIFY, {"task_id": i, "to": "failed"}),
+        "transition": lambda i: transition(db, i, Status.FAILED, guard=fence, reason="bench",
+                                           message="bench", actor="bench"),
+    }
+    if no_notify:
+        found["cte-no-notify"] = lambda i: raw(no_notify, cte_params(i))
+    return found
+
+
+def measure(db: Database, workers: int) -> dict[str, dict[str, float]]:
+    """Per variant: rows/s and client CPU per row, interleaved block by block."""
+    fns = variants(db)
+    ids = {name: [r["id"] for r in run_sql(db, "bench_task_insert_leased", n=ROWS,
+                                           status="applying", owner=OWNER)] for name in fns}
+    wall = dict.fromkeys(fns, 0.0)
+    cpu = dict.fromkeys(fns, 0.0)
+    for start in range(0, ROWS, BLOCK):
+        for name, fn in fns.items():
+            block = ids[name][start:start + BLOCK]
+            slices = [block[w::workers] for w in range(workers)]
+            t0, c0 = time.perf_counter(), time.process_time()
+            gevent.joinall([gevent.spawn(lambda s=s: [fn(i) for i in s]) for s in slices],
+                           raise_error=True)
+            wall[name] += time.perf_counter() - t0
+            cpu[name] += time.process_time() - c0
+    return {name: {"rate": ROWS / wall[name], "cpu_us": cpu[name] / ROWS * 1e6} for name in fns}
+
+
+def main() -> str:
+    lines = ["| clients | variant | rows/s | x plain | client CPU/row |",
+             "| --- | --- | --- | --- | --- |"]
+    with fresh_database() as url:
+        db = Database(url, max_size=10)
+        db.open()
+        try:
+            run_sql(db, "bench_task_insert_finished", n=20_000)
+            measure(db, 1)  # warm-up
+            for workers in (1, 8):
+                runs = [measure(db, workers) for _ in range(3)]
+                names = runs[0].keys()
+                plain = median([r["plain"]["rate"] for r in runs])
+                for name in names:
+                    rate = median([r[name]["rate"] for r in runs])
+                    cpu = median([r[name]["cpu_us"] for r in runs])
+                    lines.append(f"| {workers} | {name} | {rate:,.0f} | {rate / plain:.2f} "
+                                 f"| {cpu:.0f} µs |")
+        finally:
+            db.close()
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(main())
