@@ -147,6 +147,7 @@ def serve() -> None:
         log.info("stopping: draining the engine")
         app.extensions["engine"].shutdown()
         server.stop(timeout=5)
+        app.extensions["engine"].db.close()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(sig, lambda: gevent.spawn(stop))

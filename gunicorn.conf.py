@@ -35,6 +35,7 @@ def post_worker_init(worker):
 
 
 def worker_exit(server, worker):
-    """Fallback: the drain is idempotent."""
+    """Fallback: the drain is idempotent. Then close the pool before the interpreter tears down."""
     if getattr(worker, "wsgi", None) is not None:
         _engine(worker).shutdown()
+        _engine(worker).db.close()

@@ -131,7 +131,7 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     moved = api(srv.base)
     snap = moved.wait(task["id"], "applying")
     from tests.conftest import wait_for
-    canvas = wait_for(lambda: moved.get(task["id"])["canvas"], 5, message="canvas saved")
+    canvas = wait_for(lambda: moved.get(task["id"])["canvas"], 15, message="canvas saved")
     assert canvas["x"] > 100 and canvas["y"] > 60
     assert moved.get(task["id"])["status"] == snap["status"] == "applying"
     node.locator("summary").click()
