@@ -2,10 +2,11 @@
 -- finish is guarded on (state = 'running', attempts) so a stale worker cannot overwrite a newer
 -- attempt. Times take coalesce(%(now)s, now()) so tests can pin the clock.
 --
--- The purge statements commit without waiting for the WAL flush (set_config(...,
--- 'synchronous_commit', 'off', true) in their clock: this transaction only). A crash can lose
--- their last fraction of a second, never half of one: the jobs and the rows they delete commit
--- together, and purging is idempotent, so a lost purge is simply done again.
+-- The purge statements commit without waiting for the WAL flush: set_config(...,
+-- 'synchronous_commit', 'off', true) in the RETURNING of the rows they write (this transaction
+-- only; never in `clock`, whose volatility would stop it being inlined and the retention cutoff
+-- bounding the index scan). A crash can lose their last fraction of a second, never half of one:
+-- jobs and the rows they delete commit together, and a lost purge is simply done again.
 
 -- cleanup_job_claim_due --
 -- Claim due jobs of some triggers this worker can run (a running job past its deadline was abandoned).
@@ -137,8 +138,7 @@ RETURNING id;
 -- cleanup_job_enqueue_purges --
 -- Reaper: a purge job for each finished task past retention (oldest first), its handles captured.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           set_config('synchronous_commit', 'off', true) AS async_commit
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
 INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, needs_devbox,
                           next_attempt_at)
@@ -163,7 +163,7 @@ WHERE t.status IN ('completed', 'failed', 'cancelled')
 ORDER BY t.finished_at
 LIMIT %(limit)s
 ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
-RETURNING id;
+RETURNING id, set_config('synchronous_commit', 'off', true) AS async_commit;
 
 -- cleanup_job_fail_if_abandoned --
 -- A claim on the last attempt whose worker never finished: terminal failed, never claimed again.
@@ -207,8 +207,7 @@ RETURNING id;
 -- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one no
 -- longer past retention cancels its job.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           set_config('synchronous_commit', 'off', true) AS async_commit
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), claimed AS (
     SELECT j.id, j.task_id FROM cleanup_jobs j
     JOIN unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
@@ -238,7 +237,7 @@ WITH clock AS (
         updated_at = clock.now
     FROM verdict v, clock
     WHERE j.id = v.id
-    RETURNING j.id, v.state
+    RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
 )
 SELECT 'purged' AS outcome, count(pg_notify('deploy_tasks', json_build_object(
     'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)) AS n
@@ -252,8 +251,7 @@ SELECT f.state, count(*) FROM finished f GROUP BY f.state;
 -- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one
 -- no longer past retention cancels its job; one that has a devbox after all goes to the devbox path.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-           set_config('synchronous_commit', 'off', true) AS async_commit
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), due AS (
     SELECT j.id, j.task_id FROM cleanup_jobs j
     WHERE j.trigger = 'retention_purge' AND j.state IN ('pending', 'retry_wait', 'running')
@@ -294,7 +292,7 @@ WITH clock AS (
         claimed_by = %(worker)s, updated_at = clock.now
     FROM verdict v, clock
     WHERE j.id = v.id
-    RETURNING j.id, v.state
+    RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
 )
 SELECT 'purged' AS outcome, count(pg_notify('deploy_tasks', json_build_object(
     'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)) AS n

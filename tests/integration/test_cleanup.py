@@ -470,3 +470,29 @@ def test_completed_jobs_are_forgotten_after_a_week_failed_ones_are_kept(engine, 
     assert len(jobs(sql_conn)) == 2
     engine.cleanup.run_once(now=t + 8 * DAY)
     assert [j["id"] for j in jobs(sql_conn)] == [failed["id"]]
+
+
+def test_the_sweeps_cost_follows_expired_rows_not_table_size(engine, sql_conn):
+    """Regression: a volatile expression in a sweep's `clock` once made the planner walk the whole
+    finished-task index when nothing had expired (3 million buffers on a 1M-row table)."""
+    from engine.sql import queries
+    sql_conn.execute(
+        "INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status,"
+        " source, finished_at, devbox_id, devbox_paused_at) "
+        "SELECT 'default', 'demo', 'test', 'image', 'direct', 'completed', '{}', "
+        "now() - g * interval '1 minute', 'box-' || g, now() FROM generate_series(1, 20000) g")
+    sql_conn.execute("ANALYZE deploy_tasks")
+
+    def buffers(name, **params):
+        sql_conn.execute("BEGIN")
+        plan = sql_conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries[name],
+                                params).fetchone()["QUERY PLAN"][0]["Plan"]
+        sql_conn.execute("ROLLBACK")
+        return plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0)
+
+    # 20,000 finished tasks, none past retention, none with an unpaused devbox: next to nothing.
+    assert buffers("cleanup_job_enqueue_purges", now=None, retention_s=30 * 86400.0,
+                   limit=100) < 20
+    assert buffers("cleanup_job_enqueue_devbox_pauses", now=None, grace_s=60.0, limit=50) < 20
+    assert buffers("cleanup_job_purge_due_if_no_devbox", now=None, retention_s=30 * 86400.0,
+                   limit=300, max_attempts=8, worker="w") < 20
