@@ -1,6 +1,6 @@
 """Every cluster-bound source kind deploys end to end through the Kubernetes adapter to kmock:
 database (StatefulSet), template (the catalog's redis), prompt and github (the sandbox devbox and
-gateway's plan); the image kind is in test_kube_app.py.""""
+gateway's plan); the image kind is in test_kube_app.py."""
 import re
 
 import pytest
