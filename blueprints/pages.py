@@ -545,7 +545,8 @@ def apply_notification(engine, store: TaskStore, namespace: str, payload: dict) 
     task_id = payload.get("task")
     if not task_id:
         return []
-    row = read_task_row(engine.db, namespace, task_id)
+    # A retention purge's notification is itself the removal event: nothing left to read.
+    row = None if payload.get("removed") else read_task_row(engine.db, namespace, task_id)
     event = ({"type": "remove", "id": task_id} if row is None
              else {"type": "upsert", "item": dto.projection(row)})
     changes = store.apply(event, now())

@@ -52,8 +52,9 @@ def project_tasks_stream(project_id):
                 elif payload is REBOOTSTRAP:
                     yield sse("snapshot", {"items": project_board(runtime, namespace, project_id)})
                 else:
-                    row = runtime.db.one("task_get_projection", task_id=payload["task"],
-                                         namespace=namespace)
+                    # A retention purge's notification is itself the removal event.
+                    row = None if payload.get("removed") else runtime.db.one(
+                        "task_get_projection", task_id=payload["task"], namespace=namespace)
                     if row is None:
                         yield sse("remove", {"id": payload["task"]})
                     else:

@@ -85,42 +85,19 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
-        """Settings from the environment, then explicit overrides (tests)."""
-        env_names = {
-            "host": "HOST", "port": "PORT", "database_url": "DATABASE_URL", "data_dir": "DATA_DIR",
-            "db_pool_size": "DB_POOL_SIZE", "auth_mode": "AUTH_MODE",
-            "cluster_backend": "CLUSTER_BACKEND", "lease_ttl_s": "LEASE_TTL_S",
-            "lease_renew_interval_s": "LEASE_RENEW_INTERVAL_S",
-            "reaper_interval_s": "REAPER_INTERVAL_S",
-            "cancel_ack_deadline_s": "CANCEL_ACK_DEADLINE_S",
-            "queued_start_deadline_s": "QUEUED_START_DEADLINE_S", "max_run_s": "MAX_RUN_S",
-            "readiness_timeout_s": "READINESS_TIMEOUT_S", "readiness_poll_s": "READINESS_POLL_S",
-            "shutdown_grace_s": "SHUTDOWN_GRACE_S", "retention_days": "RETENTION_DAYS",
-            "cleanup_interval_s": "CLEANUP_INTERVAL_S", "purge_batch": "PURGE_BATCH",
-            "runtime_stop_timeout_s": "RUNTIME_STOP_TIMEOUT_S",
-            "cleanup_attempt_timeout_s": "CLEANUP_ATTEMPT_TIMEOUT_S",
-            "sandbox_apply_delay_s": "SANDBOX_APPLY_DELAY_S",
-            "sandbox_ready_delay_s": "SANDBOX_READY_DELAY_S",
-            "sandbox_never_ready": "SANDBOX_NEVER_READY",
-            "sandbox_apply_error": "SANDBOX_APPLY_ERROR",
-            "template_catalog_dir": "TEMPLATE_CATALOG_DIR",
-            "kube_field_manager": "KUBE_FIELD_MANAGER",
-            "kube_request_timeout_s": "KUBE_REQUEST_TIMEOUT_S",
-            "kube_max_retries": "KUBE_MAX_RETRIES", "kube_retry_backoff_s": "KUBE_RETRY_BACKOFF_S",
-            "sandbox_gateway_delay_s": "SANDBOX_GATEWAY_DELAY_S",
-            "devbox_url": "DEVBOX_URL", "devbox_signing_key": "DEVBOX_SIGNING_KEY",
-            "devbox_timeout_s": "DEVBOX_TIMEOUT_S", "devbox_exec_timeout_s": "DEVBOX_EXEC_TIMEOUT_S",
-            "gateway_url": "GATEWAY_URL", "gateway_model": "GATEWAY_MODEL",
-            "gateway_api_key": "GATEWAY_API_KEY", "gateway_retries": "GATEWAY_RETRIES",
-            "gateway_connect_timeout_s": "GATEWAY_CONNECT_TIMEOUT_S",
-            "gateway_idle_timeout_s": "GATEWAY_IDLE_TIMEOUT_S",
-        }
+        """Settings from the environment (each field's name in upper case, e.g. LEASE_TTL_S),
+        then explicit overrides (tests)."""
         values = {}
         for f in fields(cls):
-            if f.name not in env_names:
+            if f.name == "overrides":
                 continue
-            cast = {int: int, float: float, bool: bool, Path: Path}.get(type(f.default), str)
-            if f.name == "database_url":
+            if isinstance(f.default, bool):
+                cast = bool
+            elif isinstance(f.default, (int, float)):
+                cast = type(f.default)
+            elif isinstance(f.default, Path):
+                cast = Path
+            else:
                 cast = str
-            values[f.name] = _env(env_names[f.name], f.default, cast)
+            values[f.name] = _env(f.name.upper(), f.default, cast)
         return replace(cls(**values), **overrides)
