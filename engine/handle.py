@@ -21,7 +21,8 @@ class TaskHandle:
     """
 
     def __init__(self, db: Database, task_id: UUID, *, epoch: int, owner: str,
-                 abort: AbortSignal, secret_values: list[str] = (), live=None):
+                 abort: AbortSignal, secret_values: list[str] = (), live=None,
+                 runtime_stop_timeout_s: float = 5.0):
         self.db = db
         self.task_id = task_id
         self.epoch = epoch
@@ -30,6 +31,8 @@ class TaskHandle:
         self.secret_values = list(secret_values)
         #: Where unpersisted frames for this process's viewers go (readside.fanout.LiveFeed).
         self._live = live
+        #: Graceful window before SIGKILL when one of this run's local process groups is stopped.
+        self.runtime_stop_timeout_s = runtime_stop_timeout_s
         #: The terminal or parked status this run reached through the handle, if any.
         self.outcome: Status | None = None
         #: Applied-resource evidence, kept in memory too so a cancel can itemize it.
@@ -101,9 +104,6 @@ class TaskHandle:
         if self.db.one("task_strip_source_keys_if_held", field=field, names=sorted(names),
                        abort=self._live_abort(), **self._fence()) is None:
             self._lost()
-
-    #: Graceful window before SIGKILL when a local process group is stopped (set by the runtime).
-    runtime_stop_timeout_s: float = 5.0
 
     def start_local_process(self, argv: list[str], *, label: str | None = None,
                             resume: dict | None = None, **popen_kwargs) -> cleanup.LocalProcess:

@@ -106,8 +106,8 @@ class EngineRuntime:
         secret_values = [v for k, v in inputs.items()
                          if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)]
         handle = TaskHandle(self.db, row["id"], epoch=row["lease_epoch"], owner=self.owner,
-                            abort=AbortSignal(), secret_values=secret_values, live=self.live)
-        handle.runtime_stop_timeout_s = self.settings.runtime_stop_timeout_s
+                            abort=AbortSignal(), secret_values=secret_values, live=self.live,
+                            runtime_stop_timeout_s=self.settings.runtime_stop_timeout_s)
         _, run_fn = runner_for(row["source_kind"])
         ctx = RunContext(
             task_id=row["id"], project_id=row["project_id"], source=row["source"],

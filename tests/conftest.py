@@ -149,6 +149,22 @@ def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
         time.sleep(interval)
 
 
+def secret_forms(value: str) -> list[str]:
+    """The ways a secret value could be persisted: raw, JSON-escaped, base64."""
+    import base64
+    import json
+    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
+
+
+def dump_database(sql_conn) -> str:
+    """Every row of every table, as text (for "found nowhere" assertions)."""
+    tables = [r["tablename"] for r in sql_conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+    assert {"deploy_tasks", "deploy_task_events"} <= set(tables)
+    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
+        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
+
+
 @pytest.fixture
 def wait_status(client):
     """Factory: wait until a task's snapshot has one of `statuses`; the snapshot."""

@@ -1,30 +1,20 @@
 """The row-level secrets contract: a canary submitted anywhere is found nowhere afterwards."""
-import base64
-import json
 import logging
 import uuid
 
 import gevent
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import dump_database, wait_for
+from tests.conftest import secret_forms as forms
 
 
 def canary(label: str) -> str:
     return f"CANARY-{label}-{uuid.uuid4().hex}"
 
 
-def forms(value: str) -> list[str]:
-    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
 
 
-def dump_database(sql_conn) -> str:
-    """Every row of every table, as text."""
-    tables = [r["tablename"] for r in sql_conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
-    assert "deploy_tasks" in tables and "deploy_task_events" in tables
-    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
-        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
 
 
 class StreamTap:

@@ -1,7 +1,6 @@
 """Template sources end to end through the HTTP API: catalog listing, deploy on the fake cluster
 and the sandbox, blocked inputs answered through /input, identity reuse across redeploys,
 failure cleanup only for a fresh identity, and cancel never reaching cleanup."""
-import base64
 import json
 import os
 import re
@@ -12,7 +11,8 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.sandbox import SandboxCluster
-from tests.conftest import wait_for
+from tests.conftest import dump_database, wait_for
+from tests.conftest import secret_forms as forms
 
 INSTANCE = "templateInstanceName"
 
@@ -21,18 +21,8 @@ def canary() -> str:
     return f"CANARY-{uuid.uuid4().hex}"
 
 
-def forms(value: str) -> list[str]:
-    """The ways a value could be persisted: raw, JSON-escaped, base64."""
-    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
 
 
-def dump_database(sql_conn) -> str:
-    """Every row of every table, as text."""
-    tables = [r["tablename"] for r in sql_conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
-    assert {"deploy_tasks", "deploy_task_events"} <= set(tables)
-    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
-        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
 
 
 def template(name="webapp", **args) -> dict:
