@@ -1,0 +1,41 @@
+"""The invariants the product stands on, checked over the source itself."""
+import ast
+import re
+from pathlib import Path
+
+from engine.sql import queries
+
+ROOT = Path(__file__).resolve().parents[2]
+STORAGE = ("engine.db", "engine.sql", "engine.transitions", "engine.leases", "engine.cleanup",
+           "engine.handle", "engine.runtime", "psycopg", "psycopg_pool")
+SQL_TEXT = re.compile(r"\b(INSERT INTO|UPDATE \w+ SET|DELETE FROM|SELECT .* FROM)\b")
+
+
+def imports_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_guarded_transition_writes_status():
+    writers = [name for name, text in queries.items()
+               if re.search(r"UPDATE\s+deploy_tasks\b", text)
+               and re.search(r"(SET|,)\s*status\s*=", text)]
+    assert writers == ["task_transition"]
+
+
+def test_runners_and_integrations_import_no_storage():
+    for folder in ("engine/runners", "engine/integrations"):
+        for path in (ROOT / folder).glob("*.py"):
+            leaked = {n for n in imports_of(path) if n.startswith(STORAGE)}
+            assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
+
+
+def test_no_sql_outside_engine_sql():
+    for folder in ("blueprints", "engine/runners", "engine/integrations", "engine/readside"):
+        for path in (ROOT / folder).rglob("*.py"):
+            assert not SQL_TEXT.search(path.read_text()), f"SQL text in {path.relative_to(ROOT)}"
