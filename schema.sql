@@ -18,8 +18,6 @@ CREATE TABLE IF NOT EXISTS deploy_tasks (
     source_kind          text NOT NULL,
     runner               text NOT NULL,
     status               task_status NOT NULL DEFAULT 'queued',
-    -- The status the last transition moved the task from (written by task_transition only).
-    previous_status      task_status,
     -- A phase is not a status (ADR 0023): verify is a phase of applying.
     phase                text,
     -- Secrets stripped before insert; stripped key names live in sensitive_keys.
@@ -51,6 +49,10 @@ CREATE TABLE IF NOT EXISTS deploy_tasks (
 -- time (BENCHMARKS.md). 70 keeps a page's rows and their next versions on the page; 80 still sent
 -- most new versions off-page. The reaper's expired-lease scan walks the leased rows through
 -- deploy_tasks_leased_by_claim instead (a few ms for 20,000 leased rows).
+-- Columns added after the table first shipped are ADDed, so existing databases keep booting.
+-- previous_status: the status the last transition moved the task from (task_transition only).
+ALTER TABLE deploy_tasks ADD COLUMN IF NOT EXISTS previous_status task_status;
+
 ALTER TABLE deploy_tasks SET (fillfactor = 70);
 DROP INDEX IF EXISTS deploy_tasks_leased_by_expiry;
 
