@@ -11,7 +11,7 @@ DEV_IDENTITY = Identity(user="dev", namespace="default")
 
 
 def current_identity() -> Identity:
-    """The caller's identity (raises Unauthorized in modes that need credentials)."""
+    """The caller's identity, from the configured auth mode alone."""
     if "identity" not in g:
         mode = current_app.extensions["engine"].settings.auth_mode
         if mode == "dev":

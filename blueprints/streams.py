@@ -9,20 +9,11 @@ from blueprints.schemas import PROJECT_ID
 from engine.errors import InvalidRequest
 from engine.readside import dto
 from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from engine.readside.store import read_board, read_task_row
 
 bp = Blueprint("streams", __name__)
 
 KEEPALIVE_S = 15.0
-#: Finished tasks stay on a project's board this long (the dock's grace window).
-BOARD_WINDOW_S = 24 * 3600
-BOARD_LIMIT = 200
-
-
-def project_board(runtime, namespace: str, project_id: str) -> list[dict]:
-    """The projections a project's dock and canvas bootstrap from."""
-    rows = runtime.db.all("task_list_project_board", namespace=namespace, project_id=project_id,
-                          window_s=BOARD_WINDOW_S, limit=BOARD_LIMIT, now=None)
-    return [dto.projection(r) for r in rows]
 
 
 def sse(event: str, data: dict) -> str:
@@ -42,7 +33,7 @@ def project_tasks_stream(project_id):
 
     def frames():
         try:
-            yield sse("snapshot", {"items": project_board(runtime, namespace, project_id)})
+            yield sse("snapshot", {"items": read_board(runtime.db, namespace, project_id)})
             while True:
                 payload = subscription.get(timeout=KEEPALIVE_S)
                 if payload is None:
@@ -50,11 +41,11 @@ def project_tasks_stream(project_id):
                 elif payload is CLOSED:
                     return
                 elif payload is REBOOTSTRAP:
-                    yield sse("snapshot", {"items": project_board(runtime, namespace, project_id)})
+                    yield sse("snapshot", {"items": read_board(runtime.db, namespace, project_id)})
                 else:
                     # A retention purge's notification is itself the removal event.
-                    row = None if payload.get("removed") else runtime.db.one(
-                        "task_get_projection", task_id=payload["task"], namespace=namespace)
+                    row = None if payload.get("removed") else read_task_row(
+                        runtime.db, namespace, payload["task"])
                     if row is None:
                         yield sse("remove", {"id": payload["task"]})
                     else:

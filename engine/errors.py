@@ -34,13 +34,6 @@ class IllegalTransition(DomainError):
     http_status = 409
 
 
-class TransitionRejected(DomainError):
-    """The task is no longer in a state that allows this change."""
-
-    code = "transition_rejected"
-    http_status = 409
-
-
 class TaskAlreadyFinished(DomainError):
     """The task has already finished."""
 
@@ -92,13 +85,6 @@ class KubeconfigRequired(DomainError):
 
     code = "kubeconfig_required"
     http_status = 400
-
-
-class Unauthorized(DomainError):
-    """Authentication is required."""
-
-    code = "unauthorized"
-    http_status = 401
 
 
 class LeaseLost(DomainError):

@@ -27,7 +27,8 @@ class Guard:
     created_older_than_s: float | None = None
 
 
-HELD_BY_NOBODY = Guard()
+#: No precondition beyond the transition table's source statuses.
+NO_GUARD = Guard()
 
 
 def transition(
@@ -36,7 +37,7 @@ def transition(
     to: Status,
     *,
     from_statuses: list[Status] | None = None,
-    guard: Guard = HELD_BY_NOBODY,
+    guard: Guard = NO_GUARD,
     reason: str | None = None,
     message: str | None = None,
     phase: str | None = None,

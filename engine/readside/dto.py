@@ -14,6 +14,16 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _id(value) -> str | None:
+    return str(value) if value else None
+
+
+def _failure(row: dict) -> dict | None:
+    if row["status"] != Status.FAILED:
+        return None
+    return {"reason": row["failure_reason"], "message": row["failure_message"]}
+
+
 def _redacted(source: dict, sensitive_keys: list[str]) -> dict:
     declared = set(sensitive_keys)
 
@@ -41,10 +51,9 @@ def snapshot(row: dict) -> dict:
         "runner": row["runner"],
         "source": _redacted(row["source"], row["sensitive_keys"]),
         "sensitiveKeys": list(row["sensitive_keys"]),
-        "failure": ({"reason": row["failure_reason"], "message": row["failure_message"]}
-                    if row["status"] == Status.FAILED else None),
+        "failure": _failure(row),
         "cancelRequestedAt": _iso(row["cancel_requested_at"]),
-        "retriedFromTaskId": str(row["retried_from_task_id"]) if row["retried_from_task_id"] else None,
+        "retriedFromTaskId": _id(row["retried_from_task_id"]),
         "resultIdentities": summary.get("resultIdentities") or {},
         "plannedResources": summary.get("plannedResources") or [],
         "appliedResources": applied,
@@ -72,10 +81,9 @@ def projection(row: dict) -> dict:
                  or (source.get("prompt") or "")[:40] or row["source_kind"],
         "active": Status(row["status"]) in ACTIVE,
         "cancelRequestedAt": _iso(row["cancel_requested_at"]),
-        "retriedFromTaskId": str(row["retried_from_task_id"]) if row["retried_from_task_id"] else None,
-        "successorId": str(row["successor_id"]) if row.get("successor_id") else None,
-        "failure": ({"reason": row["failure_reason"], "message": row["failure_message"]}
-                    if row["status"] == Status.FAILED else None),
+        "retriedFromTaskId": _id(row["retried_from_task_id"]),
+        "successorId": _id(row.get("successor_id")),
+        "failure": _failure(row),
         "hasAppliedResources": bool(summary.get("appliedResources")),
         "appliedResources": summary.get("appliedResources") or [],
         "canvas": row["canvas"],

@@ -122,6 +122,16 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     node = ui.page.locator(f"#ph-{task['id']}")
     node.wait_for()
     ui.wait_chip(task["id"], "applying")
+    # Let the run settle in its last phase (never ready: it waits in verify), so no update
+    # re-renders the placeholder under the pointer.
+    from datetime import datetime
+
+    from tests.conftest import wait_for
+    settled = wait_for(lambda: (s := api(srv.base).get(task["id"]))["phase"] == "verify" and s,
+                       15, message="verify")
+    version = int(datetime.fromisoformat(settled["updatedAt"]).timestamp() * 1_000_000)
+    ui.page.wait_for_selector(f"#ph-{task['id']}[data-version='{version}'] [data-drag]",
+                              state="visible")
     # Drag the placeholder: its placement is saved (PATCH .../canvas) and never touches status.
     grip = node.locator("[data-drag]").bounding_box()
     ui.page.mouse.move(grip["x"] + 4, grip["y"] + 4)
@@ -130,7 +140,6 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     ui.page.mouse.up()
     moved = api(srv.base)
     snap = moved.wait(task["id"], "applying")
-    from tests.conftest import wait_for
     canvas = wait_for(lambda: moved.get(task["id"])["canvas"], 15, message="canvas saved")
     assert canvas["x"] > 100 and canvas["y"] > 60
     assert moved.get(task["id"])["status"] == snap["status"] == "applying"

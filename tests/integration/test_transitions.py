@@ -1,7 +1,6 @@
 """The transition table, exhaustively, through the one guarded transition."""
 import itertools
 
-import psycopg
 import pytest
 
 from engine.errors import IllegalTransition
