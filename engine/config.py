@@ -80,6 +80,11 @@ class Settings:
     kube_max_retries: int = 4
     #: First backoff step between attempts (doubles, with jitter) unless Retry-After says.
     kube_retry_backoff_s: float = 0.5
+    #: Comma-separated CIDRs a cluster server may be in although they are not publicly routable
+    #: (loopback, private, link-local, ...). Empty: only public addresses (README "Security model").
+    kube_allowed_networks: str = ""
+    #: Allow `http://` cluster servers (credentials in clear on the wire): tests and labs only.
+    kube_allow_http: bool = False
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
 

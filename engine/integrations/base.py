@@ -60,6 +60,19 @@ class ApplyError(IntegrationError):
         self.ref = ref
 
 
+def upstream_text(value, limit: int) -> str:
+    """An upstream service's structured message (a Kubernetes `Status.message`, an OpenAI-style
+    `error.message`) fit to show: a string or nothing, one line, at most `limit` characters.
+
+    Error text from another service is built from this only, never from a raw response body,
+    which may be whatever an internal endpoint answered.
+    """
+    if not isinstance(value, str):
+        return ""
+    text = " ".join("".join(c if c.isprintable() else " " for c in value).split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
 class UnknownKind(ApplyError):
     """The cluster does not serve this apiVersion/kind."""
 

@@ -20,7 +20,7 @@ import jwt
 import requests
 
 from engine.abort import AbortSignal
-from engine.integrations.base import IntegrationError, NotFound
+from engine.integrations.base import IntegrationError, NotFound, upstream_text
 
 #: Who the tokens say minted them, and whom they are for.
 TOKEN_ISSUER = "deploy-task-engine"
@@ -146,12 +146,11 @@ def http_session() -> requests.Session:
 
 
 def _detail(response: requests.Response) -> str:
+    """The API's structured message, bounded; never the raw body."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:200]
+        return ""
     if isinstance(body, dict):
-        message = body.get("message") or body.get("error")
-        if isinstance(message, str):
-            return message[:200]
+        return upstream_text(body.get("message") or body.get("error"), 200)
     return ""

@@ -16,7 +16,7 @@ import requests
 import urllib3
 
 from engine.abort import AbortSignal
-from engine.integrations.base import IntegrationError
+from engine.integrations.base import IntegrationError, upstream_text
 from engine.integrations.devbox import http_session
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,8 @@ def _parse_chunk(data: str) -> tuple[str, str | None]:
     if "error" in chunk:
         error = chunk["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise GatewayError(f"the gateway reported an error mid-answer: {str(message)[:200]}")
+        raise GatewayError("the gateway reported an error mid-answer: "
+                           + (upstream_text(message, 200) or "no message"))
     choices = chunk.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
         return "", None  # e.g. a usage-only chunk
@@ -202,9 +203,7 @@ def _error_detail(response: requests.Response) -> str:
     except ValueError:
         return ""
     error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"][:200]
-    return ""
+    return upstream_text(error.get("message") if isinstance(error, dict) else None, 200)
 
 
 def _retry_after(response: requests.Response) -> float | None:

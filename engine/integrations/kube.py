@@ -1,45 +1,35 @@
 """The Kubernetes adapter: server-side apply and readiness reads against a real cluster.
 
-The kubeconfig arrives with the request as an in-memory dict and is a secret: nothing from it ever
-touches the filesystem. `kubernetes.config`'s loader writes `*-data` fields to temp files and the
-dynamic client caches discovery in a file under $TMPDIR, so neither is used: the adapter builds a
-`kubernetes.client.Configuration` by hand, loads the CA into an `ssl.SSLContext` from memory
-(`cadata`) and the client certificate and key through an anonymous memfd that is closed as soon as
-the context has read it. A SIGKILL at any moment therefore leaves nothing behind: a memfd has no
-name on any filesystem and the kernel frees it with the process.
-
-Only credentials a server can use without touching its own machine are accepted: a bearer token
-and/or a client certificate given as data. File paths (`certificate-authority`, `client-key`,
-`tokenFile`, ...), `exec` plugins and `auth-provider` are refused (InvalidKubeconfig): a user's
-kubeconfig must not make this server read its files or run commands.
+The kubeconfig arrives with the request as an in-memory dict and is a secret; everything about it
+(parsing, the server address check, TLS from memory) lives in engine/integrations/kubeconfig.py.
 
 Every call is bounded and abort-aware: each HTTP attempt runs in its own greenlet under the
 run's AbortSignal (an abort stops the wait at once; killing the greenlet closes its connection),
 urllib3's own retries are off, and this module's policy retries 429, 5xx and connection errors
-with exponential backoff, honouring Retry-After.
+with exponential backoff, honouring Retry-After. Error text is built from the API's structured
+`Status.message`, bounded; a body that is not a Status is never quoted.
 """
-import base64
-import binascii
 import email.utils
 import json
-import os
 import random
-import ssl
-import tempfile
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from urllib.parse import quote, urlsplit
+from dataclasses import dataclass
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client as kube_client
 from kubernetes.client.exceptions import ApiException
-from urllib3.util.ssl_ import create_urllib3_context
 
 from engine.abort import AbortSignal
 from engine.integrations.base import (ApplyError, AppliedResource, IntegrationError, NotFound,
-                                      Readiness, ResourceRef, UnknownKind)
+                                      Readiness, ResourceRef, UnknownKind, upstream_text)
+from engine.integrations.kubeconfig import (InvalidKubeconfig, KubeTarget, NetworkPolicy,
+                                            check_kubeconfig, parse_kubeconfig, pool_manager)
+
+__all__ = ["InvalidKubeconfig", "KubeBackend", "KubeCluster", "KubeTarget", "NetworkPolicy",
+           "RetryPolicy", "check_kubeconfig", "parse_kubeconfig", "retry_after_seconds"]
 
 DEFAULT_FIELD_MANAGER = "deploy-task-engine"
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -60,196 +50,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 #: Kinds whose readiness is their own Ready condition (absent means not ready yet).
 READY_CONDITION_KINDS = frozenset({"TemplateInstance"})
 MESSAGE_MAX_CHARS = 500
-
-
-class InvalidKubeconfig(IntegrationError):
-    """The kubeconfig cannot be used by this server."""
-
-    reason = "invalid_kubeconfig"
-
-
-# -- kubeconfig -------------------------------------------------------------------------------
-
-#: Fields that would make the server read its own files or run commands for a user.
-_REFUSED_CLUSTER_FIELDS = {"certificate-authority": "certificate-authority-data",
-                           "proxy-url": None}
-_REFUSED_USER_FIELDS = {"client-certificate": "client-certificate-data",
-                        "client-key": "client-key-data", "tokenFile": "token",
-                        "exec": None, "auth-provider": None, "username": None, "password": None}
-
-
-@dataclass(frozen=True)
-class KubeTarget:
-    """What a kubeconfig's current context resolves to; secrets are kept out of repr()."""
-
-    server: str
-    #: The context's namespace: where a namespaced document without one goes (as with kubectl).
-    namespace: str = "default"
-    token: str | None = field(default=None, repr=False)
-    ca_pem: str | None = field(default=None, repr=False)
-    client_cert_pem: bytes | None = field(default=None, repr=False)
-    client_key_pem: bytes | None = field(default=None, repr=False)
-    insecure_skip_tls_verify: bool = False
-    tls_server_name: str | None = None
-
-
-def _named(entries, name: str, what: str) -> dict:
-    for entry in entries or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            body = entry.get(what)
-            if not isinstance(body, dict):
-                raise InvalidKubeconfig(f"{what} {name!r} has no {what} fields")
-            return body
-    raise InvalidKubeconfig(f"the kubeconfig has no {what} named {name!r}")
-
-
-def _pem(data, name: str) -> bytes:
-    try:
-        decoded = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError, TypeError):
-        raise InvalidKubeconfig(f"{name} is not valid base64")
-    if b"-----BEGIN" not in decoded:
-        raise InvalidKubeconfig(f"{name} is not a PEM document")
-    return decoded
-
-
-def _refuse(entry: dict, refused: dict, where: str) -> None:
-    for name, instead in refused.items():
-        if entry.get(name) not in (None, "", {}, []):
-            hint = f"; use {instead}" if instead else ""
-            raise InvalidKubeconfig(f"{where}.{name} is not supported by this server{hint}")
-
-
-def parse_kubeconfig(kubeconfig) -> KubeTarget:
-    """The target of a kubeconfig's current context; InvalidKubeconfig naming the bad field."""
-    if not isinstance(kubeconfig, dict):
-        raise InvalidKubeconfig("the kubeconfig must be a mapping")
-    contexts = kubeconfig.get("contexts") or []
-    name = kubeconfig.get("current-context")
-    if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
-        name = contexts[0].get("name")
-    if not name:
-        raise InvalidKubeconfig("the kubeconfig has no current-context")
-    context = _named(contexts, name, "context")
-    cluster = _named(kubeconfig.get("clusters"), context.get("cluster", ""), "cluster")
-    user = _named(kubeconfig.get("users"), context["user"], "user") if context.get("user") else {}
-    _refuse(cluster, _REFUSED_CLUSTER_FIELDS, "cluster")
-    _refuse(user, _REFUSED_USER_FIELDS, "user")
-
-    server = str(cluster.get("server") or "").rstrip("/")
-    parts = urlsplit(server)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise InvalidKubeconfig("cluster.server must be an http(s) URL")
-    ca = cluster.get("certificate-authority-data")
-    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
-    if bool(cert) != bool(key):
-        raise InvalidKubeconfig("client-certificate-data and client-key-data go together")
-    token = user.get("token")
-    if token is not None and not isinstance(token, str):
-        raise InvalidKubeconfig("user.token must be a string")
-    return KubeTarget(
-        server=server,
-        namespace=str(context.get("namespace") or "default"),
-        token=token or None,
-        ca_pem=_pem(ca, "certificate-authority-data").decode("ascii", "replace") if ca else None,
-        client_cert_pem=_pem(cert, "client-certificate-data") if cert else None,
-        client_key_pem=_pem(key, "client-key-data") if key else None,
-        insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify")),
-        tls_server_name=cluster.get("tls-server-name") or None,
-    )
-
-
-def check_kubeconfig(kubeconfig) -> KubeTarget:
-    """Parse a kubeconfig and load its TLS material (in memory, no network); InvalidKubeconfig."""
-    target = parse_kubeconfig(kubeconfig)
-    if urlsplit(target.server).scheme == "https":
-        _ssl_context(target)
-    return target
-
-
-# -- TLS without files --------------------------------------------------------------------------
-
-def _load_cert_chain_in_memory(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    """Load a client certificate and key into `context` without a named file.
-
-    `SSLContext.load_cert_chain` only takes paths (bpo-16487). A memfd is an anonymous file: it has
-    no name on any filesystem, is gone the moment it is closed (here, right after loading) and is
-    freed by the kernel if the process dies first, SIGKILL included.
-    """
-    if not hasattr(os, "memfd_create"):
-        _load_cert_chain_via_private_dir(context, cert_pem, key_pem)
-        return
-    fd = os.memfd_create("kube-client-cert", os.MFD_CLOEXEC)
-    try:
-        _write_all(fd, cert_pem + b"\n" + key_pem)
-        context.load_cert_chain(f"/proc/self/fd/{fd}")
-    except ssl.SSLError as exc:
-        raise InvalidKubeconfig(f"the client certificate or key cannot be loaded: {exc.reason}")
-    finally:
-        os.close(fd)
-
-
-def _load_cert_chain_via_private_dir(context: ssl.SSLContext, cert_pem: bytes,
-                                     key_pem: bytes) -> None:
-    """Fallback where memfd is missing (not Linux): a 0700 dir removed before this returns.
-
-    The file exists only while OpenSSL reads it (microseconds); a SIGKILL inside that window
-    would leave it behind, readable only by this server's user.
-    """
-    directory = tempfile.mkdtemp(prefix="kube-")
-    path = os.path.join(directory, "client.pem")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            _write_all(fd, cert_pem + b"\n" + key_pem)
-        finally:
-            os.close(fd)
-        context.load_cert_chain(path)
-    except ssl.SSLError as exc:
-        raise InvalidKubeconfig(f"the client certificate or key cannot be loaded: {exc.reason}")
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-        os.rmdir(directory)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _ssl_context(target: KubeTarget) -> ssl.SSLContext:
-    """Trust (the kubeconfig's CA, or the system's) and identity for TLS, from memory only."""
-    if target.insecure_skip_tls_verify:
-        context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    else:
-        context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
-        if target.ca_pem:
-            try:
-                context.load_verify_locations(cadata=target.ca_pem)
-            except ssl.SSLError as exc:
-                raise InvalidKubeconfig(
-                    f"certificate-authority-data cannot be loaded: {exc.reason}")
-        else:
-            context.load_default_certs()
-    if target.client_cert_pem and target.client_key_pem:
-        _load_cert_chain_in_memory(context, target.client_cert_pem, target.client_key_pem)
-    return context
-
-
-def _pool_manager(target: KubeTarget) -> urllib3.PoolManager:
-    """A connection pool with retries off (ours are explicit) and the in-memory TLS context."""
-    kwargs: dict = {"num_pools": 2, "maxsize": 4, "retries": False}
-    if urlsplit(target.server).scheme == "https":
-        kwargs["ssl_context"] = _ssl_context(target)
-        if target.insecure_skip_tls_verify:
-            kwargs.update(cert_reqs="CERT_NONE", assert_hostname=False)
-        if target.tls_server_name:
-            kwargs["server_hostname"] = target.tls_server_name
-    return urllib3.PoolManager(**kwargs)
 
 
 # -- HTTP -----------------------------------------------------------------------------------------
@@ -304,12 +104,15 @@ class _Response:
         return value
 
     def message(self) -> str:
-        """The API's own words (a Status object's message), else the start of the body."""
+        """The API's own words (a Status object's message), bounded; never the raw body, which
+        may be whatever some other service behind that address answered."""
         try:
-            text = json.loads(self.body).get("message") or ""
-        except (ValueError, AttributeError):
-            text = self.body.decode("utf-8", "replace").strip()
-        return f"{text[:MESSAGE_MAX_CHARS] or 'no message'} (HTTP {self.status})"
+            value = json.loads(self.body)
+        except ValueError:
+            value = None
+        text = upstream_text(value.get("message") if isinstance(value, dict) else None,
+                             MESSAGE_MAX_CHARS)
+        return f"{text or 'no Status message'} (HTTP {self.status})"
 
 
 class ApiError(IntegrationError):
@@ -350,9 +153,11 @@ def _group_version_path(api_version: str) -> str | None:
 class KubeCluster:
     """One run's view of one cluster: stateless beyond a discovery cache and a connection pool."""
 
-    def __init__(self, target: KubeTarget, *, field_manager: str = DEFAULT_FIELD_MANAGER,
+    def __init__(self, target: KubeTarget, addresses: tuple[str, ...], *,
+                 field_manager: str = DEFAULT_FIELD_MANAGER,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  retry: RetryPolicy = RetryPolicy()):
+        """`addresses`: the server's addresses as NetworkPolicy.resolve checked them."""
         self.target = target
         self.field_manager = field_manager
         self.retry = retry
@@ -364,10 +169,11 @@ class KubeCluster:
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
         self._api = kube_client.ApiClient(configuration)
         self._api.user_agent = field_manager
-        # The generated REST layer can only take TLS material as file paths; a pool built on the
-        # in-memory SSLContext replaces the one it made (which never opened a connection).
+        # The generated REST layer can only take TLS material as file paths and looks the host up
+        # itself; a pool on the in-memory SSLContext, pinned to the checked addresses, replaces
+        # the one it made (which never opened a connection).
         self._api.rest_client.pool_manager.clear()
-        self._api.rest_client.pool_manager = _pool_manager(target)
+        self._api.rest_client.pool_manager = pool_manager(target, addresses)
         self._discovery: dict[str, dict[str, _Resource]] = {}
         self._closer = weakref.finalize(self, self._api.rest_client.pool_manager.clear)
 
@@ -632,32 +438,41 @@ class KubeBackend:
 
     def __init__(self, *, field_manager: str = DEFAULT_FIELD_MANAGER,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 retry: RetryPolicy = RetryPolicy()):
+                 retry: RetryPolicy = RetryPolicy(), network: NetworkPolicy = NetworkPolicy()):
         self.field_manager = field_manager
         self.request_timeout_s = request_timeout_s
         self.retry = retry
+        self.network = network
 
     @classmethod
     def from_settings(cls, settings) -> "KubeBackend":
         return cls(field_manager=settings.kube_field_manager,
                    request_timeout_s=settings.kube_request_timeout_s,
                    retry=RetryPolicy(max_retries=settings.kube_max_retries,
-                                     backoff_s=settings.kube_retry_backoff_s))
+                                     backoff_s=settings.kube_retry_backoff_s),
+                   network=NetworkPolicy.from_settings(settings))
 
     def check(self, kubeconfig) -> KubeTarget:
-        """Validate a kubeconfig without contacting anything; InvalidKubeconfig when unusable."""
-        return check_kubeconfig(kubeconfig)
+        """Validate a kubeconfig without connecting anywhere; InvalidKubeconfig when unusable."""
+        return check_kubeconfig(kubeconfig, self.network)
 
     def cluster(self, kubeconfig: dict | None) -> "KubeCluster | NoKubeconfig":
-        """The cluster of a run's kubeconfig; without one, a cluster whose every call refuses."""
+        """The cluster of a run's kubeconfig, connected only to its checked addresses; without a
+        usable one, a cluster whose every call refuses with the reason."""
         if kubeconfig is None:
             return NoKubeconfig()
-        return KubeCluster(parse_kubeconfig(kubeconfig), field_manager=self.field_manager,
+        try:
+            target = parse_kubeconfig(kubeconfig)
+            addresses = self.network.resolve(target)
+        except InvalidKubeconfig as exc:
+            return NoKubeconfig(str(exc))
+        return KubeCluster(target, addresses, field_manager=self.field_manager,
                            request_timeout_s=self.request_timeout_s, retry=self.retry)
 
 
 class NoKubeconfig:
-    """A run started without a kubeconfig (the API refuses those; other callers may not).
+    """A run without a usable kubeconfig (the API refuses those; other callers may not, and a
+    server name may resolve elsewhere by the time the run starts).
 
     Runs that never touch the cluster go on; the first cluster call fails with a typed error the
     runner reports ("applying Deployment/web failed: ..."), not as a crash at run start.
@@ -665,17 +480,20 @@ class NoKubeconfig:
 
     MESSAGE = "this run has no kubeconfig (send it in the X-Kubeconfig header)"
 
+    def __init__(self, message: str = MESSAGE):
+        self.message = message
+
     def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
         abort.raise_if_aborted()
-        raise ApplyError(self.MESSAGE, ResourceRef.of(manifest))
+        raise ApplyError(self.message, ResourceRef.of(manifest))
 
     def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
         abort.raise_if_aborted()
-        raise InvalidKubeconfig(self.MESSAGE)
+        raise InvalidKubeconfig(self.message)
 
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         abort.raise_if_aborted()
-        raise InvalidKubeconfig(self.MESSAGE)
+        raise InvalidKubeconfig(self.message)
 
     def close(self) -> None:
         pass

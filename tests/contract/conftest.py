@@ -7,12 +7,16 @@ from collections import Counter
 import pytest
 import trustme
 
-from engine.integrations.kube import KubeBackend, RetryPolicy
+from engine.integrations.kube import KubeBackend, NetworkPolicy, RetryPolicy
 from tests.contract.kmock_server import KMockServer
 
 TOKEN = "t0ken-for-contract-tests"
 #: Fast enough for tests, still exercising the backoff path.
 FAST_RETRY = RetryPolicy(max_retries=3, backoff_s=0.01, backoff_max_s=0.05)
+#: kmock listens on plain http on 127.0.0.1: an operator would have to opt both in.
+LOOPBACK = NetworkPolicy.parse("127.0.0.0/8,::1/128", allow_http=True)
+#: The same opt-ins as app settings (KUBE_ALLOWED_NETWORKS, KUBE_ALLOW_HTTP).
+LOOPBACK_SETTINGS = dict(kube_allowed_networks="127.0.0.0/8,::1/128", kube_allow_http=True)
 
 
 def kubeconfig_for(server: str, *, namespace: str | None = None, token: str | None = TOKEN,
@@ -56,7 +60,8 @@ def mock(mock_server):
 
 @pytest.fixture
 def backend():
-    return KubeBackend(field_manager="contract-tests", request_timeout_s=5.0, retry=FAST_RETRY)
+    return KubeBackend(field_manager="contract-tests", request_timeout_s=5.0, retry=FAST_RETRY,
+                       network=LOOPBACK)
 
 
 @pytest.fixture

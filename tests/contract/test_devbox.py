@@ -67,6 +67,8 @@ class FakeDevboxApi:
         if delay_s:
             gevent.sleep(delay_s)
         start_response(f"{status} Scripted", [("Content-Type", "application/json")])
+        if isinstance(body, bytes):
+            return [body]  # a raw body, as some other service behind the address would send
         return [json.dumps(body).encode()] if body is not None else []
 
     def stop(self):
@@ -165,6 +167,21 @@ def test_other_errors_are_integration_errors_not_absence(api, client, status):
         client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
     assert not isinstance(raised.value, NotFound)
     assert str(status) in str(raised.value)
+
+
+def test_error_text_is_the_structured_message_bounded_never_the_raw_body(api, client):
+    api.route(f"POST {BASE}/dbx-1/pause", 500, b"<html>internal console: password hunter2</html>")
+    api.route(f"POST {BASE}/dbx-2/pause", 500, {"message": "disk full " + "x" * 1000})
+
+    with pytest.raises(IntegrationError) as raw:
+        client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
+    with pytest.raises(IntegrationError) as structured:
+        client.pause("dbx-2", namespace="team-a", abort=AbortSignal())
+
+    assert "disk full xxx" in str(structured.value)  # positive control
+    assert len(str(structured.value)) < 260
+    assert "hunter2" not in str(raw.value) and "html" not in str(raw.value)
+    assert str(raw.value) == "devbox API error: HTTP 500"
 
 
 def test_a_malformed_answer_is_an_integration_error(api, client):

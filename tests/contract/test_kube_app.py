@@ -8,7 +8,7 @@ import yaml
 from engine.integrations import Integrations
 from engine.integrations.kube import KubeBackend, RetryPolicy
 from tests.conftest import IMAGE_SOURCE, wait_for
-from tests.contract.conftest import kubeconfig_for
+from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
 from tests.contract.test_kube_apply import echo
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
@@ -41,8 +41,8 @@ def test_an_image_source_deploys_to_completed_through_the_adapter(
     mock[f"get {DEPLOYMENT_PATH}"][:2] << deployment_status(available=0)
     mock[f"get {DEPLOYMENT_PATH}"] << deployment_status(available=1)
     backend = KubeBackend(field_manager="deploy-task-engine",
-                          retry=RetryPolicy(max_retries=2, backoff_s=0.01))
-    app = make_app(cluster_backend="kubernetes", overrides={
+                          retry=RetryPolicy(max_retries=2, backoff_s=0.01), network=LOOPBACK)
+    app = make_app(cluster_backend="kubernetes", **LOOPBACK_SETTINGS, overrides={
         "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)})
     client = app.test_client()
 
@@ -82,8 +82,8 @@ def unserve_deployments(mock):
 def test_a_refused_apply_fails_the_task_with_the_clusters_reason(
         make_app, mock_server, mock, arrange, reason, message):
     arrange(mock)
-    backend = KubeBackend(retry=RetryPolicy(max_retries=0))
-    app = make_app(cluster_backend="kubernetes", overrides={
+    backend = KubeBackend(retry=RetryPolicy(max_retries=0), network=LOOPBACK)
+    app = make_app(cluster_backend="kubernetes", **LOOPBACK_SETTINGS, overrides={
         "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)})
 
     client = app.test_client()

@@ -12,7 +12,8 @@ from engine.integrations.base import (ApplyError, AppliedResource, IntegrationEr
                                       ResourceRef, UnknownKind)
 from engine.integrations.kube import KubeBackend, RetryPolicy, retry_after_seconds
 from tests.conftest import free_port, wait_for
-from tests.contract.conftest import FAST_RETRY, TOKEN, established_client_sockets, kubeconfig_for
+from tests.contract.conftest import (FAST_RETRY, LOOPBACK, TOKEN, established_client_sockets,
+                                     kubeconfig_for)
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
 DEPLOYMENT = {
@@ -191,7 +192,8 @@ def test_retry_after_is_honoured(kube, mock):
 def test_a_read_timeout_is_retried(mock_server, mock):
     mock[f"patch {DEPLOYMENT_PATH}"][:1] << mock_server.hang()
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
-    backend = KubeBackend(field_manager="contract-tests", request_timeout_s=0.3, retry=FAST_RETRY)
+    backend = KubeBackend(field_manager="contract-tests", request_timeout_s=0.3, retry=FAST_RETRY,
+                          network=LOOPBACK)
     kube = backend.cluster(kubeconfig_for(mock_server.url))
 
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
@@ -210,7 +212,8 @@ def test_an_unreachable_server_is_retried_then_reported(backend):
 def test_urllib3_does_not_retry_behind_the_policy(mock_server, mock):
     # urllib3's default policy would silently repeat a timed-out GET three more times.
     mock["get /apis/apps/v1"] << mock_server.hang()
-    backend = KubeBackend(request_timeout_s=0.2, retry=RetryPolicy(max_retries=0))
+    backend = KubeBackend(request_timeout_s=0.2, retry=RetryPolicy(max_retries=0),
+                          network=LOOPBACK)
     kube = backend.cluster(kubeconfig_for(mock_server.url))
 
     with pytest.raises(ApplyError, match="gave up after 1 attempts"):

@@ -11,7 +11,7 @@ import pytest
 
 from engine.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import ApplyError
-from engine.integrations.kube import InvalidKubeconfig, check_kubeconfig, parse_kubeconfig
+from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig, parse_kubeconfig
 from tests.conftest import wait_for
 from tests.contract.conftest import (TOKEN, established_client_sockets, kubeconfig_for,
                                      open_fd_targets)

@@ -7,7 +7,7 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.kube import KubeBackend, RetryPolicy
-from tests.contract.conftest import kubeconfig_for
+from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
 from tests.contract.test_kube_app import header, wait_finished
 from tests.contract.test_kube_apply import echo
 
@@ -35,8 +35,8 @@ def test_each_source_kind_deploys_through_the_adapter(make_app, mock_server, moc
     mock["patch"] << 201 << echo
     mock["get", WORKLOAD] << ready
     backend = KubeBackend(field_manager="deploy-task-engine",
-                          retry=RetryPolicy(max_retries=2, backoff_s=0.01))
-    app = make_app(cluster_backend="kubernetes", overrides={
+                          retry=RetryPolicy(max_retries=2, backoff_s=0.01), network=LOOPBACK)
+    app = make_app(cluster_backend="kubernetes", **LOOPBACK_SETTINGS, overrides={
         "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)})
     client = app.test_client()
     response = client.post("/api/v1/tasks", headers=header(kubeconfig_for(mock_server.url)),

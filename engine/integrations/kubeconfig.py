@@ -1,0 +1,386 @@
+"""The user's kubeconfig: parsed, its server address checked, its TLS material loaded, in memory.
+
+This module is the adapter's trust boundary; it can be audited on its own.
+
+Secrets never touch the filesystem. `kubernetes.config`'s loader writes `*-data` fields to temp
+files, so it is not used: the CA goes into an `ssl.SSLContext` from memory (`cadata`) and the
+client certificate and key through an anonymous memfd closed as soon as the context has read it.
+A SIGKILL at any moment therefore leaves nothing behind: a memfd has no name on any filesystem
+and the kernel frees it with the process.
+
+Only credentials a server can use without touching its own machine are accepted: a bearer token
+and/or a client certificate given as data. File paths (`certificate-authority`, `client-key`,
+`tokenFile`, ...), `exec` plugins and `auth-provider` are refused: a user's kubeconfig must not
+make this server read its files or run commands.
+
+The server URL must not make this server a proxy into its own network (server-side request
+forgery). `cluster.server` is https (http only when the operator allows it), carries no userinfo,
+query or fragment, and its host is resolved ONCE: every address must be publicly routable unless
+an operator network (KUBE_ALLOWED_NETWORKS) opts it in, and the connections go to exactly those
+checked addresses, so a second DNS answer (rebinding) is never asked for. TLS still verifies the
+certificate against the URL's own hostname (or `tls-server-name`), and SNI carries it.
+"""
+import base64
+import binascii
+import ipaddress
+import os
+import socket
+import ssl
+import tempfile
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util import connection as urllib3_connection
+from urllib3.util.ssl_ import create_urllib3_context
+
+from engine.integrations.base import IntegrationError
+
+#: Not globally routable yet not flagged by `ipaddress.is_global` in every Python version.
+_ALWAYS_REFUSED = (ipaddress.ip_network("100.64.0.0/10"),)
+
+
+class InvalidKubeconfig(IntegrationError):
+    """The kubeconfig cannot be used by this server."""
+
+    reason = "invalid_kubeconfig"
+
+
+# -- parsing --------------------------------------------------------------------------------------
+
+#: Fields that would make the server read its own files or run commands for a user.
+_REFUSED_CLUSTER_FIELDS = {"certificate-authority": "certificate-authority-data",
+                           "proxy-url": None}
+_REFUSED_USER_FIELDS = {"client-certificate": "client-certificate-data",
+                        "client-key": "client-key-data", "tokenFile": "token",
+                        "exec": None, "auth-provider": None, "username": None, "password": None}
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """What a kubeconfig's current context resolves to; secrets are kept out of repr()."""
+
+    server: str
+    #: The context's namespace: where a namespaced document without one goes (as with kubectl).
+    namespace: str = "default"
+    token: str | None = field(default=None, repr=False)
+    ca_pem: str | None = field(default=None, repr=False)
+    client_cert_pem: bytes | None = field(default=None, repr=False)
+    client_key_pem: bytes | None = field(default=None, repr=False)
+    insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.server).scheme
+
+    @property
+    def hostname(self) -> str:
+        return urlsplit(self.server).hostname or ""
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.server).port or (443 if self.scheme == "https" else 80)
+
+
+def _named(entries, name: str, what: str) -> dict:
+    for entry in entries or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            body = entry.get(what)
+            if not isinstance(body, dict):
+                raise InvalidKubeconfig(f"{what} {name!r} has no {what} fields")
+            return body
+    raise InvalidKubeconfig(f"the kubeconfig has no {what} named {name!r}")
+
+
+def _pem(data, name: str) -> bytes:
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidKubeconfig(f"{name} is not valid base64")
+    if b"-----BEGIN" not in decoded:
+        raise InvalidKubeconfig(f"{name} is not a PEM document")
+    return decoded
+
+
+def _refuse(entry: dict, refused: dict, where: str) -> None:
+    for name, instead in refused.items():
+        if entry.get(name) not in (None, "", {}, []):
+            hint = f"; use {instead}" if instead else ""
+            raise InvalidKubeconfig(f"{where}.{name} is not supported by this server{hint}")
+
+
+def _server_url(value) -> str:
+    """cluster.server as an http(s) URL with a host and nothing that could reshape the request."""
+    if not isinstance(value, str):
+        raise InvalidKubeconfig("cluster.server must be an http(s) URL")
+    server = value.strip().rstrip("/")
+    parts = urlsplit(server)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise InvalidKubeconfig("cluster.server must be an http(s) URL")
+    # "?" or "#" with nothing after it still swallows the API path the adapter appends.
+    if "?" in server or "#" in server:
+        raise InvalidKubeconfig("cluster.server must not have a query or fragment")
+    if "@" in parts.netloc:
+        raise InvalidKubeconfig("cluster.server must not carry a user name or password")
+    if any(c.isspace() or ord(c) < 0x20 or c == "\\" for c in server):
+        raise InvalidKubeconfig("cluster.server must not contain spaces, controls or backslashes")
+    try:
+        parts.port
+    except ValueError:
+        raise InvalidKubeconfig("cluster.server has an invalid port")
+    return server
+
+
+def parse_kubeconfig(kubeconfig) -> KubeTarget:
+    """The target of a kubeconfig's current context; InvalidKubeconfig naming the bad field."""
+    if not isinstance(kubeconfig, dict):
+        raise InvalidKubeconfig("the kubeconfig must be a mapping")
+    contexts = kubeconfig.get("contexts") or []
+    name = kubeconfig.get("current-context")
+    if not name and isinstance(contexts, list) and len(contexts) == 1 \
+            and isinstance(contexts[0], dict):
+        name = contexts[0].get("name")
+    if not name:
+        raise InvalidKubeconfig("the kubeconfig has no current-context")
+    context = _named(contexts, name, "context")
+    cluster = _named(kubeconfig.get("clusters"), context.get("cluster", ""), "cluster")
+    user = _named(kubeconfig.get("users"), context["user"], "user") if context.get("user") else {}
+    _refuse(cluster, _REFUSED_CLUSTER_FIELDS, "cluster")
+    _refuse(user, _REFUSED_USER_FIELDS, "user")
+
+    server = _server_url(cluster.get("server"))
+    ca = cluster.get("certificate-authority-data")
+    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
+    if bool(cert) != bool(key):
+        raise InvalidKubeconfig("client-certificate-data and client-key-data go together")
+    token = user.get("token")
+    if token is not None and not isinstance(token, str):
+        raise InvalidKubeconfig("user.token must be a string")
+    server_name = cluster.get("tls-server-name")
+    if server_name is not None and not isinstance(server_name, str):
+        raise InvalidKubeconfig("cluster.tls-server-name must be a string")
+    return KubeTarget(
+        server=server,
+        namespace=str(context.get("namespace") or "default"),
+        token=token or None,
+        ca_pem=_pem(ca, "certificate-authority-data").decode("ascii", "replace") if ca else None,
+        client_cert_pem=_pem(cert, "client-certificate-data") if cert else None,
+        client_key_pem=_pem(key, "client-key-data") if key else None,
+        insecure_skip_tls_verify=cluster.get("insecure-skip-tls-verify") is True,
+        tls_server_name=server_name or None,
+    )
+
+
+# -- where the server may connect -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """Which cluster addresses this server connects to (KUBE_ALLOWED_NETWORKS, KUBE_ALLOW_HTTP)."""
+
+    #: Networks opted back in although they are not publicly routable (an operator's own cluster).
+    allowed_networks: tuple = ()
+    allow_http: bool = False
+
+    @classmethod
+    def from_settings(cls, settings) -> "NetworkPolicy":
+        return cls.parse(settings.kube_allowed_networks, allow_http=settings.kube_allow_http)
+
+    @classmethod
+    def parse(cls, networks: str, *, allow_http: bool = False) -> "NetworkPolicy":
+        """From a comma-separated CIDR list; ValueError naming a bad entry (a boot error)."""
+        parsed = []
+        for entry in (networks or "").split(","):
+            if entry.strip():
+                try:
+                    parsed.append(ipaddress.ip_network(entry.strip(), strict=False))
+                except ValueError:
+                    raise ValueError(f"KUBE_ALLOWED_NETWORKS: {entry.strip()!r} is not a CIDR")
+        return cls(tuple(parsed), allow_http)
+
+    def allows(self, address: str) -> bool:
+        """Publicly routable, or inside an operator-allowed network."""
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        if any(ip in net for net in self.allowed_networks if net.version == ip.version):
+            return True
+        if ip.version == 6 and ip.ipv4_mapped is not None:
+            return self.allows(str(ip.ipv4_mapped))
+        return ip.is_global and not ip.is_multicast \
+            and not any(ip in net for net in _ALWAYS_REFUSED if net.version == ip.version)
+
+    def resolve(self, target: KubeTarget) -> tuple[str, ...]:
+        """The addresses of the target's host, each one checked; InvalidKubeconfig otherwise.
+
+        This is the only lookup: the connections go to these addresses.
+        """
+        if target.scheme == "http" and not self.allow_http:
+            raise InvalidKubeconfig("cluster.server must be https (this server does not allow "
+                                    "plain http: KUBE_ALLOW_HTTP)")
+        try:
+            infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError, OSError):
+            raise InvalidKubeconfig("cluster.server: the host name does not resolve")
+        addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
+        if not addresses:
+            raise InvalidKubeconfig("cluster.server: the host name does not resolve")
+        # All of them, not just the first: a mixed answer is as good as a private one.
+        if not all(self.allows(a) for a in addresses):
+            raise InvalidKubeconfig(
+                "cluster.server is a loopback, link-local, private or otherwise internal address; "
+                "this server does not connect there (KUBE_ALLOWED_NETWORKS opts networks in)")
+        return addresses
+
+
+def check_kubeconfig(kubeconfig, network: NetworkPolicy = NetworkPolicy()) -> KubeTarget:
+    """Parse a kubeconfig, check its server's addresses and load its TLS material, opening no
+    connection; InvalidKubeconfig naming the field."""
+    target = parse_kubeconfig(kubeconfig)
+    if target.scheme == "https":
+        ssl_context(target)
+    network.resolve(target)
+    return target
+
+
+# -- TLS without files ----------------------------------------------------------------------------
+
+def _load_cert_chain_in_memory(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load a client certificate and key into `context` without a named file.
+
+    `SSLContext.load_cert_chain` only takes paths (bpo-16487). A memfd is an anonymous file: it has
+    no name on any filesystem, is gone the moment it is closed (here, right after loading) and is
+    freed by the kernel if the process dies first, SIGKILL included.
+    """
+    if not hasattr(os, "memfd_create"):
+        _load_cert_chain_via_private_dir(context, cert_pem, key_pem)
+        return
+    fd = os.memfd_create("kube-client-cert", os.MFD_CLOEXEC)
+    try:
+        _write_all(fd, cert_pem + b"\n" + key_pem)
+        context.load_cert_chain(f"/proc/self/fd/{fd}")
+    except ssl.SSLError as exc:
+        raise InvalidKubeconfig(f"the client certificate or key cannot be loaded: {exc.reason}")
+    finally:
+        os.close(fd)
+
+
+def _load_cert_chain_via_private_dir(context: ssl.SSLContext, cert_pem: bytes,
+                                     key_pem: bytes) -> None:
+    """Fallback where memfd is missing (not Linux): a 0700 dir removed before this returns.
+
+    The file exists only while OpenSSL reads it (microseconds); a SIGKILL inside that window
+    would leave it behind, readable only by this server's user.
+    """
+    directory = tempfile.mkdtemp(prefix="kube-")
+    path = os.path.join(directory, "client.pem")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(fd, cert_pem + b"\n" + key_pem)
+        finally:
+            os.close(fd)
+        context.load_cert_chain(path)
+    except ssl.SSLError as exc:
+        raise InvalidKubeconfig(f"the client certificate or key cannot be loaded: {exc.reason}")
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+        os.rmdir(directory)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def ssl_context(target: KubeTarget) -> ssl.SSLContext:
+    """Trust (the kubeconfig's CA, or the system's) and identity for TLS, from memory only."""
+    if target.insecure_skip_tls_verify:
+        context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+        if target.ca_pem:
+            try:
+                context.load_verify_locations(cadata=target.ca_pem)
+            except ssl.SSLError as exc:
+                raise InvalidKubeconfig(
+                    f"certificate-authority-data cannot be loaded: {exc.reason}")
+        else:
+            context.load_default_certs()
+    if target.client_cert_pem and target.client_key_pem:
+        _load_cert_chain_in_memory(context, target.client_cert_pem, target.client_key_pem)
+    return context
+
+
+# -- connections to the checked addresses only ----------------------------------------------------
+
+class _PinnedConnectionMixin:
+    """Connects to the addresses checked at resolve time instead of looking the host up again.
+
+    The connection keeps the URL's host as `host`, so the Host header, SNI and certificate
+    verification all still use the name the user gave.
+    """
+
+    def __init__(self, *args, pinned_addresses: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pinned_addresses = pinned_addresses
+
+    def _new_conn(self):
+        if not self.pinned_addresses:
+            raise NewConnectionError(self, "no checked address to connect to")
+        error: OSError | None = None
+        for address in self.pinned_addresses:
+            try:
+                return urllib3_connection.create_connection(
+                    (address, self.port), self.timeout, source_address=self.source_address,
+                    socket_options=self.socket_options)
+            except socket.timeout:
+                error = ConnectTimeoutError(self, f"connecting to {self.host} timed out")
+            except OSError as exc:
+                error = exc
+        if isinstance(error, ConnectTimeoutError):
+            raise error
+        raise NewConnectionError(self, f"Failed to establish a new connection: {error}")
+
+
+class _PinnedHTTPConnection(_PinnedConnectionMixin, HTTPConnection):
+    pass
+
+
+class _PinnedHTTPSConnection(_PinnedConnectionMixin, HTTPSConnection):
+    pass
+
+
+class PinnedPoolManager(urllib3.PoolManager):
+    """A pool manager that reaches one checked server and nothing else."""
+
+    def __init__(self, target: KubeTarget, addresses: tuple[str, ...], **kwargs):
+        super().__init__(**kwargs)
+        self._origin = (target.scheme, target.hostname.lower(), target.port)
+        self._addresses = addresses
+
+    def _new_pool(self, scheme, host, port, request_context=None):
+        if (scheme, host.lower(), port) != self._origin:
+            raise urllib3.exceptions.HTTPError("refusing a request to another server")
+        pool = super()._new_pool(scheme, host, port, request_context)
+        pool.ConnectionCls = _PinnedHTTPSConnection if scheme == "https" \
+            else _PinnedHTTPConnection
+        pool.conn_kw = {**pool.conn_kw, "pinned_addresses": self._addresses}
+        return pool
+
+
+def pool_manager(target: KubeTarget, addresses: tuple[str, ...]) -> PinnedPoolManager:
+    """A connection pool to the checked addresses with retries off (ours are explicit) and the
+    in-memory TLS context."""
+    kwargs: dict = {"num_pools": 2, "maxsize": 4, "retries": False}
+    if target.scheme == "https":
+        kwargs["ssl_context"] = ssl_context(target)
+        if target.insecure_skip_tls_verify:
+            kwargs.update(cert_reqs="CERT_NONE", assert_hostname=False)
+        if target.tls_server_name:
+            kwargs["server_hostname"] = target.tls_server_name
+    return PinnedPoolManager(target, addresses, **kwargs)
