@@ -178,7 +178,7 @@ def explained(url: str, name: str, **params) -> tuple[float, int]:
 
 def enqueue_costs(url: str, settings: Settings) -> dict[str, tuple[float, int]]:
     """The reaper's two cleanup sweeps, as the reaper calls them."""
-    from engine.cleanup import DEVBOX_PAUSE_BATCH, DEVBOX_PAUSE_GRACE_S, PURGE_KICK
+    from engine.cleanup_jobs import DEVBOX_PAUSE_BATCH, DEVBOX_PAUSE_GRACE_S, PURGE_KICK
     return {
         "pause devboxes": explained(url, "cleanup_job_enqueue_devbox_pauses", now=None,
                                     limit=DEVBOX_PAUSE_BATCH, grace_s=DEVBOX_PAUSE_GRACE_S),

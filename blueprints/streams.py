@@ -1,18 +1,27 @@
-"""Live streams: project task projections over SSE (subscribe first, then bootstrap)."""
+"""Live streams of a project over SSE, each subscribing first, then bootstrapping: the JSON API's
+task projections, and the project page's HTML fragments for the dock and canvas.
+
+(The task timeline's websocket is blueprints/ws.py; a task's gateway turns are
+blueprints/gateway_stream.py.)
+"""
 import json
 
-from flask import Blueprint, Response, current_app, stream_with_context
+from flask import Blueprint, Response, stream_with_context
 from marshmallow import ValidationError
 
 from blueprints.auth import current_identity
+from blueprints.fragments import store_fragments
+from blueprints.request_helpers import runtime
 from blueprints.schemas import PROJECT_ID
+from blueprints.views import dismissed_ids, now, valid_project
 from engine.errors import InvalidRequest
 from engine.readside import dto
 from engine.readside.fanout import CLOSED, REBOOTSTRAP
-from engine.readside.store import read_board, read_task_row
+from engine.readside.store import TaskStore, read_board, read_task_row
 
 bp = Blueprint("streams", __name__)
 
+#: A stream comment this often keeps proxies from closing an idle stream.
 KEEPALIVE_S = 15.0
 
 
@@ -27,13 +36,13 @@ def project_tasks_stream(project_id):
         PROJECT_ID(project_id)
     except ValidationError:
         raise InvalidRequest("not a valid project id")
-    runtime = current_app.extensions["engine"]
+    engine = runtime()
     namespace = current_identity().namespace
-    subscription = runtime.fanout.subscribe(namespace=namespace, project=project_id)
+    subscription = engine.fanout.subscribe(namespace=namespace, project=project_id)
 
     def frames():
         try:
-            yield sse("snapshot", {"items": read_board(runtime.db, namespace, project_id)})
+            yield sse("snapshot", {"items": read_board(engine.db, namespace, project_id)})
             while True:
                 payload = subscription.get(timeout=KEEPALIVE_S)
                 if payload is None:
@@ -41,11 +50,11 @@ def project_tasks_stream(project_id):
                 elif payload is CLOSED:
                     return
                 elif payload is REBOOTSTRAP:
-                    yield sse("snapshot", {"items": read_board(runtime.db, namespace, project_id)})
+                    yield sse("snapshot", {"items": read_board(engine.db, namespace, project_id)})
                 else:
                     # A retention purge's notification is itself the removal event.
                     row = None if payload.get("removed") else read_task_row(
-                        runtime.db, namespace, payload["task"])
+                        engine.db, namespace, payload["task"])
                     if row is None:
                         yield sse("remove", {"id": payload["task"]})
                     else:
@@ -55,3 +64,65 @@ def project_tasks_stream(project_id):
 
     return Response(stream_with_context(frames()), mimetype="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@bp.get("/projects/<project_id>/stream")
+def project_page_stream(project_id):
+    """SSE of fragments for the dock and canvas: subscribe, bootstrap the store, then one frame
+    per change; expiry of finished tasks is timed by the store."""
+    valid_project(project_id)
+    engine = runtime()
+    namespace = current_identity().namespace
+    store = TaskStore(project_id, dismissed=dismissed_ids())
+    subscription = engine.fanout.subscribe(namespace=namespace, project=project_id)
+
+    def bootstrap():
+        changes = store.bootstrap(read_board(engine.db, namespace, project_id), now())
+        return store_fragments(store, changes)
+
+    def frames():
+        try:
+            yield "retry: 2000\n\n"
+            for part in bootstrap():
+                yield sse_html(part)
+            while True:
+                timeout = KEEPALIVE_S
+                deadline = store.next_expiry()
+                if deadline is not None:
+                    timeout = min(timeout, max(0.05, (deadline - now()).total_seconds()))
+                payload = subscription.get(timeout=timeout)
+                if payload is CLOSED:
+                    return
+                if payload is None:
+                    changes = store.expire(now())
+                    parts = store_fragments(store, changes) if changes else []
+                    if not parts:
+                        yield ": keepalive\n\n"
+                elif payload is REBOOTSTRAP:
+                    parts = bootstrap()
+                else:
+                    parts = apply_notification(engine, store, namespace, payload)
+                for part in parts:
+                    yield sse_html(part)
+        finally:
+            subscription.close()
+
+    return Response(stream_with_context(frames()), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def apply_notification(engine, store: TaskStore, namespace: str, payload: dict) -> list[str]:
+    """Re-read the notified task (ids only travel) and apply it to the store as upsert/remove."""
+    task_id = payload.get("task")
+    if not task_id:
+        return []
+    # A retention purge's notification is itself the removal event: nothing left to read.
+    row = None if payload.get("removed") else read_task_row(engine.db, namespace, task_id)
+    event = ({"type": "remove", "id": task_id} if row is None
+             else {"type": "upsert", "item": dto.projection(row)})
+    changes = store.apply(event, now())
+    return store_fragments(store, changes) if changes else []
+
+
+def sse_html(html: str) -> str:
+    return "".join(f"data: {line}\n" for line in html.splitlines() or [""]) + "\n"

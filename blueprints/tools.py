@@ -10,7 +10,7 @@ from flask import Blueprint, jsonify
 from marshmallow import Schema, fields
 
 from blueprints import schemas
-from blueprints.api import json_body, kubeconfig_from_header, load, runtime
+from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
 from blueprints.auth import current_identity
 from blueprints.jsonschema import schema_of
 from engine import actions

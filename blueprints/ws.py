@@ -1,235 +1,31 @@
 """The timeline websocket: /ws/tasks/<id>/timeline (flask-sock), one small frame per event.
 
-Each viewer subscribes (joins its task's channel) BEFORE its bootstrap read, then sends a `reset`
-frame, the timeline sections and one frame per event; afterwards it relays the channel's frames,
-skipping events its bootstrap already sent.
-
-Per process and per watched task there is ONE channel: one fanout subscription, one reader that
-re-reads the task's events and row once per notification, renders each new event's fragment
-once, and encodes the websocket frame bytes once. Its viewers only copy those bytes to their own
-socket (see Viewer: one non-blocking send when idle, else through the viewer's own greenlet with
-`sendall`, so a frame is never cut short: simple-websocket's `send` can write part of a frame,
-STACK_NOTES). A viewer that falls a whole queue behind re-bootstraps instead of buffering without
-bound.
+Each viewer subscribes (joins its task's channel in blueprints/timeline_hub.py) BEFORE its
+bootstrap read, then sends a `reset` frame, the timeline sections and one frame per event;
+afterwards it relays the channel's frames, skipping events its bootstrap already sent.
 
 Frames are JSON: {"t": "reset"}, {"t": "frag", "html", "seq"?}, {"t": "ready"} (bootstrap
 sent), {"t": "ping"}, {"t": "gone"}
 (the task was purged: stop), {"t": "bye"} (this server is shutting down: reconnect).
 """
-import _socket
-import json
-import logging
-import struct
 from urllib.parse import urlsplit
-from uuid import UUID
 
-import gevent
-from flask import Blueprint, abort, current_app, render_template, request
+from flask import Blueprint, abort, current_app, request
 from flask_sock import Sock
-from gevent.event import Event
-from gevent.queue import Empty, Full, Queue
+from gevent.queue import Empty
 from simple_websocket import ConnectionClosed
 
-from blueprints import pages
 from blueprints.auth import current_identity
-from engine.readside import timeline as timelines
-from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from blueprints.request_helpers import runtime
+from blueprints.timeline_hub import (BYE, GONE, PING, RESET, SendAll, TimelineHub, Viewer,
+                                     bootstrap, frame)
 from engine.readside.store import read_task_row
-
-log = logging.getLogger(__name__)
 
 bp = Blueprint("ws", __name__)
 sock = Sock()
 
 #: A ping frame this often lets the viewer notice a dead peer and keeps proxies from idling out.
 KEEPALIVE_S = 20.0
-#: Frames a viewer may lag behind before it re-bootstraps instead.
-VIEWER_QUEUE_SIZE = 256
-#: Markers a channel puts in its viewers' queues.
-RESET, GONE, BYE = object(), object(), object()
-
-
-def text_frame(payload: str) -> bytes:
-    """One complete, unmasked, uncompressed websocket text frame (server to client, RFC 6455).
-
-    Always valid, with or without permessage-deflate (RSV1 unset means "not compressed"), so a
-    channel encodes a frame once for all of its viewers.
-    """
-    data = payload.encode()
-    size = len(data)
-    if size < 126:
-        header = struct.pack("!BB", 0x81, size)
-    elif size < 1 << 16:
-        header = struct.pack("!BBH", 0x81, 126, size)
-    else:
-        header = struct.pack("!BBQ", 0x81, 127, size)
-    return header + data
-
-
-def frame(kind: str, **fields) -> bytes:
-    return text_frame(json.dumps({"t": kind, **fields}, separators=(",", ":")))
-
-
-PING = frame("ping")
-READY = frame("ready")
-
-
-class Viewer:
-    """One websocket watching a task.
-
-    A channel hands it each batch of (seq, encoded frame). When the viewer is idle (its own
-    greenlet is not writing and nothing is queued), the channel writes the batch straight to the
-    socket with ONE non-blocking send, which never yields: a thousand viewers cost a thousand
-    syscalls, not a thousand greenlet wake-ups. Whatever does not fit at once (or arrives while
-    the viewer is busy) goes through the viewer's queue and its own greenlet, in order, so the
-    socket still has one writer at a time and frames are never interleaved.
-    """
-
-    def __init__(self, ws):
-        self.queue: Queue = Queue(VIEWER_QUEUE_SIZE)
-        inner = getattr(getattr(ws, "sock", None), "_sock", None)
-        #: The OS-level socket under gevent's wrapper (already non-blocking), if we can reach it.
-        self.direct = inner if isinstance(inner, _socket.socket) else None
-        #: The viewer's greenlet is writing (its bootstrap first): the channel must queue.
-        self.busy = True
-        #: Event seqs its bootstrap sent; a batch overlapping them goes through the queue.
-        self.sent: set[int] = set()
-        self.broken = False
-
-    def offer(self, item, joined: bytes | None = None, seqs: frozenset = frozenset()) -> None:
-        if (joined is not None and self.direct is not None and not self.busy and not self.broken
-                and self.queue.empty() and self.sent.isdisjoint(seqs)):
-            try:
-                written = self.direct.send(joined)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                self.broken = True  # the peer is gone; its greenlet notices and leaves
-                return
-            if written == len(joined):
-                return
-            item = [(None, joined[written:])]
-        try:
-            self.queue.put_nowait(item)
-        except Full:
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(RESET)
-
-
-class Channel:
-    """One watched task in this process: its subscription, reader and viewers."""
-
-    def __init__(self, hub: "TimelineHub", namespace: str, task_id: UUID):
-        self.hub = hub
-        self.namespace, self.task_id = namespace, task_id
-        self.viewers: set[Viewer] = set()
-        self.subscription = hub.runtime.fanout.subscribe(namespace=namespace, task=str(task_id))
-        self.timeline = timelines.Timeline()
-        self.sections: str | None = None
-        #: Set once the channel knows the events that exist; viewers join only after that, so an
-        #: event is either in a viewer's bootstrap or broadcast to it, never neither.
-        self.ready = Event()
-        self.greenlet = gevent.spawn(self._run)
-
-    def _prime(self) -> None:
-        # Subscribed first; learn what already happened so notifications broadcast only news.
-        for event in timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id):
-            self.timeline.add(event)
-
-    def _run(self) -> None:
-        try:
-            self._prime()
-            self.ready.set()
-            while True:
-                payload = self.subscription.get(timeout=60.0)
-                if payload is None:
-                    if not self.viewers:
-                        return
-                    continue
-                if payload is CLOSED:
-                    self._broadcast(BYE)
-                    return
-                if payload is REBOOTSTRAP:
-                    self.timeline = timelines.Timeline()
-                    self._prime()
-                    self._broadcast(RESET)
-                    continue
-                self._refresh()
-        except Exception:
-            log.exception("timeline channel %s failed; its viewers rejoin", self.task_id)
-            self._broadcast(RESET)
-        finally:
-            self.ready.set()
-            self.subscription.close()
-            self.hub.drop(self)
-
-    def _refresh(self) -> None:
-        runtime = self.hub.runtime
-        # Both reads at once (two pool connections): they are most of the time before the fanout.
-        reading = gevent.spawn(timelines.read_events, runtime.db, self.namespace, self.task_id)
-        row = read_task_row(runtime.db, self.namespace, self.task_id)
-        events = reading.get()
-        if row is None:  # purged: the notification is the removal
-            self._broadcast(GONE)
-            return
-        batch = []
-        with self.hub.app.app_context():
-            for event in events:
-                added = self.timeline.add(event)
-                if added is not None:
-                    html = render_event(self.task_id, *added)
-                    batch.append((added[0].seq, frame("frag", seq=added[0].seq, html=html)))
-            sections = pages.render_timeline_sections(row)
-        if sections != self.sections:
-            self.sections = sections
-            batch.append((None, frame("frag", html=sections)))
-        if batch:
-            joined = b"".join(data for _, data in batch)
-            seqs = frozenset(seq for seq, _ in batch if seq is not None)
-            for viewer in list(self.viewers):
-                viewer.offer(batch, joined, seqs)
-
-    def _broadcast(self, item) -> None:
-        for viewer in list(self.viewers):
-            viewer.offer(item)
-
-
-class TimelineHub:
-    """The channels of this process, by (namespace, task id)."""
-
-    def __init__(self, app, runtime):
-        self.app = app
-        self.runtime = runtime
-        self.channels: dict[tuple[str, UUID], Channel] = {}
-
-    def join(self, namespace: str, task_id: UUID, viewer: Viewer) -> Channel:
-        key = (namespace, task_id)
-        channel = self.channels.get(key)
-        if channel is None or channel.greenlet.dead:
-            channel = self.channels[key] = Channel(self, namespace, task_id)
-        channel.viewers.add(viewer)
-        channel.ready.wait()
-        return channel
-
-    def leave(self, channel: Channel, viewer: Viewer) -> None:
-        channel.viewers.discard(viewer)
-        if not channel.viewers:
-            channel.greenlet.kill(block=False)
-            self.drop(channel)
-
-    def drop(self, channel: Channel) -> None:
-        key = (channel.namespace, channel.task_id)
-        if self.channels.get(key) is channel:
-            del self.channels[key]
-        channel.subscription.close()
-
-
-def render_event(task_id, entry, step) -> str:
-    html = render_template("partials/timeline_event.html", task_id=task_id, entry=entry)
-    if step is not None:
-        html += render_template("partials/timeline_step.html", task_id=task_id, step=step)
-    return html
 
 
 def hub() -> TimelineHub:
@@ -251,7 +47,7 @@ def check_handshake():
     if not origin_allowed():
         abort(403, description="websocket Origin does not match this site")
     task_id = (request.view_args or {}).get("task_id")
-    if task_id is None or read_task_row(pages.runtime().db, current_identity().namespace,
+    if task_id is None or read_task_row(runtime().db, current_identity().namespace,
                                         task_id) is None:
         abort(404)
 
@@ -260,7 +56,7 @@ def check_handshake():
 def timeline_socket(ws, task_id):
     """Stream a task's timeline: reset, sections, its events, then every new one."""
     namespace = current_identity().namespace
-    raw = _SendAll(ws)
+    raw = SendAll(ws)
     viewer = Viewer(ws)
     channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
     try:
@@ -296,39 +92,6 @@ def timeline_socket(ws, task_id):
         pass
     finally:
         hub().leave(channel, viewer)
-
-
-def bootstrap(raw: "_SendAll", namespace: str, task_id: UUID) -> set[int]:
-    """Send reset, sections and every event so far, one frame each; the seqs sent."""
-    db = pages.runtime().db
-    row = read_task_row(db, namespace, task_id)
-    if row is None:
-        raw.send(frame("gone"))
-        raise ConnectionClosed()
-    events = timelines.read_events(db, namespace, task_id)
-    raw.send(frame("reset"))
-    raw.send(frame("frag", html=pages.render_timeline_sections(row)))
-    built = timelines.Timeline()
-    sent = set()
-    for event in events:
-        added = built.add(event)
-        if added is not None:
-            raw.send(frame("frag", seq=added[0].seq, html=render_event(task_id, *added)))
-            sent.add(added[0].seq)
-    raw.send(READY)
-    return sent
-
-
-class _SendAll:
-    """Writes pre-encoded frames to the websocket's socket whole (sendall)."""
-
-    def __init__(self, ws):
-        self.ws = ws
-
-    def send(self, data: bytes) -> None:
-        if not self.ws.connected:
-            raise ConnectionClosed()
-        self.ws.sock.sendall(data)
 
 
 def init_app(app, runtime) -> None:

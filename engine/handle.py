@@ -2,7 +2,7 @@
 import logging
 from uuid import UUID
 
-from engine import cleanup, secrets
+from engine import runtimes, secrets
 from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
 from engine.db import Database
 from engine.errors import LeaseLost
@@ -106,12 +106,12 @@ class TaskHandle:
             self._lost()
 
     def start_local_process(self, argv: list[str], *, label: str | None = None,
-                            resume: dict | None = None, **popen_kwargs) -> cleanup.LocalProcess:
+                            resume: dict | None = None, **popen_kwargs) -> runtimes.LocalProcess:
         """Start argv in a process group of its own, recorded as a task runtime (fenced) before it
         is used; `resume` is kept past its death for a later run. Stop it with `.stop()` or
         `.wait(abort)`; whatever still runs when the run ends is stopped by the engine."""
         self.abort.raise_if_aborted()
-        process = cleanup.start_local_runtime(
+        process = runtimes.start_local_runtime(
             self.db, self.task_id, epoch=self.epoch, owner=self.owner, argv=argv, label=label,
             resume=resume, stop_timeout_s=self.runtime_stop_timeout_s, **popen_kwargs)
         if process is None:

@@ -4,7 +4,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import cleanup
+from engine import cleanup_jobs
 from engine.config import Settings
 from engine.db import Database
 from engine.status import Status
@@ -69,11 +69,11 @@ class Reaper:
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
-        # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py does the work).
-        resolved["pause_devboxes"] = cleanup.enqueue_devbox_pauses(self.db, now=now)
-        resolved["purge"] = cleanup.enqueue_purges(
+        # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py's worker does the work).
+        resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(self.db, now=now)
+        resolved["purge"] = cleanup_jobs.enqueue_purges(
             self.db, retention_s=self.settings.retention_days * 86400,
-            limit=min(cleanup.PURGE_KICK, self.settings.purge_batch), now=now)
+            limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch), now=now)
         for name in ("pause_devboxes", "purge"):
             if resolved[name]:
                 log.info("reaper %s: %d cleanup job(s) enqueued", name, resolved[name])

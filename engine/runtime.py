@@ -16,12 +16,13 @@ from gevent.event import Event
 
 from engine import leases, secrets
 from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
-from engine.cleanup import KILL_CONFIRM_S, CleanupWorker
+from engine.cleanup import CleanupWorker
 from engine.config import Settings
 from engine.db import Database
 from engine.errors import LeaseLost, ShuttingDown
 from engine.handle import TaskHandle
 from engine.integrations import Integrations
+from engine.processes import KILL_CONFIRM_S
 from engine.reaper import Reaper
 from engine.readside.fanout import Fanout, LiveFeed
 from engine.runners import runner_for

@@ -4,8 +4,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine import cleanup
-from engine.cleanup import MAX_ATTEMPTS, NO_DEVBOX_NOTE, RETRY_DELAYS_S, JobState, Trigger
+from engine import cleanup, cleanup_jobs
+from engine.cleanup import NO_DEVBOX_NOTE
+from engine.cleanup_jobs import MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger
+from engine.processes import HOST
 from engine.integrations import Integrations
 from tests.fakes import FakeDevbox
 
@@ -95,7 +97,7 @@ def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_con
     [row] = sql_conn.execute("SELECT * FROM task_runtimes").fetchall()
     assert (row["task_id"], row["kind"], row["liveness"], row["remote_id"], row["owner"]) == \
         (first["id"], "devbox", "remote", "box-rec", engine.owner)
-    assert row["host"] == cleanup.HOST
+    assert row["host"] == HOST
     # The same devbox recorded by a later task: one row, now that task's.
     second = insert_task(status="running", lease_owner=engine.owner, lease_epoch=1)
     handle_of(second).record_devbox("box-rec")
@@ -112,13 +114,13 @@ def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_con
 # -- jobs: reuse, the ladder, fencing -----------------------------------------------------------
 
 def test_a_repeated_trigger_reuses_the_open_job(engine, sql_conn):
-    first = cleanup.enqueue_devbox_delete(engine.db, "box-1", namespace="default")
-    again = cleanup.enqueue_devbox_delete(engine.db, "box-1", namespace="default")
+    first = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-1", namespace="default")
+    again = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-1", namespace="default")
     assert first["created"] and not again["created"]
     assert again["id"] == first["id"]
     assert len(jobs(sql_conn)) == 1
     # A different operation is a different job.
-    other = cleanup.enqueue_devbox_delete(engine.db, "box-2", namespace="default")
+    other = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-2", namespace="default")
     assert other["created"] and other["id"] != first["id"]
 
 
@@ -160,15 +162,15 @@ def test_failed_attempts_wait_the_exact_ladder_then_fail_for_good(engine, devbox
         [(job_id, "failed", MAX_ATTEMPTS)]
     assert len(calls(devbox, "pause")) == MAX_ATTEMPTS
     # An explicit repeat of the operation gets the failed job back, not a new one.
-    again = cleanup.enqueue(engine.db, Trigger.DEVBOX_PAUSE, jobs(sql_conn)[0]["operation_id"], {})
+    again = cleanup_jobs.enqueue(engine.db, Trigger.DEVBOX_PAUSE, jobs(sql_conn)[0]["operation_id"], {})
     assert (again["id"], again["state"], again["created"]) == (job_id, "failed", False)
 
 
 def test_a_stale_worker_cannot_overwrite_a_newer_attempt(engine, sql_conn):
-    job = cleanup.enqueue_devbox_delete(engine.db, "box-stale", namespace="default")
+    job = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-stale", namespace="default")
     t = now_plus()
     claim = dict(triggers=["devbox_delete"], limit=10, max_attempts=MAX_ATTEMPTS,
-                 host=cleanup.HOST, has_devbox=True, attempt_timeout_s=60.0)
+                 host=HOST, has_devbox=True, attempt_timeout_s=60.0)
     first = engine.db.all("cleanup_job_claim_due", worker="a", now=t, **claim)
     assert [j["attempts"] for j in first] == [1]
     # Not due again while the claim is live...
@@ -193,7 +195,7 @@ def test_a_stale_worker_cannot_overwrite_a_newer_attempt(engine, sql_conn):
 
 
 def test_an_abandoned_last_attempt_fails_for_good(engine, sql_conn):
-    job = cleanup.enqueue_devbox_delete(engine.db, "box-abandoned", namespace="default")
+    job = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-abandoned", namespace="default")
     t = now_plus()
     sql_conn.execute("UPDATE cleanup_jobs SET state = 'running', attempts = %s, "
                      "next_attempt_at = %s, last_error = 'boom' WHERE id = %s",
@@ -371,10 +373,10 @@ def test_active_and_blocked_tasks_survive_any_purge(engine, insert_task, sql_con
     for row in rows.values():
         add_history(sql_conn, row["id"], events=2)
     t = now_plus(365 * DAY)
-    assert cleanup.enqueue_purges(engine.db, retention_s=30 * 86400, limit=100, now=t) == 3
+    assert cleanup_jobs.enqueue_purges(engine.db, retention_s=30 * 86400, limit=100, now=t) == 3
     # Even a purge job aimed straight at an active task re-checks before it deletes anything.
     for status in ("queued", "running", "blocked", "applying"):
-        cleanup.enqueue(engine.db, Trigger.RETENTION_PURGE, f"retention_purge:{rows[status]['id']}",
+        cleanup_jobs.enqueue(engine.db, Trigger.RETENTION_PURGE, f"retention_purge:{rows[status]['id']}",
                         {"taskId": str(rows[status]["id"]), "namespace": "default"},
                         task_id=rows[status]["id"], namespace="default", now=t)
     engine.cleanup.run_once(now=t)
@@ -391,7 +393,7 @@ def test_active_and_blocked_tasks_survive_any_purge(engine, insert_task, sql_con
 def test_a_purge_rechecks_retention_before_deleting(engine, insert_task, sql_conn):
     task = insert_task(status="completed", finished_at=now_plus(-31 * DAY))
     t = now_plus()
-    assert cleanup.enqueue_purges(engine.db, retention_s=30 * 86400, limit=10, now=t) == 1
+    assert cleanup_jobs.enqueue_purges(engine.db, retention_s=30 * 86400, limit=10, now=t) == 1
     # The precondition stops holding between enqueue and claim.
     sql_conn.execute("UPDATE deploy_tasks SET finished_at = %s WHERE id = %s", (t, task["id"]))
     engine.cleanup.run_once(now=t)
@@ -424,7 +426,7 @@ def test_a_devbox_delete_rechecks_that_no_active_task_uses_it(engine, devbox, in
                                                              sql_conn):
     user = insert_task(status="running")
     with_devbox(sql_conn, devbox, user, "box-in-use")
-    cleanup.enqueue_devbox_delete(engine.db, "box-in-use", namespace="default")
+    cleanup_jobs.enqueue_devbox_delete(engine.db, "box-in-use", namespace="default")
     engine.cleanup.run_once()
     [job] = jobs(sql_conn)
     assert job["state"] == "cancelled" and str(user["id"]) in job["last_error"]
@@ -432,7 +434,7 @@ def test_a_devbox_delete_rechecks_that_no_active_task_uses_it(engine, devbox, in
 
     sql_conn.execute("UPDATE deploy_tasks SET status = 'failed', finished_at = now(), "
                      "lease_owner = NULL, lease_expires_at = NULL WHERE id = %s", (user["id"],))
-    retry = cleanup.enqueue_devbox_delete(engine.db, "box-in-use", namespace="default")
+    retry = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-in-use", namespace="default")
     assert retry["created"]
     engine.cleanup.run_once()
     assert calls(devbox, "delete", "ok") == ["box-in-use"]
@@ -459,8 +461,8 @@ def test_without_a_devbox_integration_devbox_jobs_wait_with_a_reason(engine, clu
 
 
 def test_completed_jobs_are_forgotten_after_a_week_failed_ones_are_kept(engine, sql_conn):
-    done = cleanup.enqueue_devbox_delete(engine.db, "box-a", namespace="default")
-    failed = cleanup.enqueue_devbox_delete(engine.db, "box-b", namespace="default")
+    done = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-a", namespace="default")
+    failed = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-b", namespace="default")
     t = now_plus()
     sql_conn.execute("UPDATE cleanup_jobs SET state = 'succeeded', completed_at = %s "
                      "WHERE id = %s", (t, done["id"]))

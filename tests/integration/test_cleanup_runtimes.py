@@ -14,9 +14,9 @@ import gevent
 import pytest
 import requests
 
-from engine import cleanup
+from engine import cleanup_jobs, processes
 from engine.abort import Aborted, AbortSignal
-from engine.cleanup import HOST, Liveness, ProcessIdentity
+from engine.processes import HOST, Liveness, ProcessIdentity
 from engine.errors import LeaseLost
 from engine.handle import TaskHandle
 from tests.conftest import ROOT, free_port, wait_for
@@ -76,7 +76,7 @@ def running(pid: int) -> bool:
 
 
 def members(pgid: int) -> list[int]:
-    return cleanup.group_members(pgid)
+    return processes.group_members(pgid)
 
 
 def runtime_rows(sql_conn, **where):
@@ -86,7 +86,7 @@ def runtime_rows(sql_conn, **where):
 
 
 def identity_of(pid: int) -> ProcessIdentity:
-    return ProcessIdentity(HOST, cleanup.boot_id(), pid, pid, cleanup._stat(pid).start_ticks)
+    return ProcessIdentity(HOST, processes.boot_id(), pid, pid, processes._stat(pid).start_ticks)
 
 
 def insert_runtime(sql_conn, *, task_id=None, kind="local", liveness="process", owner=None,
@@ -107,7 +107,7 @@ def insert_runtime(sql_conn, *, task_id=None, kind="local", liveness="process", 
 def dead_identity(spawned) -> ProcessIdentity:
     """The identity of a process that existed and is gone."""
     proc = spawned(["true"])
-    identity = wait_for(lambda: cleanup._stat(proc.pid) and identity_of(proc.pid))
+    identity = wait_for(lambda: processes._stat(proc.pid) and identity_of(proc.pid))
     proc.wait()
     wait_for(lambda: not running(proc.pid))
     return identity
@@ -123,7 +123,7 @@ def test_a_group_whose_leader_ignores_sigterm_is_killed_and_nothing_survives(hel
     [row] = runtime_rows(sql_conn, task_id=handle.task_id)
     assert (row["kind"], row["liveness"], row["pid"], row["pgid"], row["status"]) == \
         ("local", "process", proc.pid, proc.pid, "running")
-    assert row["start_ticks"] == cleanup._stat(proc.pid).start_ticks
+    assert row["start_ticks"] == processes._stat(proc.pid).start_ticks
     group = wait_for(lambda: len(members(proc.pid)) == 3 and members(proc.pid))
 
     started = time.monotonic()
@@ -141,7 +141,7 @@ def test_a_wrapper_whose_child_outlives_it_is_fully_reaped(runtime, held_handle,
     child = int(proc.popen.stdout.readline())
     assert proc.wait(AbortSignal()) == 0  # the wrapper is gone...
     assert running(child)  # ...its child lives on, reparented away from it
-    assert cleanup.group_liveness(proc.identity) is Liveness.ALIVE
+    assert processes.group_liveness(proc.identity) is Liveness.ALIVE
     assert len(runtime_rows(sql_conn, task_id=handle.task_id)) == 1  # so the row stays
 
     # The end of the run releases what the task left behind.
@@ -195,17 +195,17 @@ def test_the_shutdown_drain_stops_this_process_groups(runtime, held_handle, sql_
 
 def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, caplog):
     bystander = spawned(["sleep", "300"])
-    real = wait_for(lambda: cleanup._stat(bystander.pid) and identity_of(bystander.pid))
+    real = wait_for(lambda: processes._stat(bystander.pid) and identity_of(bystander.pid))
     reused = ProcessIdentity(HOST, real.boot_id, real.pid, real.pgid, real.start_ticks - 1)
     other_boot = ProcessIdentity(HOST, "another-boot", real.pid, real.pgid, real.start_ticks)
-    assert cleanup.group_liveness(real) is Liveness.ALIVE
-    assert cleanup.group_liveness(reused) is Liveness.DEAD
-    assert cleanup.group_liveness(other_boot) is Liveness.DEAD
-    assert cleanup.stop_group(reused, timeout_s=STOP_TIMEOUT_S) == "absent"
+    assert processes.group_liveness(real) is Liveness.ALIVE
+    assert processes.group_liveness(reused) is Liveness.DEAD
+    assert processes.group_liveness(other_boot) is Liveness.DEAD
+    assert processes.stop_group(reused, timeout_s=STOP_TIMEOUT_S) == "absent"
 
     # A row naming the bystander's pid with another start time is a dead runtime of ours...
     row = insert_runtime(sql_conn, identity=reused)
-    caplog.set_level(logging.INFO, logger="engine.cleanup")
+    caplog.set_level(logging.INFO, logger="engine.runtimes")
     summary = runtime.cleanup.reconcile()
     assert summary["counts"] == [{"kind": "local", "liveness": "process",
                                   "disposition": "removed", "count": 1}]
@@ -217,7 +217,7 @@ def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, capl
 
 def test_a_stop_job_for_a_runtime_confirmed_dead_succeeds_at_once(runtime, spawned, sql_conn):
     row = insert_runtime(sql_conn, identity=dead_identity(spawned))
-    job = cleanup.enqueue_runtime_stop(runtime.db, row)
+    job = cleanup_jobs.enqueue_runtime_stop(runtime.db, row)
     assert job["host"] == HOST
     runtime.cleanup.run_once()
     state = sql_conn.execute("SELECT state, attempts FROM cleanup_jobs WHERE id = %s",
@@ -228,7 +228,7 @@ def test_a_stop_job_for_a_runtime_confirmed_dead_succeeds_at_once(runtime, spawn
 
 def test_a_runtime_without_a_process_handle_is_never_pruned(runtime, sql_conn):
     row = insert_runtime(sql_conn, liveness="none")
-    job = cleanup.enqueue_runtime_stop(runtime.db, row)
+    job = cleanup_jobs.enqueue_runtime_stop(runtime.db, row)
     runtime.cleanup.run_once()
     state = sql_conn.execute("SELECT state, last_error FROM cleanup_jobs WHERE id = %s",
                              (job["id"],)).fetchone()
@@ -238,7 +238,7 @@ def test_a_runtime_without_a_process_handle_is_never_pruned(runtime, sql_conn):
 
 def test_a_stop_job_of_another_host_is_left_to_that_host(runtime, spawned, sql_conn):
     row = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
-    job = cleanup.enqueue_runtime_stop(runtime.db, row)
+    job = cleanup_jobs.enqueue_runtime_stop(runtime.db, row)
     runtime.cleanup.run_once()
     state = sql_conn.execute("SELECT state, attempts FROM cleanup_jobs WHERE id = %s",
                              (job["id"],)).fetchone()
@@ -261,10 +261,10 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spa
     handleless = insert_runtime(sql_conn, liveness="none")
     elsewhere = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
 
-    caplog.set_level(logging.INFO, logger="engine.cleanup")
+    caplog.set_level(logging.INFO, logger="engine.runtimes")
     make_app(cleanup_interval_s=3600.0)
 
-    records = [r for r in caplog.records if r.name == "engine.cleanup"]
+    records = [r for r in caplog.records if r.name == "engine.runtimes"]
     assert [r.levelno for r in records] == [logging.INFO]  # one line, no per-row warnings
     summary = records[0].reconciliation
     assert summary["rows"] == 5
@@ -286,7 +286,7 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spa
     # A second boot finds nothing new to remove and repeats no warning.
     caplog.clear()
     make_app(cleanup_interval_s=3600.0)
-    summary = [r for r in caplog.records if r.name == "engine.cleanup"][0].reconciliation
+    summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
     assert summary["rows"] == 3
     assert {c["disposition"] for c in summary["counts"]} == \
         {"preserved_unknown", "preserved_owner_alive"}
@@ -330,9 +330,9 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
         assert all(running(pid) for pid in lasting)
         assert len(runtime_rows(sql_conn, task_id=task["id"])) == 2
 
-        caplog.set_level(logging.INFO, logger="engine.cleanup")
+        caplog.set_level(logging.INFO, logger="engine.runtimes")
         make_app(cleanup_interval_s=0.05, runtime_stop_timeout_s=STOP_TIMEOUT_S)
-        summary = [r for r in caplog.records if r.name == "engine.cleanup"][0].reconciliation
+        summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
         assert summary["counts"] == [
             {"kind": "local", "liveness": "process", "disposition": "preserved_stop_enqueued",
              "count": 1},
@@ -380,7 +380,7 @@ def test_make_run_stops_gracefully_and_reaps_the_servers_groups(database_url, sp
         server_pid = int(owner.split(":")[1])
         insert_runtime(sql_conn, identity=identity_of(stubborn.pid), owner=owner,
                        owner_pid=server_pid,
-                       owner_start_ticks=cleanup._stat(server_pid).start_ticks)
+                       owner_start_ticks=processes._stat(server_pid).start_ticks)
 
         started = time.monotonic()
         make.send_signal(signal.SIGTERM)  # to make alone, as a launcher or a terminal would

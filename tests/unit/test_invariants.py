@@ -7,7 +7,8 @@ from engine.sql import queries
 
 ROOT = Path(__file__).resolve().parents[2]
 STORAGE = ("engine.db", "engine.sql", "engine.transitions", "engine.leases", "engine.cleanup",
-           "engine.handle", "engine.runtime", "psycopg", "psycopg_pool")
+           "engine.cleanup_jobs", "engine.runtimes", "engine.handle", "engine.runtime", "psycopg",
+           "psycopg_pool")
 SQL_TEXT = re.compile(r"\b(INSERT INTO|UPDATE \w+ SET|DELETE FROM|SELECT .* FROM)\b")
 
 
@@ -18,6 +19,7 @@ def imports_of(path: Path) -> set[str]:
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)  # `from engine import db`
     return names
 
 
@@ -39,3 +41,15 @@ def test_no_sql_outside_engine_sql():
     for folder in ("blueprints", "engine/runners", "engine/integrations", "engine/readside"):
         for path in (ROOT / folder).rglob("*.py"):
             assert not SQL_TEXT.search(path.read_text()), f"SQL text in {path.relative_to(ROOT)}"
+
+
+def test_starting_a_local_process_does_not_load_the_cleanup_worker():
+    for path in ("engine/handle.py", "engine/runtimes.py", "engine/processes.py"):
+        assert "engine.cleanup" not in imports_of(ROOT / path), path
+    assert "engine.runtimes" in imports_of(ROOT / "engine/handle.py")  # the control
+
+
+def test_streams_do_not_import_the_page_routes():
+    for path in ("blueprints/ws.py", "blueprints/timeline_hub.py", "blueprints/streams.py"):
+        assert "blueprints.pages" not in imports_of(ROOT / path), path
+    assert "blueprints.fragments" in imports_of(ROOT / "blueprints/timeline_hub.py")

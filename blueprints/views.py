@@ -1,0 +1,124 @@
+"""What the project page shows of a task (chips, placeholders, the timeline header), and the
+page-request state those views depend on: the clock, the project id, this browser's dismissals."""
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from uuid import UUID
+
+from flask import abort, request
+from marshmallow import ValidationError
+
+from blueprints import schemas
+from engine import actions
+from engine.readside import dto, presentation
+from engine.readside.store import TaskStore
+from engine.status import ACTIVE, Status
+
+#: Client-local dismissals (seed 000: "dismissals stay client-local in v1"): task ids, dot-joined.
+DISMISS_COOKIE = "dock_dismissed"
+MAX_DISMISSED = 40
+#: Source kinds that redeploy in one click only (no pane to edit: seed 000, US10 amendment).
+ONE_CLICK_KINDS = {"prompt"}
+#: Placeholders without a saved placement are laid out on this grid (canvas pixels).
+GRID_X, GRID_Y, GRID_COLUMNS = 210, 120, 4
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def valid_project(project_id: str) -> str:
+    """The project id, or 404 when it cannot be one."""
+    try:
+        schemas.PROJECT_ID(project_id)
+    except ValidationError:
+        abort(404)
+    return project_id
+
+
+def dismissed_ids() -> set[str]:
+    """Task ids this browser dismissed (from its cookie; only well-formed ids)."""
+    found = set()
+    for raw in (request.cookies.get(DISMISS_COOKIE) or "").split(".")[:MAX_DISMISSED]:
+        try:
+            found.add(str(UUID(raw)))
+        except ValueError:
+            continue
+    return found
+
+
+@dataclass
+class TaskView:
+    """One task as the surfaces show it; `item` is its projection."""
+
+    item: dict
+    superseded_by: str | None = None
+    attention: str | None = None
+    index: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.item["id"]
+
+    @property
+    def shown(self) -> presentation.Presentation:
+        return presentation.of(self.item)
+
+    @property
+    def active(self) -> bool:
+        return Status(self.item["status"]) in ACTIVE
+
+    @property
+    def cancelling(self) -> bool:
+        return self.active and bool(self.item.get("cancelRequestedAt"))
+
+    @property
+    def can_redeploy(self) -> bool:
+        return self.item["status"] in actions.REDEPLOYABLE and not self.superseded_by
+
+    @property
+    def can_edit(self) -> bool:
+        kind = self.item.get("sourceKind")
+        return self.can_redeploy and kind in schemas.SOURCE_SCHEMAS and kind not in ONE_CLICK_KINDS
+
+    @property
+    def confirm(self) -> str | None:
+        """The one-line overwrite warning before a redeploy over applied resources, or None."""
+        applied = self.item.get("appliedResources") or []
+        if not applied:
+            return None
+        names = ", ".join(f"{r.get('kind')}/{r.get('name')}" for r in applied[:3])
+        more = f" and {len(applied) - 3} more" if len(applied) > 3 else ""
+        return (f"This redeploy applies over {len(applied)} resource(s) the earlier run created "
+                f"({names}{more}); manual edits to them will be overwritten.")
+
+    @property
+    def position(self) -> tuple[float, float]:
+        canvas = self.item.get("canvas") or {}
+        if isinstance(canvas.get("x"), (int, float)) and isinstance(canvas.get("y"), (int, float)):
+            return canvas["x"], canvas["y"]
+        return (16 + (self.index % GRID_COLUMNS) * GRID_X, 16 + (self.index // GRID_COLUMNS) * GRID_Y)
+
+    @property
+    def version(self) -> int:
+        """The row's updated_at in microseconds: fragments never go back to an older state."""
+        stamp = self.item.get("updatedAt") or self.item.get("createdAt")
+        return int(datetime.fromisoformat(stamp).timestamp() * 1_000_000) if stamp else 0
+
+    @property
+    def sort_key(self) -> str:
+        return f"{self.item.get('createdAt') or ''}|{self.id}"
+
+
+def view_from_store(store: TaskStore, task_id: str) -> TaskView:
+    item = store.get(task_id)
+    placeholders = store.placeholders()
+    index = next((i for i, p in enumerate(placeholders) if p["id"] == task_id), 0)
+    return TaskView(item, superseded_by=store.successor_of(task_id),
+                    attention=store.attention(task_id), index=index)
+
+
+def view_from_row(row: dict, dismissed: set[str] = frozenset()) -> TaskView:
+    item = dto.projection(row)
+    successor = item.get("successorId")
+    return TaskView(item, superseded_by=successor, attention=presentation.attention(
+        item, superseded=bool(successor), dismissed=item["id"] in dismissed))

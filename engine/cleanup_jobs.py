@@ -1,0 +1,107 @@
+"""Durable cleanup intents (seed 001): the `cleanup_jobs` rows, their states and triggers, the retry
+ladder, and the functions that enqueue them. engine/cleanup.py's worker runs them.
+
+A `cleanup_jobs` row is a durable cleanup intent with a snapshot of every handle, taken before the
+task is touched. The worker claims due jobs (`attempts + 1`), revalidates the precondition before
+each destructive step, and finishes with writes guarded on (state, attempts). A typed absence
+(`NotFound`, a process confirmed dead, a row already gone) is done; any other error waits on the
+retry ladder; the 8th failure is terminal `failed` and is never claimed again.
+"""
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from engine.db import Database
+
+#: A job is claimed at most this often; the last failure is terminal.
+MAX_ATTEMPTS = 8
+#: Wait after failed attempt n (1-based) before the next claim: 1 min, 5 min, 15 min, 1 h, 3 h,
+#: 6 h, 12 h. The 8th failure has no delay: it is terminal.
+RETRY_DELAYS_S = (60.0, 300.0, 900.0, 3600.0, 10800.0, 21600.0, 43200.0)
+#: A finished task's runner pauses its own devbox; the reaper steps in after this grace.
+DEVBOX_PAUSE_GRACE_S = 60.0
+DEVBOX_PAUSE_BATCH = 50
+#: Purges one reaper sweep enqueues: enough to start a drain that the worker continues a batch
+#: per pass (PURGE_BATCH), few enough to keep every sweep short.
+PURGE_KICK = 100
+
+
+class Trigger(StrEnum):
+    """What a cleanup job does (PostgreSQL enum cleanup_trigger)."""
+
+    #: Reaper: a finished task whose devbox was never paused (its runner died first).
+    DEVBOX_PAUSE = "devbox_pause"
+    #: A devbox no task needs any more (enqueue_devbox_delete).
+    DEVBOX_DELETE = "devbox_delete"
+    #: A local process group whose stop could not be confirmed, or left by a dead process.
+    RUNTIME_STOP = "runtime_stop"
+    #: Reaper: a finished task past retention; its devbox is deleted first, then the row.
+    RETENTION_PURGE = "retention_purge"
+
+
+class JobState(StrEnum):
+    """A cleanup job's state (PostgreSQL enum cleanup_job_state)."""
+
+    #: Enqueued (by the reaper, reconciliation or a failed stop); the worker claims it.
+    PENDING = "pending"
+    #: Claimed by a worker (`attempts` counts claims). Past its deadline a claim counts as
+    #: abandoned and the job is due again; an abandoned last attempt becomes failed.
+    RUNNING = "running"
+    #: An attempt failed with a retryable error; due again after the ladder's delay.
+    RETRY_WAIT = "retry_wait"
+    #: Terminal: done, or the resource was already absent.
+    SUCCEEDED = "succeeded"
+    #: Terminal: the 8th attempt failed. Keeps last_error; never claimed again automatically.
+    FAILED = "failed"
+    #: Terminal: the precondition no longer holds (e.g. the task is no longer past retention).
+    CANCELLED = "cancelled"
+
+
+def _runtime_snapshot(row: dict) -> dict:
+    keys = ("id", "task_id", "namespace", "kind", "liveness", "label", "host", "owner",
+            "owner_pid", "owner_start_ticks", "boot_id", "pid", "pgid", "start_ticks", "remote_id")
+    return {"runtime": {k: (str(row[k]) if isinstance(row.get(k), UUID) else row.get(k))
+                        for k in keys}}
+
+
+def enqueue(db: Database, trigger: Trigger, operation_id: str, snapshot: dict, *,
+            task_id=None, namespace: str | None = None, host: str | None = None,
+            needs_devbox: bool = False, now: datetime | None = None) -> dict:
+    """Record a cleanup intent; an open (or terminally failed) job of the same operation is
+    returned instead of a new one (its `created` is False)."""
+    for _ in range(2):  # a concurrent enqueue can win the unique index between our read and insert
+        row = db.one("cleanup_job_enqueue", operation_id=operation_id, trigger=str(trigger),
+                     task_id=task_id, namespace=namespace, snapshot=snapshot, host=host,
+                     needs_devbox=needs_devbox, now=now)
+        if row is not None:
+            return row
+    raise RuntimeError(f"could not enqueue cleanup job {operation_id}")
+
+
+def enqueue_runtime_stop(db: Database, row: dict, *, now: datetime | None = None) -> dict:
+    """A durable stop of one local runtime, runnable only by a worker on its host."""
+    return enqueue(db, Trigger.RUNTIME_STOP, f"runtime_stop:{row['id']}", _runtime_snapshot(row),
+                   task_id=row["task_id"], namespace=row["namespace"], host=row["host"], now=now)
+
+
+def enqueue_devbox_delete(db: Database, devbox_id: str, *, namespace: str, task_id=None,
+                          now: datetime | None = None) -> dict:
+    """A durable delete of a devbox (re-checked against active tasks before it runs)."""
+    return enqueue(db, Trigger.DEVBOX_DELETE, f"devbox_delete:{namespace}:{devbox_id}",
+                   {"devboxId": devbox_id, "namespace": namespace,
+                    "taskId": str(task_id) if task_id else None},
+                   task_id=task_id, namespace=namespace, needs_devbox=True, now=now)
+
+
+def enqueue_devbox_pauses(db: Database, *, limit: int = DEVBOX_PAUSE_BATCH,
+                          grace_s: float = DEVBOX_PAUSE_GRACE_S,
+                          now: datetime | None = None) -> int:
+    """Reaper: a pause job per finished task whose devbox was never paused; how many."""
+    return len(db.all("cleanup_job_enqueue_devbox_pauses", limit=limit, grace_s=grace_s, now=now))
+
+
+def enqueue_purges(db: Database, *, retention_s: float, limit: int,
+                   now: datetime | None = None) -> int:
+    """A purge job per finished task past retention (oldest first); how many. The reaper starts a
+    drain with a few; the worker goes on with a batch per pass while it finds more."""
+    return len(db.all("cleanup_job_enqueue_purges", retention_s=retention_s, limit=limit, now=now))
