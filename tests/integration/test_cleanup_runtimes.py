@@ -106,8 +106,10 @@ def insert_runtime(sql_conn, *, task_id=None, kind="local", liveness="process", 
 
 def dead_identity(spawned) -> ProcessIdentity:
     """The identity of a process that existed and is gone."""
-    proc = spawned(["true"])
+    # Alive until killed: a process that exits at once can be reaped before it is identified.
+    proc = spawned(["sleep", "300"])
     identity = wait_for(lambda: processes._stat(proc.pid) and identity_of(proc.pid))
+    proc.kill()
     proc.wait()
     wait_for(lambda: not running(proc.pid))
     return identity
@@ -342,7 +344,10 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
         wait_for(lambda: runtime_rows(sql_conn, task_id=task["id"]) == [], timeout=15,
                  message="the left-behind group to be stopped and its row released")
         assert [pid for pid in lasting if running(pid)] == []
-        job = sql_conn.execute("SELECT trigger, state, attempts FROM cleanup_jobs").fetchone()
+        # The worker finishes the job in its own statement, after the row is released.
+        job = wait_for(lambda: sql_conn.execute(
+            "SELECT trigger, state, attempts FROM cleanup_jobs WHERE state <> 'running'").fetchone(),
+            message="the stop job to finish")
         assert job == {"trigger": "runtime_stop", "state": "succeeded", "attempts": 1}
     finally:
         if server.poll() is None:

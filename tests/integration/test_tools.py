@@ -1,5 +1,5 @@
 """Chat tools: schemas generated from the API's validation, calls landing on the same actions."""
-from tests.conftest import IMAGE_SOURCE
+from tests.conftest import IMAGE_SOURCE, wait_for
 
 COMPARED = ("status", "project_id", "source", "sensitive_keys", "source_kind", "runner",
             "retried_from_task_id", "created_by", "namespace")
@@ -50,6 +50,8 @@ def test_chat_cancel_redeploy_and_explain_follow_the_same_lifecycle(client, clus
     cluster.ready_after_polls = "never"
     task = call(client, "create_deployment", projectId="demo", source=IMAGE_SOURCE).get_json()
     wait_status(task["id"], "applying")
+    # Readiness is polled once every document is applied: the cancel then finds it fully applied.
+    wait_for(lambda: cluster.polls > 0, message="the resources to be applied")
     cancelled = call(client, "cancel_deployment", taskId=task["id"])
     assert cancelled.status_code == 200
     wait_status(task["id"], "cancelled")
