@@ -69,7 +69,7 @@ class Reaper:
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
-        # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py's worker does the work).
+        # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py runs them).
         resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(self.db, now=now)
         resolved["purge"] = cleanup_jobs.enqueue_purges(
             self.db, retention_s=self.settings.retention_days * 86400,
