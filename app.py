@@ -43,8 +43,10 @@ def create_app(test_config: dict | None = None) -> Flask:
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     url = resolve_database_url(settings.database_url, settings.data_dir)
-    apply_schema(url)
-    db = Database(url, max_size=settings.db_pool_size)
+    # DDL and its lock go straight to PostgreSQL, never through a transaction pooler.
+    apply_schema(settings.listen_database_url or url)
+    db = Database(url, max_size=settings.db_pool_size, listen_url=settings.listen_database_url,
+                  pooler=settings.db_pooler, link_timeout_s=settings.db_link_timeout_s)
     db.open()
     integrations = settings.overrides.get("integrations")
     if integrations is None:

@@ -23,6 +23,14 @@ class Settings:
     database_url: str | None = None
     data_dir: Path = PROJECT_ROOT / "instance"
     db_pool_size: int = 20
+    #: Where LISTEN (and the schema at boot) connects: straight to PostgreSQL, never through a
+    #: transaction pooler. Unset: database_url.
+    listen_database_url: str | None = None
+    #: "pgbouncer": database_url is a transaction-mode pooler (no server-side prepared statements).
+    db_pooler: str = ""
+    #: How long a silent database link is trusted before its connections count as dead (TCP user
+    #: timeout, keepalives, connect timeout): a vanished primary or a cut network is noticed.
+    db_link_timeout_s: float = 30.0
     #: "dev": one local user in namespace "default".
     auth_mode: str = "dev"
     #: "sandbox" (local stand-in, the zero-setup default) or "kubernetes".

@@ -20,6 +20,8 @@ SCHEMA_PATH = PROJECT_ROOT / "schema.sql"
 #: Serializes concurrent boots applying the schema (the migrator, not the engine, takes a lock).
 SCHEMA_LOCK_KEY = 0x7A5C_0001
 NOTIFY_CHANNEL = "deploy_tasks"
+#: Connection poolers the statement pool may go through ("": straight to PostgreSQL).
+POOLERS = {"", "pgbouncer"}
 
 #: Constraint violations that are domain outcomes, keyed on the constraint name.
 CONSTRAINT_ERRORS: dict[str, type[DomainError]] = {
@@ -28,14 +30,27 @@ CONSTRAINT_ERRORS: dict[str, type[DomainError]] = {
 
 
 class Database:
-    """A connection pool that runs named queries; every statement is its own transaction."""
+    """A connection pool that runs named queries; every statement is its own transaction.
 
-    def __init__(self, url: str, *, max_size: int = 20):
-        self.url = url
+    The pool may go through a transaction-mode pooler (`pooler="pgbouncer"`): then no statement
+    is prepared server-side, and nothing here relies on session state (no session advisory locks,
+    no SET outside a transaction). LISTEN needs a session of its own, so the dedicated connection
+    goes straight to PostgreSQL (`listen_url`).
+    """
+
+    def __init__(self, url: str, *, max_size: int = 20, listen_url: str | None = None,
+                 pooler: str = "", link_timeout_s: float | None = None):
+        if pooler not in POOLERS:
+            raise ValueError(f"DB_POOLER must be one of {sorted(POOLERS)}")
+        self.url = link_options(url, link_timeout_s)
+        self.listen_url = link_options(listen_url or url, link_timeout_s)
+        kwargs = {"autocommit": True, "row_factory": dict_row}
+        if pooler:
+            # PgBouncer in transaction mode hands each statement any server connection: a
+            # statement prepared on one is unknown on the next (psycopg docs, "PgBouncer").
+            kwargs["prepare_threshold"] = None
         self.pool = ConnectionPool(
-            url, min_size=1, max_size=max_size, open=False, name="engine",
-            kwargs={"autocommit": True, "row_factory": dict_row},
-        )
+            self.url, min_size=1, max_size=max_size, open=False, name="engine", kwargs=kwargs)
 
     def open(self) -> None:
         self.pool.open(wait=True, timeout=30)
@@ -73,8 +88,8 @@ class Database:
             raise mapped() from exc
 
     def dedicated_connection(self) -> psycopg.Connection:
-        """A connection outside the pool (LISTEN needs one of its own)."""
-        return psycopg.connect(self.url, autocommit=True, row_factory=dict_row)
+        """A direct connection outside the pool (LISTEN needs a session of its own)."""
+        return psycopg.connect(self.listen_url, autocommit=True, row_factory=dict_row)
 
 
 class _CancelOnAbort:
@@ -106,6 +121,22 @@ class _CancelOnAbort:
         if self.canceller is not None and not self.canceller.dead:
             self.canceller.join(timeout=5)
         return False
+
+
+def link_options(url: str, timeout_s: float | None) -> str:
+    """`url` with libpq's dead-link detection bounded by `timeout_s` (options the URL already
+    sets win). Without it, a connection to a primary that vanished without a reset (failover, a
+    cut network) waits for the kernel's retransmission limit, about 15 minutes."""
+    if not timeout_s:
+        return url
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    third = max(1, int(timeout_s / 3))
+    defaults = {"connect_timeout": max(2, int(timeout_s)), "keepalives": 1,
+                "keepalives_idle": third, "keepalives_interval": max(1, third // 2),
+                "keepalives_count": 2, "tcp_user_timeout": int(timeout_s * 1000)}
+    for key, value in defaults.items():
+        info.setdefault(key, value)
+    return psycopg.conninfo.make_conninfo(**info)
 
 
 def _adapt(params: dict) -> dict:

@@ -1,0 +1,105 @@
+"""The service's own deployment files: the Kubernetes manifests validate against the Kubernetes
+schemas (offline, kubernetes-validate) and say what operating the service needs; the Dockerfile
+builds a non-root gunicorn image. tests/integration/test_image_env.py boots what it installs."""
+import re
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from engine.config import Settings
+from tests.dockerfile import Dockerfile
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+KUBERNETES_VERSION = "1.37.0"
+SECRETS = {"SECRET_KEY", "OIDC_CLIENT_SECRET", "GATEWAY_API_KEY", "DEVBOX_SIGNING_KEY",
+           "DATABASE_URL"}
+
+
+def documents() -> list[dict]:
+    return [doc for path in MANIFESTS for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def of_kind(kind: str) -> dict:
+    [doc] = [d for d in documents() if d["kind"] == kind]
+    return doc
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_every_manifest_validates_against_the_kubernetes_schemas(path):
+    for doc in yaml.safe_load_all(path.read_text()):
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_validator_refuses_a_misspelled_field():
+    """Positive control: strict validation is really applied to these documents."""
+    service = of_kind("Service")
+    service["spec"]["port"] = service["spec"].pop("ports")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(service, KUBERNETES_VERSION, strict=True)
+
+
+def container_env(deployment) -> dict[str, dict]:
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_the_deployment_probes_health_and_outlasts_the_drain():
+    deployment = of_kind("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    graceful = int(container_env(deployment)["GRACEFUL_TIMEOUT"]["value"])
+    # The kubelet's grace period covers the preStop pause and then gunicorn's graceful drain.
+    assert pod["terminationGracePeriodSeconds"] > int(pre_stop[1]) + graceful
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert "memory" in container["resources"]["limits"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_every_secret_comes_from_the_secret_and_every_env_name_is_a_setting():
+    env = container_env(of_kind("Deployment"))
+    for name in SECRETS:
+        assert "value" not in env[name], f"{name} must not be written in the manifest"
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "deploy-task-engine"
+    settings = {name.upper() for name in Settings.__dataclass_fields__}
+    # Names read by gunicorn.conf.py or by settings that are not Settings fields yet.
+    known = settings | {"WEB_CONCURRENCY", "GRACEFUL_TIMEOUT", "SECRET_KEY", "OIDC_ISSUER",
+                        "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET", "TRUSTED_HOSTS"}
+    assert set(env) <= known, set(env) - known
+
+
+def test_service_budget_and_policy_select_the_deployments_pods():
+    labels = of_kind("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert of_kind("Service")["spec"]["selector"].items() <= labels.items()
+    for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+        selector = of_kind(kind)["spec"].get("selector") or of_kind(kind)["spec"]["podSelector"]
+        assert selector["matchLabels"].items() <= labels.items(), kind
+
+
+def test_the_network_policy_lets_the_pods_reach_only_what_they_use():
+    policy = of_kind("NetworkPolicy")["spec"]
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    ports = {(p["protocol"], p["port"]) for rule in policy["egress"] for p in rule["ports"]}
+    # DNS, PostgreSQL / PgBouncer, and https (OIDC issuer, gateway, devbox API, cluster APIs).
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 5432), ("TCP", 6432), ("TCP", 443),
+                     ("TCP", 6443)}
+    for rule in policy["egress"]:
+        assert rule["to"], "an egress rule without peers would allow everywhere"
+
+
+def test_the_image_runs_gunicorn_as_a_non_root_user_from_a_slim_base():
+    dockerfile = Dockerfile.read(ROOT / "Dockerfile")
+    final = dockerfile.stages[-1]
+    assert re.fullmatch(r"python:[\d.]+-slim", final.base)
+    assert final.user not in (None, "root", "0")
+    assert final.cmd == ["gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
+    # The final stage installs nothing: only the build stage's venv is copied in.
+    assert not [run for run in final.runs if re.search(r"\b(pip|apt-get|apt|apk)\b", run)]
+    assert [origin for origin, _, _ in final.copies] == ["build", None]
+    assert any("requirements.txt" in run for run in dockerfile.stages[0].runs)
