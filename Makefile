@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup browser gunicorn bench clean
+.PHONY: run test test-scaleout setup browser pgbouncer gunicorn bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,17 @@ run: setup
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-test: setup browser
+# The scale-out suite (tests/scaleout, part of `make test`) runs its statement pools through
+# Debian's PgBouncer once; it needs root for network namespaces and skips without it.
+pgbouncer:
+	command -v pgbouncer >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
+
+test: setup browser pgbouncer
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Only the multi-host suite: three hosts in network namespaces over one PostgreSQL.
+test-scaleout: setup pgbouncer
+	$(PY) -m pytest tests/scaleout $(PYTEST_ARGS)
 
 # Production shape: gunicorn with gevent workers (set DATABASE_URL for a real server).
 gunicorn: setup
