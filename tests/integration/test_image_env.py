@@ -32,7 +32,7 @@ def test_the_dockerfile_environment_boots_gunicorn_and_runs_a_deployment(databas
         command = run.replace(VENV, str(venv)).replace("--no-cache-dir", "")
         command = command.replace("python -m venv", f"{sys.executable} -m venv", 1)
         done = subprocess.run(["sh", "-c", command], cwd=workdir, capture_output=True, text=True,
-                              timeout=600)
+                              timeout=600, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     app_dir = tmp_path / "app"
@@ -52,9 +52,9 @@ def test_the_dockerfile_environment_boots_gunicorn_and_runs_a_deployment(databas
     # Loopback only on the test machine; the image binds 0.0.0.0.
     env.update(HOST="127.0.0.1", PORT=str(port), DATABASE_URL=database_url,
                DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path))
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(final.cmd, cwd=app_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = subprocess.Popen(final.cmd, cwd=app_dir, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         def healthy():
@@ -80,4 +80,3 @@ def test_the_dockerfile_environment_boots_gunicorn_and_runs_a_deployment(databas
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
-        log.close()

@@ -71,7 +71,7 @@ class Postgres:
         if (self.pgdata / "postmaster.pid").exists():
             subprocess.run(["runuser", "-u", self.user, "--", pg_bin("pg_ctl"), "-D",
                             str(self.pgdata), "-m", "immediate", "-w", "-t", "30", "stop"],
-                           timeout=60, capture_output=True)
+                           timeout=60, capture_output=True, check=False)
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@{self.address}:{PG_PORT}/{dbname}"
@@ -154,14 +154,14 @@ class Host:
         assert self.proc is None or self.proc.poll() is not None
         self.starts += 1
         self.log_path = self.logdir / f"{self.name}-{self.starts}.log"
-        log = open(self.log_path, "wb")
         gunicorn = f"exec {sys.executable} -m gunicorn -c gunicorn.conf.py wsgi:app"
-        # ip netns exec and unshare exec in turn: the gunicorn master keeps this process's pid.
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.links.namespace, "unshare", "--uts", "sh", "-c",
-             f"hostname {self.name} && {gunicorn}"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        with open(self.log_path, "wb") as log:
+            # ip netns exec and unshare exec in turn: the gunicorn master keeps this pid.
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.links.namespace, "unshare", "--uts", "sh", "-c",
+                 f"hostname {self.name} && {gunicorn}"],
+                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
         return self
 
     def wait_ready(self, timeout: float = 60) -> "Host":

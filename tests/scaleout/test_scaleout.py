@@ -6,7 +6,6 @@ import statistics
 import time
 
 import gevent
-import pytest
 import requests
 import websocket
 from gevent.event import Event
@@ -109,8 +108,8 @@ def test_a_cancel_through_host_b_stops_the_runner_on_host_a(hosts):
                                          timeout=20)
                 assert response.status_code == 200, response.text
                 assert response.headers["X-Served-By"].startswith("b:")
-                [row] = wait_rows(conn, [task_id], lambda r: r["status"] == "cancelled", 20,
-                                  "the cancel to be acknowledged").values()
+                wait_rows(conn, [task_id], lambda r: r["status"] == "cancelled", 20,
+                          "the cancel to be acknowledged")
                 last = status_events(conn, task_id)[-1]
                 # Written by A's runner itself under its lease (fenced), not by a reaper.
                 assert (last["payload"]["reason"], last["payload"]["by"]) == (
@@ -172,7 +171,7 @@ def test_a_viewer_on_host_c_sees_every_status_change_of_runs_on_a_and_b(hosts):
                 expected = [e["seq"] for e in status_events(conn, task_id)]
                 assert [e["payload"]["to"] for e in status_events(conn, task_id)][-1] == "cancelled"
 
-                def seen_all():
+                def seen_all(expected=expected, viewer=viewer):
                     return set(expected) <= set(viewer.seqs)
                 wait_for(seen_all, 20, message=f"the viewer on C to see every change of {task_id}")
                 seen = [s for s in viewer.seqs if s in set(expected)]
