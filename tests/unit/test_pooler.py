@@ -56,9 +56,15 @@ def relies_on_session_state(text: str) -> list[str]:
             if re.search(pattern, statement, re.IGNORECASE)]
 
 
+#: The schema migrator's queries run over the direct connection (LISTEN_DATABASE_URL), never
+#: through the pooler: it may hold a session-level lock while it migrates.
+DIRECT_ONLY_PREFIX = "schema_migrations_"
+
+
 def test_no_named_query_relies_on_session_state():
     for name, text in queries.items():
-        assert not relies_on_session_state(text), name
+        if not name.startswith(DIRECT_ONLY_PREFIX):
+            assert not relies_on_session_state(text), name
 
 
 def test_the_audit_detects_session_state():
