@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tests.scaleout.network import Topology, claim_slot, usable
+from tests.scaleout.network import Topology, abandoned_slots, claim_slot, usable
 from tests.scaleout.servers import Host, PgBouncer, Postgres, host_env
 
 HOST_NAMES = ["a", "b", "c"]
@@ -26,6 +26,10 @@ def topology():
     if reason:
         pytest.skip(reason)
     slot, lock = claim_slot()
+    for other in abandoned_slots(slot):  # a crashed run's namespaces, links and servers
+        Topology(other, HOST_NAMES).teardown()
+        PgBouncer.kill_leftover(Path(f"/tmp/dte-scaleout-{other}/pgbouncer"))
+        Postgres.stop_leftover(Path(f"/tmp/dte-scaleout-{other}"))
     net = Topology(slot, HOST_NAMES)
     try:
         net.build()

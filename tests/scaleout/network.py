@@ -74,6 +74,21 @@ def claim_slot():
     raise RuntimeError(f"all {SLOTS} scale-out slots are in use")
 
 
+def abandoned_slots(held: int) -> list[int]:
+    """Slots no running suite holds (their leftovers, if any, are a crashed run's)."""
+    free = []
+    for slot in range(SLOTS):
+        if slot == held:
+            continue
+        with open(LOCK_DIR / f"slot-{slot}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            free.append(slot)
+    return free
+
+
 class Topology:
     def __init__(self, slot: int, names: list[str]):
         self.slot = slot

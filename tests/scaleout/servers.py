@@ -68,9 +68,15 @@ class Postgres:
                        "-l", str(self.pgdata / "server.log"), "start"], timeout=90)
 
     def stop(self) -> None:
-        if (self.pgdata / "postmaster.pid").exists():
-            subprocess.run(["runuser", "-u", self.user, "--", pg_bin("pg_ctl"), "-D",
-                            str(self.pgdata), "-m", "immediate", "-w", "-t", "30", "stop"],
+        self.stop_leftover(self.pgdata.parent)
+
+    @staticmethod
+    def stop_leftover(workdir: Path) -> None:
+        """Stop the server whose data directory is under workdir, if one runs."""
+        pgdata = workdir / "pgdata"
+        if (pgdata / "postmaster.pid").exists():
+            subprocess.run(["runuser", "-u", pgdata.owner(), "--", pg_bin("pg_ctl"), "-D",
+                            str(pgdata), "-m", "immediate", "-w", "-t", "30", "stop"],
                            timeout=60, capture_output=True, check=False)
 
     def url(self, dbname: str = "postgres") -> str:
