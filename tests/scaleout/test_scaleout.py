@@ -266,6 +266,10 @@ def test_a_host_cut_off_from_postgresql_loses_its_leases_and_writes_nothing_afte
                 assert later == [], later
                 row = rows(conn, [task_id])[task_id]
                 assert (row["status"], row["updated_at"]) == ("failed", reaped[task_id]["updated_at"])
+            # And B serves again: its pool replaced the dead connections.
+            again = create(b, "cut", IMAGE_SOURCE)
+            wait_rows(conn, [again], lambda r: r["status"] == "completed", 30,
+                      "a new run on B to complete")
         finally:
             board.close()
     # The listener noticed the dead link (then reconnected: the re-read snapshot above).
