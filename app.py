@@ -27,8 +27,10 @@ def create_app(test_config: dict | None = None) -> Flask:
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
     from blueprints import api, auth, csrf, gateway_stream, pages, streams, tools, ws
+    import commands
+    from engine import migrations
+    from engine.db import Database, resolve_database_url
     from engine.errors import DomainError
-    from engine.db import Database, apply_schema, resolve_database_url
     from engine.integrations import Integrations
     from engine.integrations.sandbox import SandboxBackend
     from engine.runtime import EngineRuntime
@@ -44,7 +46,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     url = resolve_database_url(settings.database_url, settings.data_dir)
     # DDL and its lock go straight to PostgreSQL, never through a transaction pooler.
-    apply_schema(settings.listen_database_url or url)
+    direct_url = settings.listen_database_url or url
+    app.extensions["database_url"] = direct_url
+    operator_command = invoked_as_operator_command()
+    if not operator_command:
+        migrations.upgrade(direct_url)
     db = Database(url, max_size=settings.db_pool_size, listen_url=settings.listen_database_url,
                   pooler=settings.db_pooler, link_timeout_s=settings.db_link_timeout_s)
     db.open()
@@ -66,8 +72,9 @@ def create_app(test_config: dict | None = None) -> Flask:
         integrations = dataclasses.replace(integrations, gateway=build_gateway(settings))
     runtime = EngineRuntime(db, settings, integrations)
     app.extensions["engine"] = runtime
-    if settings.overrides.get("start_runtime", True):
+    if settings.overrides.get("start_runtime", True) and not operator_command:
         runtime.start()
+    commands.init_app(app)
 
     app.register_blueprint(api.bp)
     app.register_blueprint(tools.bp)
@@ -105,6 +112,17 @@ def create_app(test_config: dict | None = None) -> Flask:
         return jsonify({"ok": True, "owner": runtime.owner, "running": len(runtime.runs)})
 
     return app
+
+
+def invoked_as_operator_command() -> bool:
+    """True while `flask --app wsgi <command>` loads the app (not `flask run`).
+
+    An operator command gets the app without its boot work: no migrations (`db upgrade` is the
+    command's own job) and no engine runtime claiming tasks or sweeping in a CLI process.
+    """
+    import click
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.info_name != "run"
 
 
 def build_devbox(settings: Settings):

@@ -16,7 +16,7 @@ A LISTEN connection drains the NOTIFY channel throughout, as in every engine pro
    (reported, no target: a real devbox API costs an HTTP call per devbox).
 5. Steady sweeps: STEADY_SWEEPS timed sweeps once nothing is expired or unpaused, right after
    the drain (the purged rows' dead index entries still there), then again after a VACUUM (what
-   autovacuum does within a minute with schema.sql's per-table settings).
+   autovacuum does within a minute with the per-table settings of migrations/0001_initial.sql).
 
 Run: .venv/bin/python -m bench.bench_retention [finished_rows]
 Targets: every reaper sweep <= 20 ms; purge >= 10,000 tasks/s with 20 events each.

@@ -17,7 +17,8 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from engine.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
-from engine.db import Database, apply_schema  # noqa: E402
+from engine.db import Database  # noqa: E402
+from engine.migrations import upgrade as migrate  # noqa: E402
 
 #: The benchmarks' own server: never the developers' instance/ nor the test server.
 BENCH_PG_DIR = Path(os.environ.get("BENCH_PG_DIR", "/tmp/deploy-engine-bench-pg"))
@@ -66,7 +67,7 @@ def fresh_database():
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = _with_db(admin, name)
     try:
-        apply_schema(url)
+        migrate(url)
         yield url
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:

@@ -10,15 +10,11 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from engine.abort import Aborted, AbortSignal
-from engine.config import PROJECT_ROOT
 from engine.errors import DomainError, RedeployAlreadyActive
 from engine.sql import queries
 
 log = logging.getLogger(__name__)
 
-SCHEMA_PATH = PROJECT_ROOT / "schema.sql"
-#: Serializes concurrent boots applying the schema (the migrator, not the engine, takes a lock).
-SCHEMA_LOCK_KEY = 0x7A5C_0001
 NOTIFY_CHANNEL = "deploy_tasks"
 #: Connection poolers the statement pool may go through ("": straight to PostgreSQL).
 POOLERS = {"", "pgbouncer"}
@@ -142,13 +138,6 @@ def link_options(url: str, timeout_s: float | None) -> str:
 def _adapt(params: dict) -> dict:
     # dicts are jsonb; lists stay PostgreSQL arrays (wrap a JSON list in Jsonb yourself).
     return {k: Jsonb(v) if isinstance(v, dict) else v for k, v in params.items()}
-
-
-def apply_schema(url: str) -> None:
-    """Apply schema.sql (idempotent) under an advisory lock so concurrent boots don't race."""
-    with psycopg.connect(url) as conn:
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
-        conn.execute(SCHEMA_PATH.read_text())
 
 
 def start_embedded(data_dir: Path) -> str:

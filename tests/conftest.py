@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 import requests  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from engine.db import apply_schema  # noqa: E402
+from engine.migrations import upgrade as migrate  # noqa: E402
 from tests.fakes import FakeCluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def pg_admin_url():
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(TEMPLATE_DB)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
-    apply_schema(_with_db(url, TEMPLATE_DB))
+    migrate(_with_db(url, TEMPLATE_DB))
     yield url
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(

@@ -6,9 +6,9 @@ from pathlib import Path
 from engine.sql import queries
 
 ROOT = Path(__file__).resolve().parents[2]
-STORAGE = ("engine.db", "engine.sql", "engine.transitions", "engine.leases", "engine.cleanup",
-           "engine.cleanup_jobs", "engine.runtimes", "engine.handle", "engine.runtime", "psycopg",
-           "psycopg_pool")
+STORAGE = ("engine.db", "engine.migrations", "engine.sql", "engine.transitions", "engine.leases",
+           "engine.cleanup", "engine.cleanup_jobs", "engine.runtimes", "engine.handle",
+           "engine.runtime", "psycopg", "psycopg_pool")
 SQL_TEXT = re.compile(r"\b(INSERT INTO|UPDATE \w+ SET|DELETE FROM|SELECT .* FROM)\b")
 
 

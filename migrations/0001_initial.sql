@@ -1,5 +1,7 @@
--- The whole schema, applied at every boot (pre-launch: breaking changes allowed). Every statement
--- is idempotent so several processes may boot at once; boot serializes them with an advisory lock.
+-- The schema as of the first release. Applied once, in one transaction, by engine/migrations.py;
+-- later changes are migrations of their own (NNNN_name.sql), never edits to this file. The
+-- IF NOT EXISTS guards date from when this file ran at every boot; a database created then is
+-- adopted as version 1 without running it again.
 
 DO $$ BEGIN
     CREATE TYPE task_status AS ENUM (
@@ -49,7 +51,6 @@ CREATE TABLE IF NOT EXISTS deploy_tasks (
 -- time (BENCHMARKS.md). 70 keeps a page's rows and their next versions on the page; 80 still sent
 -- most new versions off-page. The reaper's expired-lease scan walks the leased rows through
 -- deploy_tasks_leased_by_claim instead (a few ms for 20,000 leased rows).
--- Columns added after the table first shipped are ADDed, so existing databases keep booting.
 -- previous_status: the status the last transition moved the task from (task_transition only).
 ALTER TABLE deploy_tasks ADD COLUMN IF NOT EXISTS previous_status task_status;
 
