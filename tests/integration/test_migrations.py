@@ -249,3 +249,31 @@ def test_boots_beside_running_sweepers_never_fail_or_stall_them(database_url, ma
     assert errors == []
     assert [v for v, _ in ledger(database_url)] == [m.version for m in migrations.discover()]
 
+
+
+def flask_db(url, *args):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    return subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "db", *args],
+                          cwd=ROOT, env={**os.environ, "DATABASE_URL": url},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_db_commands_show_and_apply_pending_migrations(empty_database_url):
+    pending_run = flask_db(empty_database_url, "status")
+    assert pending_run.returncode == 1, pending_run.stderr
+    assert "0001  initial" in pending_run.stdout and "pending" in pending_run.stdout
+    # Loading the app for a command boots nothing: the database is still empty.
+    with connect(empty_database_url) as conn:
+        assert conn.execute("SELECT to_regclass('deploy_tasks') AS t").fetchone()["t"] is None
+
+    upgraded = flask_db(empty_database_url, "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "applied 0001_initial" in upgraded.stdout
+
+    current = flask_db(empty_database_url, "status", "--json")
+    assert current.returncode == 0, current.stderr
+    assert {json.loads(line)["state"] for line in current.stdout.splitlines()} == {"applied"}
