@@ -13,11 +13,18 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tests.scaleout.network import Topology, abandoned_slots, claim_slot, usable
+from tests.scaleout.network import Topology, claim_slot, sweep_abandoned_slots, usable
 from tests.scaleout.servers import Host, PgBouncer, Postgres, host_env
 
 HOST_NAMES = ["a", "b", "c"]
 DBNAME = "dte_scaleout"
+
+
+def clean_slot(slot: int) -> None:
+    """A crashed run's namespaces, links and servers in this slot."""
+    Topology(slot, HOST_NAMES).teardown()
+    PgBouncer.kill_leftover(Path(f"/tmp/dte-scaleout-{slot}/pgbouncer"))
+    Postgres.stop_leftover(Path(f"/tmp/dte-scaleout-{slot}"))
 
 
 @pytest.fixture(scope="session")
@@ -26,10 +33,7 @@ def topology():
     if reason:
         pytest.skip(reason)
     slot, lock = claim_slot()
-    for other in abandoned_slots(slot):  # a crashed run's namespaces, links and servers
-        Topology(other, HOST_NAMES).teardown()
-        PgBouncer.kill_leftover(Path(f"/tmp/dte-scaleout-{other}/pgbouncer"))
-        Postgres.stop_leftover(Path(f"/tmp/dte-scaleout-{other}"))
+    sweep_abandoned_slots(slot, clean_slot)
     net = Topology(slot, HOST_NAMES)
     try:
         net.build()

@@ -74,9 +74,9 @@ def claim_slot():
     raise RuntimeError(f"all {SLOTS} scale-out slots are in use")
 
 
-def abandoned_slots(held: int) -> list[int]:
-    """Slots no running suite holds (their leftovers, if any, are a crashed run's)."""
-    free = []
+def sweep_abandoned_slots(held: int, clean) -> None:
+    """`clean(slot)` every slot no running suite holds (its leftovers are a crashed run's),
+    holding that slot's lock meanwhile so no new run can start building in it."""
     for slot in range(SLOTS):
         if slot == held:
             continue
@@ -85,8 +85,7 @@ def abandoned_slots(held: int) -> list[int]:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue
-            free.append(slot)
-    return free
+            clean(slot)
 
 
 class Topology:
