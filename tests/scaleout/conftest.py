@@ -4,6 +4,7 @@ The whole suite runs twice: straight to PostgreSQL, and with the statement pools
 PgBouncer in transaction mode (LISTEN direct). Everything is torn down at the end, also when a
 test fails; a crashed earlier run's leftovers in the same slot are removed first.
 """
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ def topology():
         yield net
     finally:
         net.teardown()
-        lock.close()
+        os.close(lock)
 
 
 @pytest.fixture(scope="session")

@@ -61,16 +61,16 @@ def usable() -> str | None:
     return None
 
 
-def claim_slot():
-    """Lock a free slot: (slot, the open lock file to keep until the end of the run)."""
+def claim_slot() -> tuple[int, int]:
+    """Lock a free slot: (slot, the lock's file descriptor, held until the end of the run)."""
     LOCK_DIR.mkdir(exist_ok=True)
     for slot in range(SLOTS):
-        lock = open(LOCK_DIR / f"slot-{slot}.lock", "w")
+        fd = os.open(LOCK_DIR / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return slot, lock
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return slot, fd
         except BlockingIOError:
-            lock.close()
+            os.close(fd)
     raise RuntimeError(f"all {SLOTS} scale-out slots are in use")
 
 
