@@ -52,7 +52,7 @@ class DatabaseSource(Schema):
     """A database server: StatefulSet, headless Service, generated credentials in a Secret."""
 
     kind = fields.String(required=True, validate=validate.Equal("database"))
-    engine = fields.String(required=True, validate=validate.OneOf(sorted(DATABASE_ENGINES)))
+    engine = fields.String(required=True, validate=validate.OneOf(list(DATABASE_ENGINES)))
     # 52: a StatefulSet's pods carry a controller-revision-hash label of name + 11 characters.
     name = fields.String(required=True, validate=[NAME, validate.Length(max=52)])
     version = fields.String(validate=validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",

@@ -117,6 +117,9 @@
       if (window.htmx) htmx.process(el);
     });
     syncTimelineSocket();
+    refreshDock();
+    followLog();
+    tick();
   }
 
   // -- optimistic "Cancelling…" between the click and the response ----------------------------
@@ -127,6 +130,7 @@
   function bridgeCancel(button, on) {
     var taskId = button.dataset.cancelFor;
     surfacesOf(taskId).forEach(function (surface) {
+      if (surface.id === "timeline-pane") return;  // a container: its head is the surface
       surface.classList.toggle("is-cancelling", on);
       surface.querySelectorAll("[data-status-label]").forEach(function (label) {
         if (on) {
@@ -186,18 +190,25 @@
     if (!target) return;
     if (target.hasAttribute("data-dismiss")) {
       dismiss(target.dataset.dismiss);
+      refreshDock();
     } else {
-      var pane = byId("timeline-pane");
-      if (pane) {
-        var empty = document.createElement("aside");
-        empty.id = "timeline-pane";
-        empty.className = "timeline-pane";
-        empty.setAttribute("aria-label", "Timeline");
-        pane.replaceWith(empty);
-      }
-      syncTimelineSocket();
+      closeTimeline();
     }
   });
+
+  function closeTimeline() {
+    var pane = byId("timeline-pane");
+    var taskId = pane && pane.dataset.taskId;
+    if (pane) {
+      var empty = document.createElement("aside");
+      empty.id = "timeline-pane";
+      empty.className = "timeline-pane";
+      empty.setAttribute("aria-label", "Timeline");
+      pane.replaceWith(empty);
+    }
+    syncTimelineSocket();
+    returnFocus(taskId);
+  }
 
   // -- placeholder dragging -------------------------------------------------------------------
   document.addEventListener("pointerdown", function (evt) {
@@ -251,6 +262,7 @@
 
   function syncTimelineSocket() {
     var pane = document.querySelector("#timeline-pane[data-timeline-ws]");
+    syncModelStream(pane);
     var url = pane ? pane.dataset.timelineWs : null;
     if (url === timeline.url) return;
     closeTimelineSocket();
@@ -305,11 +317,231 @@
     };
   }
 
-  document.addEventListener("htmx:afterSettle", syncTimelineSocket);
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    syncTimelineSocket();
+    var target = evt.detail && evt.detail.target;
+    if (target && (target.id === "timeline-pane" || target.id === "pane")) {
+      var opened = byId(target.id);
+      if (opened && opened.classList.contains("is-open")) {
+        if (opened.id === "timeline-pane") stickToLog = true;
+        focusInto(opened);
+      } else if (target.id === "pane") {
+        returnFocus(null);
+      }
+    }
+    tick();
+  });
+
+  // -- the model's streamed text (prompt and GitHub sources): the gateway stream --------------
+  var model = { url: null, source: null };
+
+  function syncModelStream(pane) {
+    var url = pane && pane.dataset.gatewayStream ? pane.dataset.gatewayStream : null;
+    if (url === model.url) return;
+    if (model.source) model.source.close();
+    model.url = url;
+    model.source = null;
+    if (!url) return;
+    var source = new EventSource(url);
+    model.source = source;
+    var turns = {};
+    function out() {
+      var live = byId("timeline-pane");
+      return live && live.dataset.gatewayStream === url ? live.querySelector("[data-model-text]") : null;
+    }
+    source.addEventListener("turn_started", function (evt) {
+      var data = JSON.parse(evt.data);
+      var pre = out();
+      if (!pre || turns[data.turn]) return;
+      turns[data.turn] = true;
+      var head = document.createElement("span");
+      head.className = "turn";
+      head.textContent = "— model turn " + data.turn + " —";
+      pre.appendChild(head);
+    });
+    source.addEventListener("delta", function (evt) {
+      var data = JSON.parse(evt.data);
+      var pre = out();
+      if (!pre) return;
+      pre.appendChild(document.createTextNode(data.text));
+      pre.scrollTop = pre.scrollHeight;
+      followLog();
+    });
+    source.addEventListener("end", function () {
+      source.close();  // finished: everything was sent; no reconnect
+    });
+  }
+
+  // -- the log follows the run unless the reader scrolled up -----------------------------------
+  var stickToLog = true;
+
+  document.addEventListener("scroll", function (evt) {
+    if (evt.target && evt.target.id === "timeline-pane") {
+      var pane = evt.target;
+      stickToLog = pane.scrollHeight - pane.scrollTop - pane.clientHeight < 40;
+    }
+  }, true);
+
+  function followLog() {
+    var pane = document.querySelector("#timeline-pane.is-open");
+    if (pane && stickToLog && pane.dataset.live) pane.scrollTop = pane.scrollHeight;
+  }
+
+  // -- durations, ages, "step k of n" (ticking once a second) ---------------------------------
+  function span(ms) {
+    var s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + "s";
+    var m = Math.floor(s / 60);
+    if (m < 60) return m + "m " + (s % 60) + "s";
+    var h = Math.floor(m / 60);
+    return h + "h " + (m % 60) + "m";
+  }
+
+  function ago(ms) {
+    var s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return "just now";
+    if (s < 3600) return Math.floor(s / 60) + "m ago";
+    if (s < 86400) return Math.floor(s / 3600) + "h ago";
+    return Math.floor(s / 86400) + "d ago";
+  }
+
+  function tick() {
+    var now = Date.now();
+    var pane = document.querySelector("#timeline-pane.is-open");
+    var headEnd = pane && pane.querySelector(".tl-head [data-duration][data-end]");
+    var ended = headEnd ? Date.parse(headEnd.dataset.end) : null;
+    document.querySelectorAll("time[data-duration]").forEach(function (t) {
+      var start = Date.parse(t.dataset.start);
+      if (isNaN(start)) return;
+      var end = t.dataset.end ? Date.parse(t.dataset.end) : (ended && pane.contains(t) ? ended : now);
+      t.textContent = span(end - start);
+    });
+    document.querySelectorAll("time[data-age]").forEach(function (t) {
+      var at = Date.parse(t.getAttribute("datetime"));
+      if (!isNaN(at)) t.textContent = ago(now - at);
+    });
+    if (pane) {
+      var progress = pane.querySelector("[data-progress]");
+      var steps = pane.querySelectorAll(".steps .step");
+      if (progress) {
+        var total = Math.max(steps.length, Number(pane.dataset.expectedSteps || 0));
+        progress.textContent = steps.length ? "· step " + steps.length + " of " + total : "";
+      }
+    }
+  }
+  setInterval(tick, 1000);
+
+  // -- dock: counts and filters ---------------------------------------------------------------
+  function refreshDock() {
+    var dock = byId("dock-chips");
+    if (!dock) return;
+    var counts = { all: 0, active: 0, attention: 0, finished: 0 };
+    dock.querySelectorAll(".chip").forEach(function (chip) {
+      counts.all++;
+      counts[chip.dataset.group] = (counts[chip.dataset.group] || 0) + 1;
+    });
+    document.querySelectorAll("[data-count]").forEach(function (c) {
+      c.textContent = counts[c.dataset.count] || 0;
+    });
+  }
+
+  document.addEventListener("click", function (evt) {
+    var button = evt.target.closest("[data-filter]");
+    if (!button || !button.classList.contains("dock-filter")) return;
+    var dock = byId("dock-chips");
+    dock.dataset.filter = button.dataset.filter;
+    document.querySelectorAll(".dock-filter").forEach(function (b) {
+      var on = b === button;
+      b.classList.toggle("is-active", on);
+      b.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+  });
+
+  // -- keyboard: focus into what opens, trap it there, Escape closes, arrows walk the chips ---
+  var FOCUSABLE = 'a[href], button:not([disabled]), input:not([disabled]):not([type=hidden]), ' +
+    'select:not([disabled]), textarea:not([disabled]), summary, [tabindex]:not([tabindex="-1"])';
+  var opener = null;  // what had focus when a pane or the timeline opened
+
+  document.addEventListener("focusin", function (evt) {
+    var t = evt.target;
+    if (t.closest && !t.closest("#pane, #timeline-pane, #confirm-dialog, #cluster-dialog")) opener = t;
+  });
+
+  function visible(el) { return !!(el.offsetWidth || el.offsetHeight || el.getClientRects().length); }
+
+  function focusables(container) {
+    return Array.from(container.querySelectorAll(FOCUSABLE)).filter(visible);
+  }
+
+  function focusInto(container) {
+    var first = container.querySelector("input:not([type=hidden]):not([disabled]), select, textarea");
+    if (!first || !visible(first)) first = focusables(container)[0] || container;
+    first.focus();
+  }
+
+  function returnFocus(taskId) {
+    var back = null;
+    if (taskId) back = document.querySelector('#chip-' + taskId + ' .chip-open');
+    if (!back && opener && document.contains(opener)) back = opener;
+    if (back) back.focus();
+  }
+
+  function topLayer() {
+    var pane = document.querySelector("#pane.is-open");
+    if (pane) return pane;
+    return document.querySelector("#timeline-pane.is-open");
+  }
+
+  function closePane() {
+    var close = document.querySelector("#pane.is-open .pane-head button");
+    if (close) close.click();
+  }
+
+  document.addEventListener("keydown", function (evt) {
+    if (document.querySelector("dialog[open]")) return;  // a modal dialog handles its own keys
+    var layer = topLayer();
+    if (evt.key === "Escape" && layer) {
+      evt.preventDefault();
+      if (layer.id === "pane") closePane(); else closeTimeline();
+      return;
+    }
+    if (evt.key === "Tab" && layer) {
+      var items = focusables(layer);
+      if (!items.length) return;
+      var first = items[0], last = items[items.length - 1];
+      if (!layer.contains(document.activeElement)) {
+        evt.preventDefault();
+        first.focus();
+      } else if (evt.shiftKey && document.activeElement === first) {
+        evt.preventDefault();
+        last.focus();
+      } else if (!evt.shiftKey && document.activeElement === last) {
+        evt.preventDefault();
+        first.focus();
+      }
+      return;
+    }
+    var chipOpen = evt.target.closest && evt.target.closest(".chip-open");
+    var keys = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1, Home: "first", End: "last" };
+    if (chipOpen && keys[evt.key] !== undefined) {
+      var all = Array.from(document.querySelectorAll("#dock-chips .chip-open")).filter(visible);
+      var at = all.indexOf(chipOpen);
+      var move = keys[evt.key];
+      var next = move === "first" ? all[0] : move === "last" ? all[all.length - 1] :
+        all[Math.min(all.length - 1, Math.max(0, at + move))];
+      if (next) {
+        evt.preventDefault();
+        next.focus();
+        next.scrollIntoView({ block: "nearest" });
+      }
+    }
+  });
 
   function start() {
     connectProjectStream();
     syncTimelineSocket();
+    refreshDock();
+    tick();
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();

@@ -67,6 +67,22 @@ def snapshot(row: dict) -> dict:
     }
 
 
+def source_summary(kind: str, source: dict) -> str:
+    """Which deployment this is, in a few words: image tag, template, engine, repository, prompt."""
+    if kind == "image":
+        return str(source.get("image") or "")
+    if kind == "template":
+        return f"template {source.get('template') or ''}".strip()
+    if kind == "database":
+        return " ".join(str(p) for p in (source.get("engine"), source.get("version")) if p)
+    if kind == "github":
+        ref = source.get("ref")
+        return f"{source.get('repo') or ''}{'@' + ref if ref else ''}"
+    if kind == "prompt":
+        return "prompt"
+    return kind
+
+
 def projection(row: dict) -> dict:
     """The small view the dock and canvas need (one stream frame each)."""
     summary = row["artifact_summary"] or {}
@@ -77,8 +93,10 @@ def projection(row: dict) -> dict:
         "status": row["status"],
         "phase": row["phase"],
         "sourceKind": row["source_kind"],
+        "summary": source_summary(row["source_kind"], source),
+        "createdBy": row["created_by"],
         "title": source.get("name") or source.get("template") or source.get("repo")
-                 or (source.get("prompt") or "")[:40] or row["source_kind"],
+                 or (source.get("prompt") or "")[:200] or row["source_kind"],
         "active": Status(row["status"]) in ACTIVE,
         "cancelRequestedAt": _iso(row["cancel_requested_at"]),
         "retriedFromTaskId": _id(row["retried_from_task_id"]),

@@ -1,4 +1,6 @@
 """A plain-language account of a task, built from its row and events (the explain tool)."""
+import re
+
 from engine.readside import timeline
 from engine.status import Status
 
@@ -13,6 +15,32 @@ NEXT_STEPS = {
     "apply_failed": "The cluster refused a resource; fix the source (edit & redeploy).",
     "unknown_kind": "The cluster does not serve one of the resource kinds; fix the source.",
 }
+
+
+#: The cause of a failure, in plain words (what the page shows first; the raw detail is a toggle).
+CAUSES = {
+    "readiness_timeout": "The workload never became ready in time.",
+    "interrupted": "The server running this deployment stopped mid-run.",
+    "timeout": "The run took longer than allowed.",
+    "never_started": "The deployment was never started.",
+    "apply_failed": "The cluster refused one of the resources.",
+    "unknown_kind": "The cluster does not serve one of the resource kinds.",
+}
+_REFUSED = re.compile(r"applying (\S+/\S+) failed")
+
+
+def failure_help(failure: dict | None) -> dict | None:
+    """{cause, next, raw} of a failure: a plain-language cause, the next step the explain tool
+    gives, and the raw reason and message; None without a failure."""
+    if not failure:
+        return None
+    reason, message = failure.get("reason"), failure.get("message") or ""
+    cause = CAUSES.get(reason, "The deployment failed.")
+    refused = _REFUSED.search(message)
+    if reason == "apply_failed" and refused:
+        cause = f"The cluster refused {refused.group(1)}."
+    return {"cause": cause, "next": NEXT_STEPS.get(reason, "Look at the failed step, then redeploy."),
+            "raw": f"{reason}: {message}" if reason else message}
 
 
 def explain(snapshot: dict, events: list[dict]) -> dict:
@@ -31,8 +59,7 @@ def explain(snapshot: dict, events: list[dict]) -> dict:
     elif status == Status.FAILED:
         failure = snapshot["failure"] or {}
         lines.append(f"It failed ({failure.get('reason')}): {failure.get('message')}.")
-        next_steps.append(NEXT_STEPS.get(failure.get("reason"),
-                                         "Look at the failed step, then redeploy."))
+        next_steps.append(failure_help(failure)["next"])
     elif status == Status.CANCELLED:
         extent = (snapshot.get("cancellation") or {}).get("applied", "nothing")
         lines.append(f"It was cancelled; {extent} applied. Nothing was deleted or rolled back.")

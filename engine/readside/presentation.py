@@ -76,6 +76,15 @@ STEP: dict[str, Presentation] = {
 }
 
 
+#: The steps a run of each source kind goes through (the "n" of "step k of n"; a run may add more).
+EXPECTED_STEPS = {"image": 3, "database": 3, "template": 5, "prompt": 5, "github": 6}
+#: Source kinds whose run streams a model's text (the timeline's log shows it live).
+STREAMED_KINDS = {"prompt", "github"}
+
+#: A step still in progress when its task ended (cancelled, failed, interrupted) stopped there.
+STEP_STOPPED = Presentation("Stopped", NEUTRAL)
+
+
 def step(state: str) -> Presentation:
     """How a timeline step's state shows."""
     return STEP.get(state, Presentation(state.capitalize() or "Unknown", NEUTRAL))
@@ -106,3 +115,9 @@ def attention(item: dict, *, superseded: bool = False, dismissed: bool = False) 
     if status is Status.FAILED and not superseded and not dismissed:
         return FAILED_ATTENTION
     return None
+
+
+def failure(item: dict) -> dict | None:
+    """A failed task's plain-language cause, next step and raw detail (the explain tool's words)."""
+    from engine.readside.explain import failure_help  # explain builds on the timeline, which uses us
+    return failure_help(item.get("failure"))

@@ -38,10 +38,17 @@ class Step:
     state: str
     detail: str | None
     order: int
+    #: When the step started, and when it reached its current state (event times, ISO).
+    started_at: str | None = None
+    at: str | None = None
 
     @property
     def presentation(self) -> presentation.Presentation:
         return presentation.step(self.state)
+
+    @property
+    def ended(self) -> bool:
+        return self.state not in ("started", "waiting")
 
 
 def _status_label(value) -> str:
@@ -111,7 +118,10 @@ class Timeline:
             previous = self.steps.get(key)
             changed = Step(key=key, label=STEP_LABELS.get(key, key.capitalize()),
                            state=payload.get("state", ""), detail=payload.get("detail"),
-                           order=previous.order if previous else len(self.steps))
+                           order=previous.order if previous else len(self.steps),
+                           started_at=(previous.started_at if previous and previous.started_at
+                                       else event.get("createdAt")),
+                           at=event.get("createdAt"))
             self.steps[key] = changed
         return line, changed
 

@@ -255,7 +255,9 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     head = ui.open_timeline(failed["id"])
     assert head.locator("[data-action=redeploy]").get_attribute("hx-confirm")
     head.locator("[data-action=edit-redeploy]").click()
-    ui.page.wait_for_selector("#pane.is-open [data-overwrite-warning]")
+    ui.page.wait_for_selector("#pane.is-open form[hx-confirm]")
+    # Confirmed once, by the dialog on submit: no second warning banner in the pane.
+    assert ui.page.locator("#pane [data-overwrite-warning]").count() == 0
     assert ui.page.locator("#pane form").get_attribute("hx-confirm")
     ui.page.click("#pane .pane-head button")
 

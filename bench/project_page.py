@@ -1,0 +1,59 @@
+"""The project page with a busy project: server time and query count of GET /projects/<id>.
+
+`python -m bench.project_page [N ...]` seeds N tasks (default 50 and 500) of one project in a
+fresh database and renders the page through the app (Flask's test client: no network), timing
+each render and counting the named queries it ran.
+"""
+from bench.common import Result, fresh_database, median, percentile, run_sql  # noqa: I001
+
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from app import create_app  # noqa: E402
+
+ROUNDS = 15
+TARGET_MS = 1000.0
+
+
+def measure(n: int, result: Result) -> None:
+    with fresh_database() as url:
+        app = create_app({"database_url": url, "overrides": {"start_runtime": False}})
+        runtime = app.extensions["engine"]
+        try:
+            run_sql(runtime.db, "bench_task_insert_project_board", n=n, project="busy")
+            counted = []
+            real_run = runtime.db._run
+
+            def counting(name, params, result_fn, abort):
+                counted.append(name)
+                return real_run(name, params, result_fn, abort)
+            runtime.db._run = counting
+            client = app.test_client()
+            times = []
+            for _ in range(ROUNDS + 1):
+                counted.clear()
+                start = time.perf_counter()
+                response = client.get("/projects/busy")
+                times.append((time.perf_counter() - start) * 1000)
+                assert response.status_code == 200, response.status_code
+            times = times[1:]  # the first render compiles the templates
+            size = len(response.data)
+        finally:
+            runtime.shutdown()
+            runtime.db.close()
+    result.add(f"{n} tasks: page time median", median(times), "ms")
+    result.add(f"{n} tasks: page time p95", percentile(times, 95), "ms")
+    result.add(f"{n} tasks: queries per page", len(counted), "")
+    result.add(f"{n} tasks: page size", size / 1024, "KiB")
+    result.target(f"{n} tasks render under {TARGET_MS:.0f} ms (median)", median(times) < TARGET_MS)
+
+
+def main(sizes=(50, 500)) -> Result:
+    result = Result("Project page with a busy project", "python -m bench.project_page")
+    for n in sizes:
+        measure(n, result)
+    return result
+
+
+if __name__ == "__main__":
+    print(main([int(a) for a in sys.argv[1:]] or (50, 500)).markdown())
