@@ -76,6 +76,7 @@
       if (el.hasAttribute("data-reset")) {
         el.dataset.reset.split(" ").forEach(function (id) {
           var c = byId(id);
+          if (c) rememberFocus(c);
           if (c) c.replaceChildren();
         });
         tombstones.clear();  // a bootstrap follows: it is the whole truth
@@ -108,6 +109,7 @@
           var twin = el.querySelectorAll("details")[i];
           if (twin) twin.open = true;
         });
+        rememberFocus(existing);
         existing.replaceWith(el);
       } else if (el.dataset.slot && byId(el.dataset.slot)) {
         insertSorted(byId(el.dataset.slot), el);
@@ -117,9 +119,36 @@
       if (window.htmx) htmx.process(el);
     });
     syncTimelineSocket();
+    restoreFocus();
     refreshDock();
     followLog();
     tick();
+  }
+
+  // A live update that replaces the element holding the keyboard focus hands the focus on to its
+  // replacement (a bootstrap re-inserts it a few frames later), so keyboard users keep their place.
+  var lostFocus = null;
+
+  function rememberFocus(container) {
+    var active = document.activeElement;
+    if (!active || active === document.body || !container.contains(active)) return;
+    var holder = active.id ? active : (active.parentElement && active.parentElement.closest("[id]"));
+    if (!holder) return;
+    var sel = active === holder ? null :
+      active.dataset.action ? '[data-action="' + active.dataset.action + '"]' :
+      active.classList.length ? "." + active.classList[0] : null;
+    lostFocus = { holder: holder.id, sel: sel };
+  }
+
+  function restoreFocus() {
+    if (!lostFocus) return;
+    var active = document.activeElement;
+    if (active && active !== document.body) { lostFocus = null; return; }
+    var holder = byId(lostFocus.holder);
+    if (!holder) return;  // not back yet
+    var target = lostFocus.sel ? holder.querySelector(lostFocus.sel) : holder;
+    lostFocus = null;
+    if (target) target.focus({ preventScroll: true });
   }
 
   // -- optimistic "Cancelling…" between the click and the response ----------------------------
@@ -537,7 +566,46 @@
     }
   });
 
+  // -- projects this browser opened: the landing page lists them even before a deployment ----
+  var RECENT_KEY = "recentProjects";
+
+  function recentProjects() {
+    try { return JSON.parse(localStorage.getItem(RECENT_KEY) || "[]"); } catch (e) { return []; }
+  }
+
+  function rememberProject() {
+    var main = document.querySelector("main[data-project]");
+    if (!main) return;
+    var ids = recentProjects().filter(function (id) { return id !== main.dataset.project; });
+    ids.unshift(main.dataset.project);
+    try { localStorage.setItem(RECENT_KEY, JSON.stringify(ids.slice(0, 20))); } catch (e) { /* private mode */ }
+  }
+
+  function listRecentProjects() {
+    var list = document.querySelector("ul[data-projects]");
+    if (!list) return;
+    var shown = new Set(Array.from(list.querySelectorAll("a[data-project-link]")).map(function (a) {
+      return a.textContent;
+    }));
+    recentProjects().forEach(function (id) {
+      if (shown.has(id) || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(id)) return;
+      var empty = list.querySelector(".empty");
+      if (empty) empty.remove();
+      var li = document.createElement("li");
+      var a = document.createElement("a");
+      a.href = "/projects/" + id;
+      a.textContent = id;
+      a.dataset.projectLink = "";
+      var note = document.createElement("span");
+      note.textContent = "no deployments yet";
+      li.append(a, note);
+      list.appendChild(li);
+    });
+  }
+
   function start() {
+    rememberProject();
+    listRecentProjects();
     connectProjectStream();
     syncTimelineSocket();
     refreshDock();

@@ -3,6 +3,9 @@ spills sideways (long titles, hundreds of tasks, phone width), live logs and pro
 project's dock and canvas, errors in plain words, the keyboard, and zero console errors.
 
 Many tasks are arranged with one SQL statement (fast), never through the browser."""
+import hashlib
+from pathlib import Path
+
 import pytest
 
 from tests.e2e.conftest import NARROW, WIDE, image
@@ -82,4 +85,185 @@ def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(server, open_pag
     ui.page.wait_for_selector("#pane.is-open")
     ui.shot("200-tasks-deploy-pane")
     no_overflow(ui)
+    ui.assert_no_errors()
+
+
+def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_page, api):
+    srv = server(SANDBOX_GATEWAY_DELAY_S="0.03")
+    ui = open_page(srv, "ai")
+    ui.page.click("[data-deploy=prompt]")
+    ui.page.wait_for_selector("#pane.is-open[data-kind=prompt]")
+    ui.page.fill("#f-prompt", "a small web page that says hello")
+    ui.page.click("#pane button[type=submit]")
+    ui.page.wait_for_selector("#timeline-pane.is-open[data-gateway-stream]")
+    task_id = ui.page.get_attribute("#timeline-pane", "data-task-id")
+    text = ui.page.locator(f"#tl-model-{task_id}")
+    # Text arrives while the run is still going (live, not after the fact).
+    ui.page.wait_for_function(
+        f"document.querySelector('#tl-model-{task_id}').textContent.length > 0")
+    ui.shot("model-text-streaming")
+    ui.wait_chip(task_id, "completed", timeout=30_000)
+    ui.page.wait_for_function(
+        f"document.querySelector('#tl-model-{task_id}').textContent.includes('nginx:1.27')")
+    assert "model turn 1" in text.inner_text()
+    # Each step shows as it happened, with its elapsed time; the header counts the steps.
+    steps = ui.page.locator(f"#tl-steps-{task_id} .step")
+    assert steps.count() >= 3
+    assert all(t.strip() for t in ui.page.locator(f"#tl-steps-{task_id} .step .elapsed").all_inner_texts())
+    assert "step" in ui.page.inner_text(f"#tl-head-{task_id} [data-progress]")
+    assert "took" in ui.page.inner_text(f"#tl-head-{task_id} .tl-meta")
+    ui.shot("model-text-done")
+    ui.assert_no_errors()
+
+
+def test_cancel_leaves_no_step_in_progress(server, open_page, api):
+    srv = server()
+    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    ui = open_page(srv, "shop")
+    head = ui.open_timeline(task["id"])
+    steps = ui.page.locator(f"#tl-steps-{task['id']}")
+    ui.page.wait_for_selector(f"#tl-steps-{task['id']} [data-step=verify][data-state=started]")
+    assert "In progress" in steps.inner_text()  # positive control
+    ui.shot("verifying")
+    head.locator("[data-action=cancel]").click()
+    ui.page.wait_for_selector(f"#tl-head-{task['id']}[data-status=cancelled]")
+    ui.wait_chip(task["id"], "cancelled")
+    ui.shot("cancelled")
+    assert "In progress" not in steps.inner_text()
+    assert "Stopped" in steps.inner_text()
+    # Nothing keeps the striped cancelling look once it is cancelled.
+    assert ui.page.locator(".is-cancelling").count() == 0
+    ui.assert_no_errors()
+
+
+def test_a_failure_reads_in_plain_words_with_the_raw_detail_behind_a_toggle(server, open_page, api):
+    srv = server()
+    failed = api(srv.base).create("shop", image("api", marker="sandbox-apply-error"))
+    api(srv.base).wait(failed["id"], "failed")
+    ui = open_page(srv, "shop")
+    chip = ui.wait_chip(failed["id"], "failed")
+    assert "The cluster refused Deployment/api." in chip.locator(".chip-failure").inner_text()
+    assert "simulated apply error" in chip.locator(".chip-failure").get_attribute("title")
+    assert "registry.local/sandbox-apply-error-app:1.0" in chip.locator(".chip-meta").inner_text()
+    head = ui.open_timeline(failed["id"])
+    failure = head.locator("[data-failure]")
+    assert "fix the source (edit & redeploy)" in failure.inner_text()
+    assert not failure.locator("pre").is_visible()
+    failure.locator("summary").click()
+    assert "apply_failed" in failure.locator("pre").inner_text()
+    ui.shot("failure-explained")
+    # A redeploy: the failed chip's "Redeployed" opens its successor's timeline.
+    ui.page.keyboard.press("Escape")
+    chip.locator("[data-action=redeploy]").click()
+    if chip.locator("[data-action=redeploy]").get_attribute("hx-confirm"):
+        ui.page.click("#confirm-dialog [data-confirm-ok]")
+    ui.page.wait_for_selector(f"#chip-{failed['id']}.is-superseded")
+    ui.page.keyboard.press("Escape")
+    successor = ui.chip(failed["id"]).locator("[data-successor]").get_attribute("data-successor")
+    ui.chip(failed["id"]).locator("[data-successor] button").click()
+    ui.page.wait_for_selector(f"#timeline-pane[data-task-id='{successor}']")
+    ui.assert_no_errors()
+
+
+def test_keyboard_walk_chips_timeline_and_deploy_pane(server, open_page, api):
+    srv = server()
+    ids = [api(srv.base).create("keys", image(f"k{i}"))["id"] for i in range(3)]
+    for task_id in ids:
+        api(srv.base).wait(task_id, "completed")
+    ui = open_page(srv, "keys")
+    page = ui.page
+    newest, middle = ids[2], ids[1]
+    ui.chip(newest).locator(".chip-open").focus()
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.dataset.openFor") == middle
+    page.keyboard.press("ArrowLeft")
+    assert page.evaluate("document.activeElement.dataset.openFor") == newest
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{newest}']")
+    page.wait_for_function("document.querySelector('#timeline-pane').contains(document.activeElement)")
+    for _ in range(8):  # focus stays trapped in the open timeline
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.querySelector('#timeline-pane').contains(document.activeElement)")
+    ui.shot("timeline-keyboard")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#timeline-pane:not(.is-open)", state="attached")
+    assert page.evaluate("document.activeElement.dataset.openFor") == newest  # back on its chip
+
+    page.focus("[data-deploy=image]")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#pane.is-open[data-kind=image]")
+    page.wait_for_function("document.querySelector('#pane').contains(document.activeElement)")
+    for _ in range(12):
+        page.keyboard.press("Shift+Tab")
+        assert page.evaluate("document.querySelector('#pane').contains(document.activeElement)")
+    ui.shot("deploy-pane-keyboard")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#pane:not(.is-open)", state="attached")
+    page.wait_for_function("document.activeElement.dataset.deploy === 'image'")
+    ui.assert_no_errors()
+
+
+def test_the_landing_page_lists_an_empty_project_and_checks_ids_without_console_errors(
+        server, open_page, api):
+    srv = server()
+    ui = open_page(srv, "empty-one", viewport=NARROW)  # opened, never deployed into
+    ui.page.goto(srv.base + "/")
+    ui.page.fill("#project-id", "demo")
+    assert ui.page.evaluate("document.querySelector('#project-id').validity.valid")
+    ui.page.fill("#project-id", "-bad")
+    assert ui.page.evaluate("document.querySelector('#project-id').validity.patternMismatch")
+    assert ui.page.locator("a[href='/projects/empty-one']").count() == 1
+    ui.shot("landing")
+    ui.assert_no_errors()
+
+
+#: axe-core 4.11.0 from the npm registry (package axe-core, axe.min.js, MPL-2.0), test-only.
+AXE = Path(__file__).parent / "vendor" / "axe-4.11.0.min.js"
+AXE_SHA256 = "e9e5863c33a874f09bc01acd9234b7e3c871479f5eef8802fa582544465e6d01"
+
+
+def serious_violations(page) -> list[dict]:
+    """axe-core's serious and critical violations on the page as it is now."""
+    source = AXE.read_bytes()
+    assert hashlib.sha256(source).hexdigest() == AXE_SHA256
+    if not page.evaluate("() => !!window.axe"):
+        page.evaluate("(src) => { (0, eval)(src); }", source.decode())
+    return page.evaluate("""async () => {
+        const result = await axe.run(document, {resultTypes: ['violations']});
+        return result.violations.filter(v => ['serious', 'critical'].includes(v.impact))
+            .map(v => ({id: v.id, impact: v.impact, help: v.help,
+                        nodes: v.nodes.slice(0, 4).map(n => n.target.join(' '))}));
+    }""")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
+def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
+    srv = server()
+    blocked = api(srv.base).create("shop", {"kind": "template", "template": "postgresql",
+                                            "args": {"database": "orders"}})
+    done = api(srv.base).create("shop", image("web"))
+    api(srv.base).wait(blocked["id"], "blocked")
+    api(srv.base).wait(done["id"], "completed")
+    ui = open_page(srv, "shop", viewport=viewport)
+    found = {}
+    ui.page.goto(srv.base + "/")
+    ui.shot("axe-landing")
+    found["landing"] = serious_violations(ui.page)
+    ui.open()
+    ui.shot("axe-project")
+    found["project"] = serious_violations(ui.page)
+    ui.open_timeline(done["id"])
+    ui.shot("axe-timeline")
+    found["timeline"] = serious_violations(ui.page)
+    ui.page.keyboard.press("Escape")
+    ui.open_timeline(blocked["id"])
+    ui.page.wait_for_selector(f"[data-input-form='{blocked['id']}']")
+    ui.shot("axe-blocked-form")
+    found["blocked form"] = serious_violations(ui.page)
+    ui.page.keyboard.press("Escape")
+    ui.page.click("[data-deploy=template]")
+    ui.page.wait_for_selector("#pane.is-open")
+    ui.shot("axe-deploy-pane")
+    found["deploy pane"] = serious_violations(ui.page)
+    assert {k: v for k, v in found.items() if v} == {}
     ui.assert_no_errors()
