@@ -50,14 +50,28 @@ class ResourceCard:
     namespace: str | None
     owner_id: str
     owner_status: str
+    #: The deployment (app) that owns it: its owner task's title; cards group by it.
+    owner_title: str = ""
+    #: Where a Service or Ingress answers, when its manifest said.
+    endpoint: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.kind}/{self.namespace or ''}/{self.name}"
 
     @property
+    def group(self) -> str:
+        """The card's group on the canvas: its deployment, by title (then owner, for twins)."""
+        return f"{self.owner_title}\x00{self.owner_id}"
+
+    @property
     def presentation(self) -> presentation.Presentation:
         return presentation.resource(self.owner_status)
+
+
+#: Cards of one deployment: its workloads first, then how it is reached, then the rest.
+KIND_ORDER = {"Deployment": 0, "StatefulSet": 0, "DaemonSet": 0, "Job": 1, "Service": 2,
+              "Ingress": 3}
 
 
 def _time(value: str | None) -> datetime | None:
@@ -165,9 +179,14 @@ class TaskStore:
             for item in reversed(self.chips()):
                 for res in item.get("appliedResources") or []:
                     card = ResourceCard(res.get("kind", ""), res.get("name", ""),
-                                        res.get("namespace"), item["id"], item["status"])
+                                        res.get("namespace"), item["id"], item["status"],
+                                        owner_title=item.get("title") or "",
+                                        endpoint=res.get("endpoint"))
                     cards[card.key] = card
-            return tuple(sorted(cards.values(), key=lambda c: (c.kind, c.name, c.key)))
+            # Grouped by the deployment that owns them, then workloads before their services.
+            return tuple(sorted(cards.values(), key=lambda c: (c.owner_title, c.owner_id,
+                                                               KIND_ORDER.get(c.kind, 9), c.kind,
+                                                               c.name, c.key)))
         return self._memoized("cards", build)
 
     def successor_of(self, task_id: str) -> str | None:

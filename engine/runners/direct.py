@@ -29,6 +29,30 @@ def blocked_on_recorded_secrets(handle, ctx: RunContext) -> bool:
     return True
 
 
+def endpoint(manifest: dict, namespace: str | None) -> str | None:
+    """Where a Service or Ingress answers, read off its manifest (what the canvas card shows)."""
+    spec = manifest.get("spec") or {}
+    meta = manifest.get("metadata") or {}
+    if manifest.get("kind") == "Service":
+        ports = [p.get("port") for p in spec.get("ports") or [] if isinstance(p, dict)]
+        ns = meta.get("namespace") or namespace
+        host = f"{meta.get('name')}.{ns}.svc" if ns else str(meta.get("name"))
+        return f"{host}:{ports[0]}" if ports and ports[0] else host
+    if manifest.get("kind") == "Ingress":
+        for rule in spec.get("rules") or []:
+            if isinstance(rule, dict) and rule.get("host"):
+                scheme = "https" if spec.get("tls") else "http"
+                paths = ((rule.get("http") or {}).get("paths") or [{}])
+                path = paths[0].get("path") if isinstance(paths[0], dict) else None
+                return f"{scheme}://{rule['host']}{path or '/'}"
+    return None
+
+
+def with_endpoint(applied: dict, manifest: dict, namespace: str | None) -> dict:
+    found = endpoint(manifest, namespace)
+    return {**applied, "endpoint": found} if found else applied
+
+
 def apply_and_verify(handle, ctx: RunContext, render_manifests) -> None:
     """Render with `render_manifests(ctx)`, apply document by document (checkpoint before each),
     then wait for readiness."""
@@ -51,7 +75,7 @@ def apply_and_verify(handle, ctx: RunContext, render_manifests) -> None:
             handle.update_timeline("apply", "failed", str(exc), resource=ref.as_json())
             handle.fail(exc.reason, f"applying {ref.label()} failed: {exc}")
             return
-        applied.append(result.as_json())
+        applied.append(with_endpoint(result.as_json(), manifest, ctx.target_namespace))
         handle.set_artifacts(appliedResources=applied)
         handle.update_timeline("apply", "done", f"{ref.label()} {result.action}",
                                resource=result.as_json())

@@ -69,7 +69,10 @@ def run(handle, ctx: RunContext) -> None:
             _delete_partial(handle, ctx, exc)
         handle.fail(exc.reason, f"instantiating {template.name} failed at {exc.ref.label()}: {exc}")
         return
-    handle.set_artifacts(appliedResources=[r.as_json() for r in applied])
+    by_ref = {(m.get("kind"), (m.get("metadata") or {}).get("name")): m for m in manifests}
+    handle.set_artifacts(appliedResources=[
+        direct.with_endpoint(r.as_json(), by_ref.get((r.ref.kind, r.ref.name), {}),
+                             ctx.target_namespace) for r in applied])
     handle.update_timeline("apply", "done", f"{len(applied)} resources applied")
 
     handle.checkpoint()

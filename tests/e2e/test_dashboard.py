@@ -267,3 +267,23 @@ def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
     found["deploy pane"] = serious_violations(ui.page)
     assert {k: v for k, v in found.items() if v} == {}
     ui.assert_no_errors()
+
+
+def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
+        server, open_page, api):
+    srv = server()
+    web = api(srv.base).create("shop", image("web"))
+    worker = api(srv.base).create("shop", image("worker"))
+    api(srv.base).wait(web["id"], "completed")
+    api(srv.base).wait(worker["id"], "completed")
+    ui = open_page(srv, "shop")
+    group = ui.page.locator(".app-group[data-app=web]")
+    assert group.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.resource)") == \
+        ["Deployment/web", "Service/web"]
+    assert ui.page.locator(".app-group[data-app=worker] [data-resource='Deployment/worker']").count()
+    endpoint = group.locator("[data-resource='Service/web'] [data-endpoint]").inner_text()
+    assert endpoint.startswith("web.") and endpoint.endswith(":8080"), endpoint
+    ui.shot("canvas-groups")
+    group.locator("[data-resource='Service/web'] [data-action=open-timeline]").click()
+    ui.page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{web['id']}']")
+    ui.assert_no_errors()
