@@ -26,7 +26,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import api, auth, csrf, gateway_stream, pages, streams, tools, ws
+    from blueprints import (api, auth, cluster_access, csrf, gateway_stream, pages, streams,
+                            tools, ws)
     import commands
     from engine import migrations
     from engine.db import Database, resolve_database_url
@@ -84,6 +85,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     # The UI: server-rendered pages (CSRF-checked htmx writes) and the timeline websocket.
     csrf.init_app(app, settings.data_dir)
     app.register_blueprint(pages.bp)
+    app.register_blueprint(cluster_access.bp)
     ws.init_app(app, runtime)
 
     @app.errorhandler(HTTPException)

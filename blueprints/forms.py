@@ -11,6 +11,7 @@ from blueprints import schemas
 from blueprints.request_helpers import runtime
 from blueprints.views import view_from_row
 from engine import secrets
+from engine.readside import presentation
 from engine.status import Status
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def schema_fields(kind: str) -> list[FieldSpec]:
         if name == "kind" or field.dump_only:
             continue
         widget, choices = _widget(name, field)
-        specs.append(FieldSpec(name=name, label=name.replace("_", " ").capitalize(), widget=widget,
+        specs.append(FieldSpec(name=name, label=presentation.field_label(name), widget=widget,
                                required=field.required, choices=choices,
                                help=FIELD_HELP.get(name, "")))
     return specs
@@ -134,7 +135,8 @@ def template_fields(catalog: list[dict], chosen: str | None, source: dict | None
         widget = ("password" if sensitive else "checkbox" if decl.get("type") == "boolean"
                   else "number" if decl.get("type") == "integer" else "text")
         value = None if sensitive else args.get(decl["name"], decl.get("default"))
-        specs.append(FieldSpec(name=decl["name"], label=decl["name"], widget=widget,
+        specs.append(FieldSpec(name=decl["name"], widget=widget,
+                               label=decl.get("title") or presentation.field_label(decl["name"]),
                                required=bool(decl.get("required")) or (sensitive and decl["name"] in declared),
                                help=decl.get("description") or "", value=value))
     return template, specs
@@ -261,7 +263,7 @@ def input_fields(snapshot: dict) -> list[FieldSpec]:
                   else "number" if decl.get("type") == "integer" else "text")
         kept = not sensitive and decl.get("missing") is False
         specs.append(FieldSpec(
-            name=name, label=decl.get("label") or name, widget=widget,
+            name=name, label=decl.get("label") or presentation.field_label(name), widget=widget,
             required=(sensitive or bool(decl.get("required"))) and not kept,
             help=decl.get("description") or "",
             value=None if sensitive else decl.get("default"), kept=kept))

@@ -16,7 +16,7 @@ from blueprints.auth import current_identity
 from blueprints.forms import (KIND_TITLES, flatten_errors, available_kinds, input_fields, pane_context,
                               source_from_form)
 from blueprints.fragments import fragments_response, task_fragments, timeline_context
-from blueprints.request_helpers import runtime
+from blueprints.request_helpers import kubeconfig_from_header, runtime
 from blueprints.views import (ONE_CLICK_KINDS, dismissed_ids, now, valid_project,
                               view_from_store)
 from engine import actions
@@ -159,6 +159,7 @@ def create(project_id):
     try:
         row = actions.create_task(runtime(), identity, project_id=None if predecessor else project_id,
                                   source=source, sensitive_keys=sensitive,
+                                  kubeconfig=kubeconfig_from_header(),
                                   predecessor_task_id=UUID(predecessor_id) if predecessor_id else None)
     except RedeployAlreadyActive as exc:
         return _open_winner(exc, predecessor_id)
@@ -220,6 +221,7 @@ def redeploy(task_id):
     """One-click redeploy: a clone of the predecessor's source and target."""
     try:
         row = actions.create_task(runtime(), current_identity(), project_id=None, source=None,
+                                  kubeconfig=kubeconfig_from_header(),
                                   predecessor_task_id=task_id)
     except RedeployAlreadyActive as exc:
         return _open_winner(exc, str(task_id))
@@ -251,6 +253,7 @@ def submit_input(task_id):
         return fragments_response(render_template("partials/timeline_input.html", **ctx))
     try:
         actions.submit_inputs(runtime(), current_identity(), task_id,
+                              kubeconfig=kubeconfig_from_header(),
                               inputs={k: v for k, v in values.items() if v != ""},
                               sensitive_keys=[s.name for s in declared if s.widget == "password"])
     except DomainError as exc:

@@ -193,10 +193,21 @@
       }
       if (elt.dataset.optimisticLabel) bridgeCancel(elt, false);
       var status = done.detail.xhr ? done.detail.xhr.status : 0;
+      var said = serverMessage(done.detail.xhr);
+      if (said && status !== 403) { flash(said); return; }
       flash(status === 403 ? "This page is out of date: reload it and try again."
                            : "That did not go through (" + (status || "network error") + "). Try again.");
     }, { once: true });
   });
+
+  // The readable message of an error answer (error.html's box), if it sent one.
+  function serverMessage(xhr) {
+    if (!xhr || !xhr.responseText) return null;
+    var tpl = document.createElement("template");
+    tpl.innerHTML = xhr.responseText;
+    var box = tpl.content.querySelector("[data-error-code]");
+    return box ? box.textContent.trim() : null;
+  }
 
   // -- confirm dialog (hx-confirm: redeploy over applied resources) ---------------------------
   document.addEventListener("htmx:confirm", function (evt) {
@@ -566,6 +577,124 @@
     }
   });
 
+  // -- cluster access: a kubeconfig kept in this tab only, sent where a run starts or resumes --
+  // sessionStorage (this tab, gone when it closes); never a cookie, never sent elsewhere. The
+  // requests that carry it are exactly the ones marked data-cluster-access: deploy, redeploy,
+  // input. The server checks it by the API's own rules and never stores it.
+  var KUBECONFIG_KEY = "kubeconfig";
+  var CLUSTER_KEY = "kubeconfigTarget";
+
+  function storedKubeconfig() {
+    try { return sessionStorage.getItem(KUBECONFIG_KEY); } catch (e) { return null; }
+  }
+
+  function showClusterTarget() {
+    var target = null;
+    try { target = JSON.parse(sessionStorage.getItem(CLUSTER_KEY) || "null"); } catch (e) { target = null; }
+    var words = target && storedKubeconfig()
+      ? target.context + " on " + (target.cluster || target.server) : null;
+    document.querySelectorAll("[data-cluster-label]").forEach(function (label) {
+      label.textContent = words || "not set";
+    });
+    var current = document.querySelector("[data-cluster-current]");
+    if (current) {
+      current.hidden = !words;
+      current.textContent = words ? "In use: context " + target.context + ", cluster " +
+        target.cluster + (target.server ? " (" + target.server + ")" : "") : "";
+    }
+  }
+
+  function toBase64(text) {
+    var bytes = new TextEncoder().encode(text);
+    var binary = "";
+    bytes.forEach(function (b) { binary += String.fromCharCode(b); });
+    return btoa(binary);
+  }
+
+  function clusterError(message) {
+    var box = byId("cluster-error");
+    if (!box) return;
+    box.textContent = message || "";
+    box.hidden = !message;
+  }
+
+  function openClusterDialog() {
+    var dialog = byId("cluster-dialog");
+    if (!dialog) return false;
+    clusterError("");
+    showClusterTarget();
+    if (!dialog.open) dialog.showModal();
+    byId("cluster-kubeconfig").focus();
+    return true;
+  }
+
+  function checkAndUseKubeconfig() {
+    var text = byId("cluster-kubeconfig").value.trim();
+    clusterError("");
+    if (!text) { clusterError("Paste or upload a kubeconfig first."); return; }
+    var encoded = toBase64(text);
+    fetch("/cluster-access/check", {
+      method: "POST",
+      headers: { "X-CSRF-Token": csrfToken(), "X-Kubeconfig": encoded }
+    }).then(function (r) {
+      return r.json().then(function (body) { return { ok: r.ok, body: body }; },
+                          function () { return { ok: false, body: {} }; });
+    }).then(function (answer) {
+      if (!answer.ok || !answer.body.ok) {
+        clusterError(answer.body.message || "This kubeconfig cannot be used.");
+        return;
+      }
+      try {
+        sessionStorage.setItem(KUBECONFIG_KEY, encoded);
+        sessionStorage.setItem(CLUSTER_KEY, JSON.stringify(answer.body));
+      } catch (e) {
+        clusterError("This browser does not let the page keep it (storage is off).");
+        return;
+      }
+      byId("cluster-kubeconfig").value = "";
+      showClusterTarget();
+      byId("cluster-dialog").close("ok");
+      flash("Cluster access set: " + answer.body.context);
+    }, function () { clusterError("Could not reach the server. Try again."); });
+  }
+
+  function forgetKubeconfig() {
+    try {
+      sessionStorage.removeItem(KUBECONFIG_KEY);
+      sessionStorage.removeItem(CLUSTER_KEY);
+    } catch (e) { /* nothing kept */ }
+    var field = byId("cluster-kubeconfig");
+    if (field) field.value = "";
+    showClusterTarget();
+  }
+
+  document.addEventListener("click", function (evt) {
+    if (evt.target.closest("[data-cluster-open]")) openClusterDialog();
+    else if (evt.target.closest("[data-cluster-save]")) checkAndUseKubeconfig();
+    else if (evt.target.closest("[data-cluster-forget]")) forgetKubeconfig();
+  });
+
+  document.addEventListener("change", function (evt) {
+    if (evt.target.id !== "cluster-file" || !evt.target.files.length) return;
+    evt.target.files[0].text().then(function (text) {
+      byId("cluster-kubeconfig").value = text;
+      evt.target.value = "";
+    });
+  });
+
+  document.addEventListener("htmx:configRequest", function (evt) {
+    var elt = evt.detail.elt;
+    if (evt.detail.verb !== "post" || !elt || !elt.hasAttribute("data-cluster-access")) return;
+    var kubeconfig = storedKubeconfig();
+    if (kubeconfig) {
+      evt.detail.headers["X-Kubeconfig"] = kubeconfig;
+    } else if (document.querySelector("[data-cluster-required]")) {
+      evt.preventDefault();  // a real cluster needs it: ask first instead of a request that fails
+      openClusterDialog();
+      clusterError("Set cluster access first, then deploy again.");
+    }
+  });
+
   // -- projects this browser opened: the landing page lists them even before a deployment ----
   var RECENT_KEY = "recentProjects";
 
@@ -604,6 +733,7 @@
   }
 
   function start() {
+    showClusterTarget();
     rememberProject();
     listRecentProjects();
     connectProjectStream();

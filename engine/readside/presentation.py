@@ -6,6 +6,7 @@ resource card's `running` stays green (it reports a healthy resource, not progre
 holds no mapping of its own: it only shows the classes and labels rendered from here (the
 optimistic "Cancelling…" label included, carried on the cancel button).
 """
+import re
 from dataclasses import dataclass
 
 from engine.status import ACTIVE, Status
@@ -121,3 +122,19 @@ def failure(item: dict) -> dict | None:
     """A failed task's plain-language cause, next step and raw detail (the explain tool's words)."""
     from engine.readside.explain import failure_help  # explain builds on the timeline, which uses us
     return failure_help(item.get("failure"))
+
+
+#: Field names whose words are not simply their parts.
+FIELD_LABELS = {"env": "Environment variables", "args": "Arguments", "repo": "Repository",
+                "ref": "Branch, tag or commit", "url": "URL", "id": "ID"}
+
+
+def field_label(name: str) -> str:
+    """A form field's label from its name: `maxMemory` -> "Max memory", `ADMIN_PASSWORD` ->
+    "Admin password"."""
+    if name in FIELD_LABELS:
+        return FIELD_LABELS[name]
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).replace("_", " ").replace("-", " ").split()
+    if not words:
+        return name
+    return " ".join(words).lower().capitalize()

@@ -287,3 +287,17 @@ def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
     group.locator("[data-resource='Service/web'] [data-action=open-timeline]").click()
     ui.page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{web['id']}']")
     ui.assert_no_errors()
+
+
+def test_deploy_panes_read_in_words_and_default_to_postgresql(server, open_page):
+    srv = server()
+    ui = open_page(srv, "shop", query="?deploy=database")
+    ui.page.wait_for_selector("#pane.is-open[data-kind=database]")
+    assert ui.page.input_value("#f-engine") == "postgresql"
+    ui.page.click("#pane [data-pane-kind=template]")
+    ui.page.wait_for_selector("#pane.is-open[data-kind=template]")
+    ui.page.select_option("#template-choice", "redis")
+    ui.page.wait_for_selector("#pane.is-open [data-field=maxMemory]")
+    assert ui.page.inner_text("label[for=f-maxMemory]").startswith("Max memory")
+    ui.shot("template-pane-labels")
+    ui.assert_no_errors()  # the template <select> swaps the pane without an htmx error

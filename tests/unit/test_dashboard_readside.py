@@ -65,3 +65,10 @@ def test_source_summaries_say_which_deployment_it_is():
     assert dto.source_summary("github", {"repo": "a/b", "ref": "main"}) == "a/b@main"
     assert dto.source_summary("database", {"engine": "postgresql", "version": "17"}) == \
         "postgresql 17"
+
+
+def test_field_labels_are_words_not_raw_names():
+    assert presentation.field_label("maxMemory") == "Max memory"
+    assert presentation.field_label("ADMIN_PASSWORD") == "Admin password"
+    assert presentation.field_label("env") == "Environment variables"
+    assert presentation.field_label("name") == "Name"
