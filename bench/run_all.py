@@ -7,7 +7,8 @@ from bench.common import PROJECT_ROOT, machine, server_version, fresh_database  
 import datetime  # noqa: E402
 import sys  # noqa: E402
 
-from bench import create_latency, profile_transition, renewal, transitions  # noqa: E402
+from bench import (create_latency, profile_transition, project_page, renewal,  # noqa: E402
+                   transitions)
 
 BENCHMARKS = PROJECT_ROOT / "BENCHMARKS.md"
 START = "<!-- results:start (bench/run_all.py rewrites this block) -->"
@@ -20,7 +21,7 @@ def results_block() -> tuple[str, bool]:
         version = server_version(url)
     sections = []
     all_met = True
-    for bench in (transitions, create_latency, renewal):
+    for bench in (transitions, create_latency, renewal, project_page):
         print(f"running {bench.__name__} ...", file=sys.stderr, flush=True)
         result = bench.main()
         all_met &= all(passed for _, passed in result.targets)

@@ -287,7 +287,17 @@
     var main = document.querySelector("[data-stream]");
     if (!main) return;
     var source = new EventSource(main.dataset.stream);
-    source.onmessage = function (evt) { applyFragments(evt.data); };
+    // Frames that arrive together (a bootstrap is one per task) are applied as one batch: one
+    // parse, one pass of counts and clocks, instead of one per frame.
+    var pending = [];
+    source.onmessage = function (evt) {
+      if (!pending.length) setTimeout(function () {
+        var batch = pending.join("");
+        pending = [];
+        applyFragments(batch);
+      }, 0);
+      pending.push(evt.data);
+    };
     source.onopen = function () {
       document.body.classList.remove("is-offline");
       document.body.dataset.streamOpen = "1";
@@ -445,6 +455,10 @@
     return Math.floor(s / 86400) + "d ago";
   }
 
+  function setText(el, text) {
+    if (el.textContent !== text) el.textContent = text;  // untouched text costs no layout
+  }
+
   function tick() {
     var now = Date.now();
     var pane = document.querySelector("#timeline-pane.is-open");
@@ -454,11 +468,11 @@
       var start = Date.parse(t.dataset.start);
       if (isNaN(start)) return;
       var end = t.dataset.end ? Date.parse(t.dataset.end) : (ended && pane.contains(t) ? ended : now);
-      t.textContent = span(end - start);
+      setText(t, span(end - start));
     });
     document.querySelectorAll("time[data-age]").forEach(function (t) {
       var at = Date.parse(t.getAttribute("datetime"));
-      if (!isNaN(at)) t.textContent = ago(now - at);
+      if (!isNaN(at)) setText(t, ago(now - at));
     });
     if (pane) {
       var progress = pane.querySelector("[data-progress]");

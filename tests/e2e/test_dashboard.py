@@ -65,6 +65,15 @@ def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(server, open_pag
     ui.open_timeline(long_task["id"])
     ui.shot("long-title-timeline")
     no_overflow(ui)
+    sheet = ui.page.locator("#timeline-pane").bounding_box()
+    assert sheet["y"] < viewport["height"] / 3, sheet  # in view at once, not far down the page
+    if viewport is NARROW:
+        small = ui.page.evaluate("""() => Array.from(document.querySelectorAll(
+            '[data-deploy], .chip-open, .chip-actions .btn, .dock-filter, #timeline-pane .btn'))
+            .filter(e => e.getClientRects().length)
+            .map(e => [e.textContent.trim().slice(0, 20), e.getBoundingClientRect().height])
+            .filter(([, h]) => h < 40)""")
+        assert small == []  # touch targets of at least 40 px
     chip_title = ui.chip(long_task["id"]).locator(".chip-title")
     assert chip_title.get_attribute("title") == LONG_TITLE  # the full text in a tooltip
     assert chip_title.evaluate("e => e.scrollWidth > e.clientWidth")  # ellipsized
