@@ -12,6 +12,7 @@ from tests.conftest import dump_database
 from tests.contract.conftest import TOKEN, kubeconfig_for
 from tests.contract.kmock_server import KMockServer
 from tests.contract.test_kube_apply import echo
+from tests.e2e.conftest import NARROW, WIDE
 
 pytestmark = pytest.mark.e2e
 
@@ -81,6 +82,9 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     task_id = page.get_attribute("#timeline-pane", "data-task-id")
     ui.wait_chip(task_id, "completed", timeout=30_000)
     ui.shot("deployed-through-kmock")
+    page.set_viewport_size(NARROW)
+    ui.shot("deployed-through-kmock")
+    page.set_viewport_size(WIDE)
     sent = list(mock["patch"])
     assert [r.url.path for r in sent] == [DEPLOYMENT_PATH, SERVICE_PATH]
     assert all(r.headers["Authorization"] == f"Bearer {TOKEN}" for r in sent)

@@ -122,6 +122,8 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
     assert "step" in ui.page.inner_text(f"#tl-head-{task_id} [data-progress]")
     assert "took" in ui.page.inner_text(f"#tl-head-{task_id} .tl-meta")
     ui.shot("model-text-done")
+    ui.page.set_viewport_size(NARROW)
+    ui.shot("model-text-done")
     ui.assert_no_errors()
 
 
@@ -142,6 +144,8 @@ def test_cancel_leaves_no_step_in_progress(server, open_page, api):
     assert "Stopped" in steps.inner_text()
     # Nothing keeps the striped cancelling look once it is cancelled.
     assert ui.page.locator(".is-cancelling").count() == 0
+    ui.page.set_viewport_size(NARROW)
+    ui.shot("cancelled")
     ui.assert_no_errors()
 
 
@@ -161,6 +165,9 @@ def test_a_failure_reads_in_plain_words_with_the_raw_detail_behind_a_toggle(serv
     failure.locator("summary").click()
     assert "apply_failed" in failure.locator("pre").inner_text()
     ui.shot("failure-explained")
+    ui.page.set_viewport_size(NARROW)
+    ui.shot("failure-explained")
+    ui.page.set_viewport_size(WIDE)
     # A redeploy: the failed chip's "Redeployed" opens its successor's timeline.
     ui.page.keyboard.press("Escape")
     chip.locator("[data-action=redeploy]").click()
@@ -293,6 +300,9 @@ def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
     endpoint = group.locator("[data-resource='Service/web'] [data-endpoint]").inner_text()
     assert endpoint.startswith("web.") and endpoint.endswith(":8080"), endpoint
     ui.shot("canvas-groups")
+    ui.page.set_viewport_size(NARROW)
+    ui.shot("canvas-groups")
+    ui.page.set_viewport_size(WIDE)
     group.locator("[data-resource='Service/web'] [data-action=open-timeline]").click()
     ui.page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{web['id']}']")
     ui.assert_no_errors()
