@@ -26,8 +26,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import (api, auth, cluster_access, csrf, gateway_stream, pages, streams,
-                            tools, ws)
+    from blueprints import (api, auth, cluster_access, csrf, gateway_stream, mcp, openapi, pages,
+                            streams, tools, ws)
     import commands
     from engine import migrations
     from engine.db import Database, resolve_database_url
@@ -79,6 +79,8 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     app.register_blueprint(api.bp)
     app.register_blueprint(tools.bp)
+    app.register_blueprint(openapi.bp)
+    app.register_blueprint(mcp.bp)
     app.register_error_handler(DomainError, api.domain_error)
     app.register_blueprint(streams.bp)
     app.register_blueprint(gateway_stream.bp)

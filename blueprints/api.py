@@ -6,8 +6,9 @@ from blueprints import schemas
 from blueprints.auth import current_identity
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
 from engine import actions
-from engine.errors import DomainError
+from engine.errors import DomainError, TaskNotFound
 from engine.readside import dto
+from engine.readside.wait import wait_until_settled
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
@@ -46,8 +47,21 @@ def list_tasks():
 
 @bp.get("/tasks/<uuid:task_id>")
 def get_task(task_id):
-    """One task's snapshot. Reads never write status."""
-    return jsonify(dto.snapshot(actions.get_task(runtime(), current_identity(), task_id)))
+    """One task's snapshot. Reads never write status.
+
+    With waitFor=terminal, a long-poll: answers once the task is terminal or blocked, or after
+    `timeout` seconds, with `waitOutcome` saying which.
+    """
+    args = load(schemas.WaitForTask, request.args.to_dict())
+    identity = current_identity()
+    row = actions.get_task(runtime(), identity, task_id)
+    if "waitFor" not in args:
+        return jsonify(dto.snapshot(row))
+    waited, outcome = wait_until_settled(runtime().db, runtime().fanout, identity.namespace,
+                                         task_id, args["timeout"])
+    if waited is None:
+        raise TaskNotFound()
+    return jsonify({**dto.snapshot(waited), "waitOutcome": outcome})
 
 
 @bp.get("/tasks/<uuid:task_id>/events")

@@ -151,3 +151,12 @@ class ListTasks(Schema):
 class ListEvents(Schema):
     after = fields.Integer(validate=validate.Range(0), load_default=0)
     limit = fields.Integer(validate=validate.Range(1, 1000), load_default=500)
+
+
+class WaitForTask(Schema):
+    """Query parameters of a task read: with waitFor, a long-poll."""
+
+    waitFor = fields.String(validate=validate.OneOf(["terminal"]), metadata={
+        "description": "return once the task is terminal or blocked (waiting on a person)"})
+    timeout = fields.Integer(validate=validate.Range(0, 300), load_default=30,
+                             metadata={"description": "seconds to wait at most"})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from flask import Blueprint, jsonify
-from marshmallow import Schema, fields
+from marshmallow import Schema, fields, validate
 
 from blueprints import schemas
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
@@ -17,6 +17,7 @@ from engine import actions
 from engine.errors import DomainError
 from engine.readside import dto
 from engine.readside.explain import explain
+from engine.readside.wait import MAX_WAIT_S, wait_until_settled
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
 
@@ -52,6 +53,14 @@ class SubmitDeploymentInputs(Schema):
     taskId = fields.UUID(required=True)
     inputs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
     sensitiveKeys = schemas.SensitiveKeys
+
+
+class WaitForDeployment(Schema):
+    """Wait until a deployment finishes or blocks on inputs, at most timeoutSeconds."""
+
+    taskId = fields.UUID(required=True)
+    timeoutSeconds = fields.Integer(validate=validate.Range(1, MAX_WAIT_S), load_default=60,
+                                    strict=True)
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,20 @@ def _explain(args):
     row = actions.get_task(runtime(), identity, args["taskId"])
     events = runtime().db.all("event_list_for_task", task_id=row["id"],
                               namespace=identity.namespace, after_seq=0, limit=1000)
-    return explain(dto.snapshot(row), [dto.event(e) for e in events]), 200
+    tail = runtime().db.all("event_list_tail_for_task", task_id=row["id"],
+                            namespace=identity.namespace, limit=500)
+    return explain(dto.snapshot(row), [dto.event(e) for e in events],
+                   [dto.event(e) for e in tail]), 200
+
+
+def _wait(args):
+    identity = current_identity()
+    actions.get_task(runtime(), identity, args["taskId"])
+    row, outcome = wait_until_settled(runtime().db, runtime().fanout, identity.namespace,
+                                      args["taskId"], args["timeoutSeconds"])
+    if row is None:
+        actions.get_task(runtime(), identity, args["taskId"])  # purged meanwhile: not found
+    return {"outcome": outcome, "snapshot": dto.snapshot(row)}, 200
 
 
 TOOLS = {t.name: t for t in [
@@ -106,7 +128,11 @@ TOOLS = {t.name: t for t in [
     Tool("submit_deployment_inputs", SubmitDeploymentInputs.__doc__, SubmitDeploymentInputs,
          _submit),
     Tool("explain_deployment", "Explain a deployment in plain language: what ran, what was "
-         "applied, why it ended and what to do next.", TaskRef, _explain),
+         "applied, why it ended and what to do next, its last timeline lines and, for a "
+         "failure, the end of the runner's log.", TaskRef, _explain),
+    Tool("wait_for_deployment", "Wait until a deployment is finished (completed, failed, "
+         "cancelled) or blocked on inputs, at most timeoutSeconds (<= 300). Returns "
+         "{outcome: terminal|blocked|timeout, snapshot}.", WaitForDeployment, _wait),
 ]}
 
 

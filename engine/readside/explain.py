@@ -43,8 +43,14 @@ def failure_help(failure: dict | None) -> dict | None:
             "raw": f"{reason}: {message}" if reason else message}
 
 
-def explain(snapshot: dict, events: list[dict]) -> dict:
-    """{taskId, status, summary, steps, applied, nextSteps} for a snapshot and its events."""
+#: How much of the end of a task's history explain shows.
+RECENT_LINES = 10
+LOG_TAIL_CHARS = 2000
+
+
+def explain(snapshot: dict, events: list[dict], tail: list[dict] | None = None) -> dict:
+    """{taskId, status, summary, steps, applied, nextSteps, recent, logTail} for a snapshot, its
+    events from the start and `tail`, its last events (any order; default: `events`)."""
     source = snapshot["source"]
     what = _describe_source(source)
     lines = [f"{what} into project {snapshot['projectId']}."]
@@ -73,8 +79,28 @@ def explain(snapshot: dict, events: list[dict]) -> dict:
         next_steps.append("Wait for it to finish, or cancel it.")
     if applied:
         lines.append(f"Applied: {', '.join(applied)}.")
+    tail = sorted(events if tail is None else tail, key=lambda e: int(e["seq"]))
+    recent = [_describe_step(e) for e in tail if e["kind"] != "gateway"][-RECENT_LINES:]
     return {"taskId": snapshot["id"], "status": status, "summary": " ".join(lines),
-            "steps": steps, "applied": applied, "nextSteps": next_steps}
+            "steps": steps, "applied": applied, "nextSteps": next_steps, "recent": recent,
+            "logTail": log_tail(tail) if status == Status.FAILED else None}
+
+
+def log_tail(events: list[dict]) -> str | None:
+    """The end of what the runner reported: the model's streamed output when it had one, else
+    its step messages (apply results). Runner events are scrubbed of secrets when written."""
+    model = "".join(str((e["payload"] or {}).get("text") or "") for e in events
+                    if e["kind"] == "gateway" and (e["payload"] or {}).get("type") == "delta")
+    if model:
+        return model[-LOG_TAIL_CHARS:]
+    messages = []
+    for event in events:
+        payload = event["payload"] or {}
+        if event["kind"] == "step" and payload.get("detail"):
+            messages.append(f"{payload.get('step')}: {payload['detail']}")
+        elif event["kind"] == "status" and payload.get("message"):
+            messages.append(str(payload["message"]))
+    return "\n".join(messages)[-LOG_TAIL_CHARS:] or None
 
 
 def _describe_source(source: dict) -> str:

@@ -16,7 +16,8 @@ def call(client, name, **args):
 def test_tools_are_listed_with_json_schema_parameters(client):
     items = {t["name"]: t for t in client.get("/api/v1/tools").get_json()["items"]}
     assert set(items) == {"create_deployment", "cancel_deployment", "redeploy_deployment",
-                          "submit_deployment_inputs", "explain_deployment"}
+                          "submit_deployment_inputs", "explain_deployment",
+                          "wait_for_deployment"}
     create = items["create_deployment"]["parameters"]
     assert create["type"] == "object" and create["additionalProperties"] is False
     assert set(create["required"]) == {"projectId", "source"}

@@ -1,0 +1,91 @@
+"""Marshmallow schemas of the API's response bodies, for the OpenAPI document only.
+
+Responses are built by engine/readside/dto.py; these describe that shape so the document (and the
+contract tests that check every response against it) can tell when the two drift apart.
+"""
+from marshmallow import Schema, fields
+
+from engine.status import Status
+
+STATUSES = [str(s) for s in Status]
+Nullable = {"allow_none": True, "required": True}
+
+
+class Failure(Schema):
+    reason = fields.String(**Nullable)
+    message = fields.String(**Nullable)
+
+
+class Snapshot(Schema):
+    """The full public view of one task (secret values redacted)."""
+
+    id = fields.UUID(required=True)
+    status = fields.String(required=True, metadata={"enum": STATUSES})
+    phase = fields.String(**Nullable)
+    projectId = fields.String(required=True)
+    namespace = fields.String(required=True)
+    createdBy = fields.String(required=True)
+    runner = fields.String(required=True)
+    source = fields.Dict(required=True, metadata={"description": "the source, secrets redacted"})
+    sensitiveKeys = fields.List(fields.String(), required=True)
+    failure = fields.Nested(Failure, **Nullable)
+    cancelRequestedAt = fields.DateTime(**Nullable)
+    retriedFromTaskId = fields.UUID(**Nullable)
+    resultIdentities = fields.Dict(required=True)
+    plannedResources = fields.List(fields.Dict(), required=True)
+    appliedResources = fields.List(fields.Dict(), required=True)
+    hasAppliedResources = fields.Boolean(required=True)
+    cancellation = fields.Dict(**Nullable)
+    pendingInputs = fields.List(fields.Dict(), **Nullable,
+                                metadata={"description": "what a blocked task asks for"})
+    canvas = fields.Dict(**Nullable)
+    createdAt = fields.DateTime(**Nullable)
+    updatedAt = fields.DateTime(**Nullable)
+    finishedAt = fields.DateTime(**Nullable)
+
+
+class WaitedSnapshot(Snapshot):
+    """A snapshot after a long-poll: `waitOutcome` says whether the wait ended or timed out."""
+
+    waitOutcome = fields.String(metadata={"enum": ["terminal", "blocked", "timeout"]})
+
+
+class TaskPage(Schema):
+    items = fields.List(fields.Nested(Snapshot), required=True)
+    nextCursor = fields.String(**Nullable)
+
+
+class Event(Schema):
+    seq = fields.Integer(required=True)
+    kind = fields.String(required=True)
+    payload = fields.Dict(required=True)
+    createdAt = fields.DateTime(**Nullable)
+
+
+class EventPage(Schema):
+    items = fields.List(fields.Nested(Event), required=True)
+    nextCursor = fields.String(**Nullable)
+
+
+class TemplateList(Schema):
+    items = fields.List(fields.Dict(), required=True,
+                        metadata={"description": "templates with their declared inputs"})
+
+
+class ToolDefinition(Schema):
+    name = fields.String(required=True)
+    description = fields.String(required=True)
+    parameters = fields.Dict(required=True, metadata={"description": "JSON Schema"})
+
+
+class ToolList(Schema):
+    items = fields.List(fields.Nested(ToolDefinition), required=True)
+
+
+class Error(Schema):
+    """Every error: a stable `code`, a message, the bad fields, the task when one is concerned."""
+
+    code = fields.String(required=True)
+    message = fields.String(required=True)
+    fields_ = fields.Dict(data_key="fields", metadata={"description": "field name -> messages"})
+    snapshot = fields.Nested(Snapshot)

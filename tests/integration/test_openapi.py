@@ -1,0 +1,97 @@
+"""The OpenAPI document: valid OpenAPI 3.1, complete (every /api/v1 route), and generated from
+the schemas the API validates with; the docs page renders it with the vendored Redoc."""
+from openapi_spec_validator import validate
+
+from blueprints.openapi import documented_rules, openapi_path
+from blueprints.schemas import PROJECT_ID
+from tests.conftest import IMAGE_SOURCE, wait_for
+
+
+def test_the_document_is_valid_openapi_31_and_names_every_api_route(app, client):
+    document = client.get("/api/v1/openapi.json").get_json()
+    validate(document)
+    assert document["openapi"] == "3.1.0"
+    rules = documented_rules(app)
+    assert len(rules) >= 12
+    for rule in rules:
+        operations = document["paths"][openapi_path(rule.rule)]
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            operation = operations[method.lower()]
+            assert operation["operationId"] and operation["responses"], (rule.rule, method)
+
+
+def test_the_document_comes_from_the_validation_schemas(client):
+    document = client.get("/api/v1/openapi.json").get_json()
+    create = document["paths"]["/api/v1/tasks"]["post"]
+    body = create["requestBody"]["content"]["application/json"]["schema"]
+    assert body["additionalProperties"] is False
+    assert body["properties"]["projectId"]["pattern"] == PROJECT_ID.regex.pattern
+    image = next(s for s in body["properties"]["source"]["oneOf"]
+                 if s["properties"]["kind"]["const"] == "image")
+    assert image["properties"]["port"] == {"type": "integer", "minimum": 1, "maximum": 65535}
+    assert image["properties"]["env"]["maxProperties"] == 100
+    assert "pattern" in image["properties"]["env"]["propertyNames"]
+    headers = {p["name"] for p in create["parameters"]}
+    assert {"Idempotency-Key", "X-Kubeconfig"} <= headers
+    assert set(create["responses"]["201"]["links"]) == {"GetTask", "ListEvents", "CancelTask"}
+    # Errors: one body with the stable codes, used by every error response.
+    codes = document["components"]["schemas"]["Error"]["properties"]["code"]["enum"]
+    assert {"invalid_request", "task_not_found", "redeploy_already_active",
+            "idempotency_key_reused", "idempotency_key_in_flight", "unknown_tool"} <= set(codes)
+    assert create["responses"]["409"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"}
+    # The SSE streams are described as such.
+    stream = document["paths"]["/api/v1/projects/{project_id}/tasks/stream"]["get"]
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    assert "upsert" in stream["responses"]["200"]["description"]
+    # Query schemas become parameters with their constraints.
+    listing = {p["name"]: p for p in document["paths"]["/api/v1/tasks"]["get"]["parameters"]}
+    assert listing["limit"]["schema"]["maximum"] == 200
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def test_responses_match_the_documented_snapshot(client, create_task, wait_status):
+    import jsonschema
+
+    document = client.get("/api/v1/openapi.json").get_json()
+    task = create_task()
+    snapshot = wait_status(task["id"], "completed")
+    described = {"$ref": "#/components/schemas/Snapshot", "components": document["components"]}
+    jsonschema.validate(snapshot, described)
+    assert set(snapshot) == set(document["components"]["schemas"]["Snapshot"]["properties"])
+
+
+def test_docs_page_renders_the_document_with_the_vendored_renderer(client):
+    page = client.get("/api/docs")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'spec-url="/api/v1/openapi.json"' in html
+    assert "https://" not in html and "http://" not in html
+    script = client.get("/static/vendor/redoc-3.0.1/redoc.standalone.js")
+    assert script.status_code == 200 and len(script.get_data()) > 1_000_000
+
+
+def waiting_on(runtime, task_id) -> bool:
+    """Whether a long-poll is subscribed to the task's changes (the barrier before acting)."""
+    return any(sub.task == str(task_id) for sub in list(runtime.fanout.subscribers))
+
+
+def test_a_task_read_can_long_poll_until_the_task_settles(client, cluster, runtime, wait_status):
+    cluster.ready_after_polls = "never"
+    task = client.post("/api/v1/tasks", json={"projectId": "demo",
+                                              "source": IMAGE_SOURCE}).get_json()
+    wait_status(task["id"], "applying")
+    timed_out = client.get(f"/api/v1/tasks/{task['id']}?waitFor=terminal&timeout=0").get_json()
+    assert timed_out["waitOutcome"] == "timeout" and timed_out["status"] == "applying"
+    import gevent
+    waiting = gevent.spawn(client.get, f"/api/v1/tasks/{task['id']}?waitFor=terminal&timeout=120")
+    wait_for(lambda: waiting_on(runtime, task["id"]), message="the long-poll to subscribe")
+    assert not waiting.ready()
+    assert client.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 200
+    settled = waiting.get(timeout=15).get_json()
+    assert settled["waitOutcome"] == "terminal" and settled["status"] == "cancelled"
+    plain = client.get(f"/api/v1/tasks/{task['id']}").get_json()
+    assert "waitOutcome" not in plain
+    bad = client.get(f"/api/v1/tasks/{task['id']}?waitFor=terminal&timeout=301")
+    assert bad.status_code == 400 and bad.get_json()["fields"] == {
+        "timeout": ["Must be greater than or equal to 0 and less than or equal to 300."]}
