@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-scaleout setup browser pgbouncer gunicorn bench clean
+.PHONY: run test test-scaleout fuzz setup browser pgbouncer gunicorn bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ test: setup browser pgbouncer
 # Only the multi-host suite: three hosts in network namespaces over one PostgreSQL.
 test-scaleout: setup pgbouncer
 	$(PY) -m pytest tests/scaleout $(PYTEST_ARGS)
+# The contract fuzzing of `make test` (tests/contract/test_api_contract.py), many times larger.
+FUZZ_EXAMPLES ?= 200
+FUZZ_STEPS ?= 100
+fuzz: setup
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_STEPS=$(FUZZ_STEPS) FUZZ_TIMEOUT=3600 \
+		$(PY) -m pytest tests/contract/test_api_contract.py -s
 
 # Production shape: gunicorn with gevent workers (set DATABASE_URL for a real server).
 gunicorn: setup

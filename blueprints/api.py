@@ -1,11 +1,11 @@
 """The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx."""
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from blueprints import schemas
 from blueprints.auth import current_identity
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
-from engine import actions
+from engine import actions, idempotency
 from engine.errors import DomainError, TaskNotFound
 from engine.readside import dto
 from engine.readside.wait import wait_until_settled
@@ -13,9 +13,45 @@ from engine.readside.wait import wait_until_settled
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
 
+def idempotency_secret() -> bytes:
+    """The server key the request fingerprints are hashed under (shared by every process)."""
+    return current_app.secret_key.encode()
+
+
+def answered(call) -> tuple[dict, int]:
+    """(body, status) of `call`, a domain error's included (so it can be kept for replay)."""
+    try:
+        return call()
+    except DomainError as exc:
+        return error_body(exc), exc.http_status
+
+
+def idempotent(call) -> Response:
+    """Answer `call` ((body, status)) honouring an Idempotency-Key header: a repeat within 24 h
+    gets the first answer again with `Idempotent-Replayed: true` (engine/idempotency.py)."""
+    key = idempotency.parse_key(request.headers.get("Idempotency-Key"))
+    if key is None:
+        body, status = call()
+        return jsonify(body), status
+    identity = current_identity()
+    asked = idempotency.Request(identity.namespace, identity.user, request.method, request.path,
+                                request.get_json(silent=True))
+    body, status, replayed = idempotency.run_once(runtime().db, idempotency_secret(), key, asked,
+                                                  lambda: answered(call))
+    response = jsonify(body)
+    response.status_code = status
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
 @bp.post("/tasks")
 def create_task():
     """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot."""
+    return idempotent(_create_task)
+
+
+def _create_task():
     body = load(schemas.CreateTask, json_body())
     row = actions.create_task(
         runtime(), current_identity(), project_id=body.get("projectId"),
@@ -23,7 +59,7 @@ def create_task():
         sensitive_keys=body.get("sensitiveKeys"), kubeconfig=kubeconfig_from_header(),
         predecessor_task_id=body.get("predecessorTaskId"),
     )
-    return jsonify(dto.snapshot(row)), 201
+    return dto.snapshot(row), 201
 
 
 @bp.get("/tasks")
@@ -79,11 +115,13 @@ def list_events(task_id):
 @bp.post("/tasks/<uuid:task_id>/input")
 def submit_inputs(task_id):
     """Answer a blocked task's inputs; it is claimed and resumes at once."""
-    body = load(schemas.SubmitInputs, json_body())
-    row = actions.submit_inputs(runtime(), current_identity(), task_id, inputs=body["inputs"],
-                                sensitive_keys=body.get("sensitiveKeys"),
-                                kubeconfig=kubeconfig_from_header())
-    return jsonify(dto.snapshot(row))
+    def submit():
+        body = load(schemas.SubmitInputs, json_body())
+        row = actions.submit_inputs(runtime(), current_identity(), task_id, inputs=body["inputs"],
+                                    sensitive_keys=body.get("sensitiveKeys"),
+                                    kubeconfig=kubeconfig_from_header())
+        return dto.snapshot(row), 200
+    return idempotent(submit)
 
 
 @bp.post("/tasks/<uuid:task_id>/cancel")
@@ -108,14 +146,19 @@ def patch_canvas(task_id):
     return jsonify(dto.snapshot(actions.set_canvas(runtime(), current_identity(), task_id, body)))
 
 
-def domain_error(exc: DomainError):
-    """Every domain error as JSON with its stable code (registered app-wide)."""
+def error_body(exc: DomainError) -> dict:
+    """{code, message, fields?, snapshot?}: the API's one error body."""
     body = {"code": exc.code, "message": exc.message}
     if exc.snapshot is not None:
         body["snapshot"] = exc.snapshot
     if getattr(exc, "fields", None):
         body["fields"] = exc.fields
-    return jsonify(body), exc.http_status
+    return body
+
+
+def domain_error(exc: DomainError):
+    """Every domain error as JSON with its stable code (registered app-wide)."""
+    return jsonify(error_body(exc)), exc.http_status
 
 
 def http_error(exc: HTTPException):

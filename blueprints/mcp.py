@@ -17,10 +17,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from blueprints import tools
-from blueprints.request_helpers import load
 from blueprints.auth import current_identity
 from blueprints.jsonschema import schema_of
-from engine.errors import DomainError, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -157,23 +155,14 @@ def _call_tool(params: dict) -> dict:
     tool = tools.TOOLS.get(params.get("name"))
     if tool is None:
         raise RpcError(INVALID_PARAMS, f"unknown tool: {params.get('name')}")
-    arguments = params.get("arguments") or {}
-    try:
-        if not isinstance(arguments, dict):
-            raise InvalidRequest("arguments must be an object")
-        result, _ = tool.call(load(tool.arguments, arguments))
-    except DomainError as exc:
+    body, status, _ = tools.invoke(tool, params.get("arguments") or {})
+    if status >= 400:
         # A tool error, not a protocol error: the model sees it and can correct its call.
-        error = {"code": exc.code, "message": exc.message}
-        if getattr(exc, "fields", None):
-            error["fields"] = exc.fields
-        if exc.snapshot is not None:
-            error["snapshot"] = exc.snapshot
-        return {"content": [{"type": "text", "text": f"{exc.code}: {exc.message}\n"
-                             + json.dumps(error)}],
-                "structuredContent": error, "isError": True}
-    return {"content": [{"type": "text", "text": json.dumps(result)}],
-            "structuredContent": result, "isError": False}
+        return {"content": [{"type": "text", "text": f"{body['code']}: {body['message']}\n"
+                             + json.dumps(body)}],
+                "structuredContent": body, "isError": True}
+    return {"content": [{"type": "text", "text": json.dumps(body)}],
+            "structuredContent": body, "isError": False}
 
 
 def _answer(message_id, result: dict | None = None, *, error: dict | None = None,

@@ -70,7 +70,7 @@ OPERATIONS = {
         "parameters": [IDEMPOTENCY_KEY, KUBECONFIG],
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": schemas.CreateTask}}},
-        "responses": {"201": {**_json("Snapshot", "the task, already claimed and running"),
+        "responses": {"201": {**_json("Task", "the task, already claimed and running"),
                               "links": SNAPSHOT_LINKS},
                       **_errors(*WRITE_ERRORS, 422)}}},
     "api.list_tasks": {"get": {
@@ -81,7 +81,7 @@ OPERATIONS = {
         "operationId": "getTask", "tags": ["tasks"],
         "summary": "One task; with waitFor=terminal, a long-poll until it ends or blocks",
         "parameters": [TASK_ID, {"in": "query", "schema": schemas.WaitForTask}],
-        "responses": {"200": {**_json("WaitedSnapshot", "the snapshot"), "links": {
+        "responses": {"200": {**_json("WaitedTask", "the snapshot"), "links": {
             "SubmitInputs": {"operationId": "submitInputs",
                              "parameters": {"task_id": "$response.body#/id"}},
             "Redeploy": {"operationId": "createTask",
@@ -97,13 +97,13 @@ OPERATIONS = {
         "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": schemas.SubmitInputs}}},
-        "responses": {"200": _json("Snapshot", "the resumed task"),
+        "responses": {"200": _json("Task", "the resumed task"),
                       **_errors(*WRITE_ERRORS, 422)}}},
     "api.cancel_task": {"post": {
         "operationId": "cancelTask", "tags": ["tasks"],
         "summary": "Cancel a task (a repeat is 200; a finished task 409 with its snapshot)",
         "parameters": [TASK_ID],
-        "responses": {"200": {**_json("Snapshot", "the task"), "links": {
+        "responses": {"200": {**_json("Task", "the task"), "links": {
             "Redeploy": {"operationId": "createTask",
                          "requestBody": {"predecessorTaskId": "$response.body#/id"}}}},
                       **_errors(404, 409)}}},
@@ -113,7 +113,7 @@ OPERATIONS = {
         "parameters": [TASK_ID],
         "requestBody": {"required": True, "content": {"application/json": {
             "schema": schemas.CanvasPatch}}},
-        "responses": {"200": _json("Snapshot", "the task"), **_errors(400, 404, 413, 415)}}},
+        "responses": {"200": _json("Task", "the task"), **_errors(400, 404, 413, 415)}}},
     "api.list_templates": {"get": {
         "operationId": "listTemplates", "tags": ["templates"],
         "summary": "The template catalog with each template's declared inputs",
@@ -208,7 +208,7 @@ def build(app) -> dict:
     plugin.converter.add_attribute_function(plugin.converter_extra)
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer",
                                                "bearerFormat": "JWT"})
-    for name in ("Snapshot", "WaitedSnapshot", "TaskPage", "Event", "EventPage", "TemplateList",
+    for name in ("Task", "WaitedTask", "TaskPage", "Event", "EventPage", "TemplateList",
                  "ToolList"):
         spec.components.schema(name, schema=getattr(responses, name))
     spec.components.schema("Error", schema=responses.Error)

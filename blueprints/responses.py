@@ -16,7 +16,7 @@ class Failure(Schema):
     message = fields.String(**Nullable)
 
 
-class Snapshot(Schema):
+class Task(Schema):
     """The full public view of one task (secret values redacted)."""
 
     id = fields.UUID(required=True)
@@ -44,14 +44,14 @@ class Snapshot(Schema):
     finishedAt = fields.DateTime(**Nullable)
 
 
-class WaitedSnapshot(Snapshot):
+class WaitedTask(Task):
     """A snapshot after a long-poll: `waitOutcome` says whether the wait ended or timed out."""
 
     waitOutcome = fields.String(metadata={"enum": ["terminal", "blocked", "timeout"]})
 
 
 class TaskPage(Schema):
-    items = fields.List(fields.Nested(Snapshot), required=True)
+    items = fields.List(fields.Nested(Task), required=True)
     nextCursor = fields.String(**Nullable)
 
 
@@ -88,4 +88,4 @@ class Error(Schema):
     code = fields.String(required=True)
     message = fields.String(required=True)
     fields_ = fields.Dict(data_key="fields", metadata={"description": "field name -> messages"})
-    snapshot = fields.Nested(Snapshot)
+    snapshot = fields.Nested(Task)

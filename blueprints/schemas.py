@@ -90,7 +90,8 @@ class SourceField(fields.Field):
     def _deserialize(self, value, attr, data, **kwargs):
         if not isinstance(value, dict):
             raise ValidationError("must be an object")
-        schema = SOURCE_SCHEMAS.get(value.get("kind"))
+        kind = value.get("kind")
+        schema = SOURCE_SCHEMAS.get(kind) if isinstance(kind, str) else None
         if schema is None:
             raise ValidationError(f"kind must be one of: {', '.join(sorted(SOURCE_SCHEMAS))}")
         return schema().load(value)

@@ -6,20 +6,26 @@ JSON body. They call engine/actions.py exactly like the canvas does, so the two 
 from dataclasses import dataclass
 from typing import Callable
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, request
 from marshmallow import Schema, fields, validate
 
 from blueprints import schemas
-from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
+from blueprints.api import answered, error_body, idempotency_secret
 from blueprints.auth import current_identity
 from blueprints.jsonschema import schema_of
-from engine import actions
-from engine.errors import DomainError
+from blueprints.request_helpers import kubeconfig_from_header, load, runtime
+from engine import actions, idempotency
+from engine.errors import DomainError, InvalidRequest
 from engine.readside import dto
 from engine.readside.explain import explain
 from engine.readside.wait import MAX_WAIT_S, wait_until_settled
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
+
+
+#: Retrying a call with the same key within 24 h returns the first call's result.
+IdempotencyKey = fields.String(validate=validate.Regexp(idempotency.KEY.pattern,
+                                                        error="1 to 255 printable characters"))
 
 
 class CreateDeployment(Schema):
@@ -29,6 +35,7 @@ class CreateDeployment(Schema):
     source = schemas.SourceField(required=True)
     inputs = schemas.InputValues
     sensitiveKeys = schemas.SensitiveKeys
+    idempotencyKey = IdempotencyKey
 
 
 class TaskRef(Schema):
@@ -45,6 +52,7 @@ class RedeployDeployment(Schema):
     source = schemas.SourceField()
     inputs = schemas.InputValues
     sensitiveKeys = schemas.SensitiveKeys
+    idempotencyKey = IdempotencyKey
 
 
 class SubmitDeploymentInputs(Schema):
@@ -53,6 +61,7 @@ class SubmitDeploymentInputs(Schema):
     taskId = fields.UUID(required=True)
     inputs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
     sensitiveKeys = schemas.SensitiveKeys
+    idempotencyKey = IdempotencyKey
 
 
 class WaitForDeployment(Schema):
@@ -144,14 +153,42 @@ def list_tools():
         for t in TOOLS.values()]})
 
 
+def invoke(tool: Tool, arguments) -> tuple[dict, int, bool]:
+    """(result or error body, status, replayed) of one call, honouring its idempotencyKey."""
+    def call():
+        if not isinstance(arguments, dict):
+            raise InvalidRequest("the arguments must be a JSON object")
+        return tool.call(load(tool.arguments, arguments))
+
+    key = arguments.get("idempotencyKey") if isinstance(arguments, dict) else None
+    if not isinstance(key, str):
+        return (*answered(call), False)
+    try:
+        key = idempotency.parse_key(key)
+    except DomainError as exc:
+        return error_body(exc), exc.http_status, False
+    identity = current_identity()
+    asked = idempotency.Request(identity.namespace, identity.user, "TOOL", tool.name,
+                                {k: v for k, v in arguments.items() if k != "idempotencyKey"})
+    try:
+        return idempotency.run_once(runtime().db, idempotency_secret(), key, asked,
+                                    lambda: answered(call))
+    except DomainError as exc:  # the key reused or in flight
+        return error_body(exc), exc.http_status, False
+
+
 @bp.post("/<name>")
 def call_tool(name):
     """Call a tool with its arguments as the JSON body."""
     tool = TOOLS.get(name)
     if tool is None:
         raise UnknownTool()
-    result, status = tool.call(load(tool.arguments, json_body()))
-    return jsonify(result), status
+    result, status, replayed = invoke(tool, request.get_json(silent=True))
+    response = jsonify(result)
+    response.status_code = status
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
 
 
 class UnknownTool(DomainError):

@@ -12,7 +12,7 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 
-from engine import runtimes
+from engine import idempotency, runtimes
 from engine.abort import SHUTDOWN, Aborted, AbortSignal
 from engine.cleanup_jobs import MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger, enqueue_purges
 from engine.config import Settings
@@ -132,6 +132,7 @@ class CleanupWorker:
             self.db.all("cleanup_job_note_if_unclaimable", note=NO_DEVBOX_NOTE, now=now)
         self.db.execute("cleanup_job_delete_completed", keep_s=COMPLETED_JOB_KEEP_S,
                         limit=COMPLETED_JOB_DELETE_BATCH, now=now)
+        idempotency.purge_expired(self.db, now=now)
 
     def _claim(self, triggers: list[Trigger], limit: int, now: datetime | None) -> list[dict]:
         if self._stopping:

@@ -92,3 +92,17 @@ class LeaseLost(DomainError):
 
     code = "lease_lost"
     http_status = 409
+
+
+class IdempotencyKeyReused(DomainError):
+    """This Idempotency-Key was already used for a different request."""
+
+    code = "idempotency_key_reused"
+    http_status = 422
+
+
+class IdempotencyKeyInFlight(DomainError):
+    """A request with this Idempotency-Key is still being processed; retry shortly."""
+
+    code = "idempotency_key_in_flight"
+    http_status = 409

@@ -56,9 +56,9 @@ def test_responses_match_the_documented_snapshot(client, create_task, wait_statu
     document = client.get("/api/v1/openapi.json").get_json()
     task = create_task()
     snapshot = wait_status(task["id"], "completed")
-    described = {"$ref": "#/components/schemas/Snapshot", "components": document["components"]}
+    described = {"$ref": "#/components/schemas/Task", "components": document["components"]}
     jsonschema.validate(snapshot, described)
-    assert set(snapshot) == set(document["components"]["schemas"]["Snapshot"]["properties"])
+    assert set(snapshot) == set(document["components"]["schemas"]["Task"]["properties"])
 
 
 def test_docs_page_renders_the_document_with_the_vendored_renderer(client):

@@ -61,7 +61,8 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     caplog.set_level(logging.DEBUG)
     stream = tap()
     secrets_sent = {k: canary(k) for k in
-                    ("env", "input", "declared", "blocked", "redeploy", "cancel", "crash")}
+                    ("env", "input", "declared", "blocked", "redeploy", "cancel", "crash",
+                     "idem_env", "idem_input", "idem_tool")}
 
     # 1. create: a secret-looking env entry, a secret-looking input, a declared-sensitive input.
     created = client.post("/api/v1/tasks", json={
@@ -112,11 +113,37 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     snap = wait_status(crashed["id"], "failed")
     assert snap["failure"]["reason"] == "runner_error" and "[redacted]" in snap["failure"]["message"]
 
+    # 6. idempotent creates and inputs: the kept answers and the fingerprints hold no secret.
+    del cluster.apply  # the crash is over
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    body = {"projectId": "demo",
+            "source": {"kind": "image", "image": "nginx", "name": "idem",
+                       "env": {"API_TOKEN": secrets_sent["idem_env"]}}}
+    replies = [client.post("/api/v1/tasks", json=body, headers=key) for _ in range(2)]
+    assert replies[1].headers["Idempotent-Replayed"] == "true"
+    wait_status(replies[0].get_json()["id"], "completed")
+    parked = insert_task(status="blocked", sensitive_keys=["DB_PASSWORD"])
+    replies += [client.post(f"/api/v1/tasks/{parked['id']}/input", headers=key | {
+        "Idempotency-Key": "input-" + key["Idempotency-Key"]},
+        json={"inputs": {"DB_PASSWORD": secrets_sent["idem_input"]}}) for _ in range(2)]
+    assert replies[3].headers["Idempotent-Replayed"] == "true"
+    wait_status(parked["id"], "completed")
+    tool_args = {"projectId": "demo", "idempotencyKey": "tool-" + key["Idempotency-Key"],
+                 "source": {"kind": "image", "image": "nginx", "name": "idem-tool"},
+                 "inputs": {"password": secrets_sent["idem_tool"]}}
+    replies += [client.post("/api/v1/tools/create_deployment", json=tool_args) for _ in range(2)]
+    assert replies[5].headers["Idempotent-Replayed"] == "true"
+    wait_status(replies[4].get_json()["id"], "completed")
+    kept = sql_conn.execute("SELECT count(*) AS n FROM idempotency_keys "
+                            "WHERE response_status IS NOT NULL").fetchone()["n"]
+    assert kept == 3  # positive control: the table the dump below searches holds them
+    replayed = "\n".join(r.get_data(as_text=True) for r in replies)
+
     frames = stream.close()
     assert '"status":"completed"' in frames  # the tap did see the run
     server_log = "\n".join(r.getMessage() for r in caplog.records)
     assert "runner crashed" in server_log  # the crash was logged, scrubbed
-    assert_nowhere(secrets_sent.values(), dump_database(sql_conn), frames, server_log)
+    assert_nowhere(secrets_sent.values(), dump_database(sql_conn), frames, server_log, replayed)
 
 
 def test_snapshot_redacts_sensitive_named_fields_as_defence_in_depth(client, insert_task):
