@@ -19,7 +19,7 @@ from engine.errors import DomainError
 bp = Blueprint("openapi", __name__)
 
 REDOC = "vendor/redoc-3.0.1/redoc.standalone.js"
-#: HTTP errors the API maps to codes itself (blueprints/api.py http_error), and the idempotency ones.
+#: Codes the API gives HTTP errors itself (blueprints/api.py http_error), and idempotency's.
 EXTRA_CODES = ["not_found", "method_not_allowed", "body_too_large", "unsupported_media_type",
                "http_error", "idempotency_key_reused", "idempotency_key_in_flight"]
 
@@ -171,9 +171,9 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
         out = {}
         if isinstance(field, fields.Dict):
             # apispec words a Length on a dict as a string length; it bounds the entries.
-            for word, properties in (("minLength", "minProperties"), ("maxLength", "maxProperties")):
+            for word, bound in (("minLength", "minProperties"), ("maxLength", "maxProperties")):
                 if word in ret:
-                    out[properties] = ret.pop(word)
+                    out[bound] = ret.pop(word)
             if field.key_field is not None and field.key_field.validators:
                 out["propertyNames"] = self.field2property(field.key_field)
         if isinstance(field, schemas.SourceField):

@@ -18,6 +18,9 @@ from engine.db import Database
 from engine.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
 
 TTL_S = 24 * 3600
+#: A first request still unanswered after this long died with its process: the key is free again.
+#: Creates and inputs answer within seconds (the run itself goes on after the answer).
+ABANDONED_S = 300
 PURGE_BATCH = 1000
 #: Printable ASCII without spaces, 1 to 255 characters (a UUID is the usual choice).
 KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -64,7 +67,8 @@ def run_once(db: Database, secret: bytes, key: str, request: Request,
     the key (nothing worth replaying happened), and so does an answer of 500 or more."""
     scope = {"namespace": request.namespace, "user": request.user, "key": key}
     fp = fingerprint(secret, request)
-    db.execute("idempotency_key_delete_if_expired", ttl_s=TTL_S, now=None, **scope)
+    db.execute("idempotency_key_delete_if_expired", ttl_s=TTL_S, abandoned_s=ABANDONED_S,
+               now=None, **scope)
     if db.one("idempotency_key_claim", fingerprint=fp, now=None, **scope) is None:
         kept = db.one("idempotency_key_get", **scope)
         if kept is None:  # released between our claim and read: the first one failed, go again

@@ -15,10 +15,13 @@ DELETE FROM idempotency_keys WHERE ctid IN (
     LIMIT %(limit)s);
 
 -- idempotency_key_delete_if_expired --
--- Forget one key that has expired, so it can be taken again before the purge reaches it.
+-- Forget one key that has expired, or whose first request never answered (its process died
+-- mid-request), so it can be taken again.
 DELETE FROM idempotency_keys
 WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s
-  AND created_at < coalesce(%(now)s, now()) - make_interval(secs => %(ttl_s)s);
+  AND (created_at < coalesce(%(now)s, now()) - make_interval(secs => %(ttl_s)s)
+       OR (response_status IS NULL
+           AND created_at < coalesce(%(now)s, now()) - make_interval(secs => %(abandoned_s)s)));
 
 -- idempotency_key_get --
 -- A caller's key: its fingerprint and, once the first request finished, its response.

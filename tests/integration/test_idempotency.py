@@ -49,8 +49,10 @@ def test_a_duplicate_while_the_first_is_in_flight_is_409(app, client, sql_conn):
     busy = post(client, "/api/v1/tasks", BODY, key)
     assert busy.status_code == 409 and busy.get_json()["code"] == "idempotency_key_in_flight"
     assert task_count(sql_conn) == 0
-    sql_conn.execute("DELETE FROM idempotency_keys")
-    assert post(client, "/api/v1/tasks", BODY, key).status_code == 201  # control: same request
+    # A first request that never answered (its process died) frees the key after a while.
+    sql_conn.execute("UPDATE idempotency_keys SET created_at = now() - interval '6 minutes'")
+    assert post(client, "/api/v1/tasks", BODY, key).status_code == 201
+    assert task_count(sql_conn) == 1
 
 
 def test_error_answers_are_replayed_and_bad_keys_refused(client):
@@ -114,3 +116,26 @@ def test_expired_keys_are_forgotten_and_purged_by_the_cleanup_worker(client, run
     runtime.cleanup.run_once()
     kept = {r["key"] for r in sql_conn.execute("SELECT key FROM idempotency_keys").fetchall()}
     assert kept == {fresh}
+
+
+def test_racing_redeploys_with_their_own_keys_keep_the_one_clone_rule(client, cluster,
+                                                                      insert_task, sql_conn):
+    import gevent
+
+    cluster.ready_after_polls = "never"  # the clone stays active: a second one is refused
+    failed = insert_task(status="failed")
+    body = {"predecessorTaskId": str(failed["id"])}
+    keys = [str(uuid.uuid4()), str(uuid.uuid4())]
+    racers = [gevent.spawn(post, client, "/api/v1/tasks", body, k) for k in keys]
+    answers = [r.get(timeout=30) for r in racers]
+    assert sorted(a.status_code for a in answers) == [201, 409]
+    refused = next(a for a in answers if a.status_code == 409).get_json()
+    assert refused["code"] == "redeploy_already_active"
+    # Each key replays its own answer.
+    for key, answer in zip(keys, answers):
+        again = post(client, "/api/v1/tasks", body, key)
+        assert again.status_code == answer.status_code
+        assert again.headers["Idempotent-Replayed"] == "true"
+    clones = sql_conn.execute("SELECT count(*) AS n FROM deploy_tasks "
+                              "WHERE retried_from_task_id = %s", (failed["id"],)).fetchone()["n"]
+    assert clones == 1
