@@ -4,15 +4,27 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-scaleout fuzz setup browser pgbouncer gunicorn bench clean
+.PHONY: run test test-scaleout fuzz setup browser pgbouncer gunicorn bench clean lock
 
+# Installs come from the lock files only: every package, transitive ones included, pinned and
+# checked against its hash (requirements-dev.txt holds the app's lock plus the test tools).
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Recompile the lock files after editing requirements.in / requirements-dev.in. pip-tools lives
+# in the venv only to do this; it is no dependency of the app. On a conflict in a lock file take
+# main's version and run this again (never merge hashes by hand).
+PIP_COMPILE := $(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links
+lock: setup
+	$(PY) -m pip install --quiet pip-tools==7.6.2
+	$(PIP_COMPILE) -o requirements.txt requirements.in
+	$(PIP_COMPILE) -o requirements-dev.txt requirements-dev.in
 
 # The service on its embedded defaults: embedded PostgreSQL, sandbox cluster, dev auth.
 # `exec` so Ctrl-C / SIGTERM reach the server itself, which drains before it exits.
