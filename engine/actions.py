@@ -52,8 +52,16 @@ def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str |
 
     With a predecessor this is a redeploy: the clone takes the predecessor's source (unless an
     edited one is given) and project, and its recorded result identities when the project matches.
+    Admitted by the runtime: refused while it drains, and waited for by the drain otherwise.
     """
-    runtime.ensure_accepting()
+    with runtime.admission():
+        return _create_task(runtime, identity, project_id=project_id, source=source,
+                            inputs=inputs, sensitive_keys=sensitive_keys, kubeconfig=kubeconfig,
+                            predecessor_task_id=predecessor_task_id)
+
+
+def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, source, inputs,
+                 sensitive_keys, kubeconfig, predecessor_task_id) -> dict:
     inputs = inputs or {}
     sensitive_keys = list(sensitive_keys or [])
     identities: dict = {}
@@ -104,7 +112,13 @@ def submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *, 
                   sensitive_keys: list[str] | None = None,
                   kubeconfig: dict | None = None) -> dict:
     """Claim a blocked task (blocked -> running) and resume its runner with the values in memory."""
-    runtime.ensure_accepting()
+    with runtime.admission():
+        return _submit_inputs(runtime, identity, task_id, inputs=inputs,
+                              sensitive_keys=sensitive_keys, kubeconfig=kubeconfig)
+
+
+def _submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *, inputs: dict,
+                   sensitive_keys: list[str] | None, kubeconfig: dict | None) -> dict:
     row = get_task(runtime, identity, task_id)
     if row["status"] != Status.BLOCKED:
         raise TaskNotBlocked(snapshot=dto.snapshot(row))

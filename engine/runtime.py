@@ -8,6 +8,7 @@ import os
 import socket
 import traceback
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from uuid import UUID
 
@@ -56,6 +57,11 @@ class EngineRuntime:
         #: Tasks with a lease-state check queued (a burst of NOTIFYs costs one read).
         self._checking: set[UUID] = set()
         self.accepting = True
+        #: Requests admitted to launch a run and not yet done: the drain waits for them, so a
+        #: run is either refused (ShuttingDown) or in the set the drain aborts.
+        self._admitted = 0
+        self._no_admissions = Event()
+        self._no_admissions.set()
         self._loops: list[gevent.Greenlet] = []
         self._shutdown_done = Event()
         self._shutting_down = False
@@ -77,6 +83,9 @@ class EngineRuntime:
         self._shutting_down = True
         self.accepting = False
         try:
+            # Admitted requests finish claiming and launching first, so the abort pass sees them.
+            if not self._no_admissions.wait(timeout=self.settings.shutdown_grace_s):
+                log.warning("drain: %d launching request(s) still in flight", self._admitted)
             for run in list(self.runs.values()):
                 run.handle.abort.abort(SHUTDOWN)
             greenlets = [r.greenlet for r in self.runs.values() if r.greenlet is not None]
@@ -101,6 +110,20 @@ class EngineRuntime:
         if not self.accepting:
             raise ShuttingDown()
 
+    @contextmanager
+    def admission(self):
+        """Admit one request that may launch a run: refused once the drain began, and waited for
+        by the drain until it has launched (the check and the count happen with no yield)."""
+        self.ensure_accepting()
+        self._admitted += 1
+        self._no_admissions.clear()
+        try:
+            yield
+        finally:
+            self._admitted -= 1
+            if self._admitted == 0:
+                self._no_admissions.set()
+
     def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None) -> None:
         """Run a freshly claimed task in this process, its secrets held only in memory."""
         declared = set(row["sensitive_keys"])
@@ -121,6 +144,10 @@ class EngineRuntime:
         )
         run = _Run(handle)
         self.runs[row["id"]] = run
+        if self._shutting_down:
+            # Claimed after the drain's abort pass (an admission it stopped waiting for): the run
+            # starts aborted and resolves itself as interrupted at its first checkpoint.
+            handle.abort.abort(SHUTDOWN)
         run.greenlet = gevent.spawn(self._run, run, run_fn, ctx, kubeconfig)
 
     def _run(self, run: _Run, run_fn, ctx: RunContext, kubeconfig: dict | None) -> None:

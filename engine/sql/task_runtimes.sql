@@ -11,7 +11,8 @@ RETURNING id;
 SELECT * FROM task_runtimes WHERE id = %(runtime_id)s;
 
 -- runtime_insert_local_if_held --
--- Record a local process group a task started, for the holder of the task's lease.
+-- Record a local process group a task started, for the holder of the task's lease (FOR SHARE:
+-- a transition committing meanwhile is waited for and re-checked, as in event_append_if_held).
 INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, owner_pid,
                            owner_start_ticks, boot_id, pid, pgid, start_ticks, resume)
 SELECT t.id, t.namespace, 'local', %(liveness)s, %(label)s, %(host)s, %(owner)s, %(owner_pid)s,
@@ -19,6 +20,7 @@ SELECT t.id, t.namespace, 'local', %(liveness)s, %(label)s, %(host)s, %(owner)s,
 FROM deploy_tasks t
 WHERE t.id = %(task_id)s AND t.lease_epoch = %(epoch)s AND t.lease_owner = %(owner)s
   AND t.status IN ('running', 'applying')
+FOR SHARE OF t
 RETURNING *;
 
 -- runtime_list_local_of_owner --
