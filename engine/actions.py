@@ -135,11 +135,14 @@ def _submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *,
 def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
     """Cancel: queued/blocked at once; running/applying recorded and acknowledged by the runner.
 
-    A repeated cancel returns the current row; a finished task raises TaskAlreadyFinished.
+    A cancel whose intent is already satisfied (pending, or the task already cancelled) returns
+    the current row; a completed or failed task raises TaskAlreadyFinished.
     """
     row = get_task(runtime, identity, task_id)
     for _ in range(3):  # the task may move between our read and our write; re-decide on the new state
         status = Status(row["status"])
+        if status is Status.CANCELLED:
+            return row
         if status in TERMINAL:
             raise TaskAlreadyFinished(snapshot=dto.snapshot(row))
         if status in (Status.QUEUED, Status.BLOCKED):
