@@ -7,8 +7,8 @@ by the `now` its callers pass, so it is tested against synthetic events without 
 
 Visibility rules (seed 000: "finished tasks linger in memory" is a defect this store fixes):
 - active tasks always show;
-- a failed task that nobody redeployed stays until dismissed or superseded, at most
-  ATTENTION_WINDOW_S (the server's board window);
+- a failed task that nobody redeployed keeps attention until dismissed or superseded, however
+  old (seed 000 story 22): there is no time cap, the board read is bounded by paging instead;
 - every other finished task (completed, cancelled, superseded failed) leaves GRACE_WINDOW_S after
   it finished; it is then dropped from memory, not just hidden;
 - dismissed finished tasks never show (dismissal is client-local: a cookie the page sends);
@@ -20,10 +20,8 @@ from datetime import datetime, timedelta
 from engine.readside import dto, presentation
 from engine.status import ACTIVE, Status
 
-#: How long a finished task that needs no attention stays in the dock.
+#: How long a finished task that needs no attention stays in the dock (and in the board read).
 GRACE_WINDOW_S = 600.0
-#: How long a failed, not yet redeployed task stays at most (matches the server's board window).
-ATTENTION_WINDOW_S = 24 * 3600.0
 
 
 @dataclass
@@ -81,11 +79,9 @@ def _time(value: str | None) -> datetime | None:
 class TaskStore:
     """Projections of one project; see the module docstring for what shows and for how long."""
 
-    def __init__(self, project_id: str, *, grace_s: float = GRACE_WINDOW_S,
-                 attention_s: float = ATTENTION_WINDOW_S, dismissed=()):
+    def __init__(self, project_id: str, *, grace_s: float = GRACE_WINDOW_S, dismissed=()):
         self.project_id = project_id
         self.grace = timedelta(seconds=grace_s)
-        self.attention_window = timedelta(seconds=attention_s)
         self._items: dict[str, dict] = {}
         #: predecessor id -> newest successor id seen (lineage outlives the successor's expiry).
         self._successor: dict[str, str] = {}
@@ -237,9 +233,9 @@ class TaskStore:
         finished = _time(item.get("finishedAt")) or _time(item.get("createdAt"))
         if finished is None:
             return None
-        needs_attention = (item["status"] == Status.FAILED
-                           and not self.is_superseded(item["id"]))
-        return finished + (self.attention_window if needs_attention else self.grace)
+        if item["status"] == Status.FAILED and not self.is_superseded(item["id"]):
+            return None  # keeps attention until dismissed or superseded
+        return finished + self.grace
 
     def _visible(self, item: dict, now: datetime) -> bool:
         if Status(item["status"]) in ACTIVE:
@@ -274,15 +270,19 @@ class TaskStore:
 
 
 # -- the reads that feed a store (named queries; pages never hold SQL) -------------------------
-#: The most tasks one board bootstraps with.
+#: The most tasks one page of a board holds.
 BOARD_LIMIT = 200
 
 
-def read_board(db, namespace: str, project_id: str) -> list[dict]:
-    """A project's board as projections: every active task and those finished within the
-    attention window, newest first (the store then applies its own windows)."""
+def read_board(db, namespace: str, project_id: str, *, before: dict | None = None,
+               limit: int = BOARD_LIMIT) -> list[dict]:
+    """One page of a project's board as projections, newest first: every active task, every
+    failed one not yet redeployed (however old), and the others finished within the grace
+    window. `before`: the last projection of the previous page (the next page starts after it)."""
     rows = db.all("task_list_project_board", namespace=namespace, project_id=project_id,
-                  window_s=ATTENTION_WINDOW_S, limit=BOARD_LIMIT, now=None)
+                  window_s=GRACE_WINDOW_S, limit=limit, now=None,
+                  cursor_created_at=before["createdAt"] if before else None,
+                  cursor_id=before["id"] if before else None)
     return [dto.projection(r) for r in rows]
 
 

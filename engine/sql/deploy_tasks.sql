@@ -82,15 +82,22 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- task_list_project_board --
--- What a project's dock and canvas show: every active task and those finished within the window,
--- with the id of the newest clone of each (lineage-derived supersession).
+-- One page of what a project's dock and canvas show, newest first: every active task, every
+-- failed task not yet redeployed (it keeps attention however old: no time cap), and the other
+-- finished tasks within the grace window; with the id of the newest clone of each. Paged on
+-- (created_at, id) after the cursor, like the task list.
 SELECT t.*, (SELECT s.id FROM deploy_tasks s
              WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
              ORDER BY s.created_at DESC LIMIT 1) AS successor_id
 FROM deploy_tasks t
 WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s
   AND (t.status IN ('queued', 'running', 'blocked', 'applying')
-       OR t.finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window_s)s))
+       OR t.finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window_s)s)
+       OR (t.status = 'failed' AND NOT EXISTS (
+               SELECT 1 FROM deploy_tasks s
+               WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id)))
+  AND (%(cursor_created_at)s::timestamptz IS NULL
+       OR (t.created_at, t.id) < (%(cursor_created_at)s::timestamptz, %(cursor_id)s::uuid))
 ORDER BY t.created_at DESC, t.id DESC
 LIMIT %(limit)s;
 

@@ -121,22 +121,23 @@ def test_pending_files_apply_in_numeric_order_each_in_its_own_transaction(
     # An empty database: the template carries every real migration, numbers the probes reuse.
     database_url = empty_database_url
     directory = only_initial(tmp_path)
-    (directory / "0003_second.sql").write_text(
+    (directory / "9003_second.sql").write_text(
         "INSERT INTO order_probe (step) VALUES ('second');")
-    (directory / "0002_first.sql").write_text(
+    (directory / "9002_first.sql").write_text(
         "CREATE TABLE order_probe (n serial, step text); INSERT INTO order_probe (step) VALUES ('first');")
-    (directory / "0004_broken.sql").write_text(
+    (directory / "9004_broken.sql").write_text(
         "INSERT INTO order_probe (step) VALUES ('broken'); SELECT no_such_function();")
 
     with pytest.raises(psycopg.errors.UndefinedFunction):
         migrations.upgrade(database_url, directory)
 
-    assert [v for v, _ in ledger(database_url)] == [1, 2, 3]
+    head = [m.version for m in migrations.discover()]
+    assert [v for v, _ in ledger(database_url)] == head + [9002, 9003]
     with connect(database_url) as conn:
         steps = [r["step"] for r in conn.execute("SELECT step FROM order_probe ORDER BY n")]
     assert steps == ["first", "second"]  # 0004's insert rolled back with it
     assert [s.version for s in migrations.status(database_url, directory)
-            if s.applied_at is None] == [4]
+            if s.applied_at is None] == [9004]
 
 
 def test_concurrent_boots_apply_each_migration_once(empty_database_url):

@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine.readside.store import ATTENTION_WINDOW_S, GRACE_WINDOW_S, TaskStore
+from engine.readside.store import GRACE_WINDOW_S, TaskStore
 
 T0 = datetime(2026, 7, 6, 12, 0, tzinfo=timezone.utc)
 
@@ -165,11 +165,21 @@ def test_supersession_from_the_servers_successor_id(projection):
     assert store.is_superseded(failed["id"]) and store.attention(failed["id"]) is None
 
 
-def test_failed_is_bounded_by_the_attention_window(projection):
+def test_a_failed_task_keeps_attention_until_dismissed_however_old(projection):
     failed = projection("failed", created=0, finished=0)
     store = TaskStore("demo")
     store.bootstrap([failed], now=at(1))
-    assert store.expire(at(ATTENTION_WINDOW_S)).removed == [failed["id"]]
+    a_year = 365 * 86400
+    assert store.expire(at(a_year)).removed == [] and store.next_expiry() is None
+    assert store.attention(failed["id"]) == "Needs attention"
+    assert store.dismiss([failed["id"]], now=at(a_year + 1)).removed == [failed["id"]]
+
+
+def test_a_failed_task_bootstrapped_long_after_it_failed_still_shows(projection):
+    failed = projection("failed", created=0, finished=0)
+    store = TaskStore("demo")
+    store.bootstrap([failed], now=at(30 * 86400))
+    assert ids(store.chips()) == [failed["id"]]
 
 
 def test_cancelled_needs_no_attention_and_blocked_keeps_its_reminder(projection):
@@ -181,7 +191,7 @@ def test_cancelled_needs_no_attention_and_blocked_keeps_its_reminder(projection)
     # A blocked task cannot be dismissed: it keeps asking, however long it waits.
     assert store.attention(blocked["id"]) == "Waiting for your input"
     assert blocked["id"] in store
-    assert store.expire(at(ATTENTION_WINDOW_S * 10)).removed == [cancelled["id"]]
+    assert store.expire(at(GRACE_WINDOW_S * 1000)).removed == [cancelled["id"]]
     assert ids(store.chips()) == [blocked["id"]]
 
 
