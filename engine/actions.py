@@ -44,6 +44,13 @@ def strip_source(source: dict, inputs: dict, declared: list[str]) -> tuple[dict,
     return kept, memory, sorted(stripped)
 
 
+def identity_kind(source: dict) -> tuple:
+    """What a result identity names: the source kind and, for a template, which template. A clone
+    reuses its predecessor's identities only within one project and one identity kind; an edit
+    that switches template (or kind) deploys under a fresh identity, never over the old objects."""
+    return (source.get("kind"), source.get("template") if source.get("kind") == "template" else None)
+
+
 def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,
                 source: dict | None, inputs: dict | None = None,
                 sensitive_keys: list[str] | None = None, kubeconfig: dict | None = None,
@@ -76,7 +83,8 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
         if source is None:
             source = predecessor["source"]
             sensitive_keys = sorted(set(sensitive_keys) | set(predecessor["sensitive_keys"]))
-        if target == predecessor["project_id"]:
+        if (target == predecessor["project_id"]
+                and identity_kind(source) == identity_kind(predecessor["source"])):
             identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
         project_id = target
     if runtime.integrations.templates is not None:

@@ -103,6 +103,18 @@ def test_edited_redeploy_that_retargets_gets_fresh_identities(client, insert_tas
     assert clone["retriedFromTaskId"] == str(pred["id"])
 
 
+def test_an_edited_redeploy_that_switches_source_kind_gets_fresh_identities(client, insert_task,
+                                                                            wait_status):
+    pred = insert_task(status="failed", project_id="shop",
+                       artifact_summary={"resultIdentities": IDENTITY})
+    same = redeploy(client, pred["id"]).get_json()
+    assert same["resultIdentities"] == IDENTITY  # positive control: same kind, same project
+    wait_status(same["id"], "completed", "failed", "cancelled")  # one active clone at a time
+    other = redeploy(client, pred["id"], source={
+        "kind": "template", "template": "webapp", "args": {}}).get_json()
+    assert other["resultIdentities"] == {} and other["projectId"] == "shop"
+
+
 def test_a_chain_converges_on_the_root_identity_after_the_root_is_purged(
         client, insert_task, sql_conn, cluster, wait_status):
     cluster.fail_kinds = {"Deployment"}

@@ -292,9 +292,28 @@ def test_an_edited_redeploy_to_another_project_gets_a_fresh_instance_name(client
                                                          "namespace": "elsewhere"}
 
 
-@pytest.mark.parametrize("how_b_ended", ["cancelled_while_blocked", "failed_before_allocation"])
+def test_an_edited_redeploy_that_switches_template_gets_a_fresh_instance_name(client, cluster):
+    first = failed_webapp(client, cluster)
+    cluster.fail_kinds = set()
+    clone = redeploy(client, first["id"], source=template("redis", password="rd-pass-1234"))
+    assert clone["resultIdentities"] == {} and clone["projectId"] == first["projectId"]
+    done = wait(client, clone["id"], "completed", "failed")
+    assert done["status"] == "completed"
+    assert re.fullmatch(r"redis-[0-9a-f]{6}", instance_of(done))
+    assert [s["reused"] for s in steps(client, clone["id"], "identity")] == [False]
+    assert instance_of(first) not in {m["metadata"]["name"] for m in applied_manifests(
+        cluster, "Service")}
+
+
+def test_an_edited_redeploy_of_the_same_template_keeps_its_instance_name(client, cluster):
+    first = failed_webapp(client, cluster)
+    cluster.fail_kinds = set()
+    clone = redeploy(client, first["id"], source=template("webapp", replicas=3))
+    assert clone["resultIdentities"] == first["resultIdentities"]
+
+
 def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purged(
-        client, cluster, sql_conn, how_b_ended):
+        client, cluster, sql_conn):
     cluster.fail_kinds = {"StatefulSet"}
     a = create(client, template("postgresql"), inputs={"password": "first-pass-1"})
     a = wait(client, a["id"], "failed", "completed")
@@ -302,15 +321,11 @@ def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purge
     root_identity = instance_of(a)
     cluster.fail_kinds = set()
 
-    if how_b_ended == "cancelled_while_blocked":
-        # The password is a recorded secret with no value in memory: B parks before allocating.
-        b = redeploy(client, a["id"])
-        assert wait(client, b["id"], "blocked", "failed", "completed")["status"] == "blocked"
-        assert client.post(f"/api/v1/tasks/{b['id']}/cancel").get_json()["status"] == "cancelled"
-    else:
-        b = redeploy(client, a["id"], source=template("no-such-template"))
-        failed = wait(client, b["id"], "failed", "completed", "blocked")
-        assert failed["failure"]["reason"] == "template_not_found"
+    # The password is a recorded secret with no value in memory: B parks before allocating.
+    # (A B that switched template would not carry A's identity at all: see the test above.)
+    b = redeploy(client, a["id"])
+    assert wait(client, b["id"], "blocked", "failed", "completed")["status"] == "blocked"
+    assert client.post(f"/api/v1/tasks/{b['id']}/cancel").get_json()["status"] == "cancelled"
     b = client.get(f"/api/v1/tasks/{b['id']}").get_json()
     assert b["resultIdentities"] == {INSTANCE: root_identity}  # copied at creation, nothing new
 
