@@ -5,19 +5,26 @@ A `cleanup_jobs` row is a durable cleanup intent with a snapshot of every handle
 task is touched. The worker claims due jobs (`attempts + 1`), revalidates the precondition before
 each destructive step, and finishes with writes guarded on (state, attempts). A typed absence
 (`NotFound`, a process confirmed dead, a row already gone) is done; any other error waits on the
-retry ladder; the 8th failure is terminal `failed` and is never claimed again.
+retry ladder; the 8th failure is terminal `failed` and is never claimed again (the reaper mints a
+fresh job for a purge or pause still due after FAILED_JOB_COOLDOWN_S).
 """
+import logging
 from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
 from engine.db import Database
 
+log = logging.getLogger(__name__)
+
 #: A job is claimed at most this often; the last failure is terminal.
 MAX_ATTEMPTS = 8
 #: Wait after failed attempt n (1-based) before the next claim: 1 min, 5 min, 15 min, 1 h, 3 h,
 #: 6 h, 12 h. The 8th failure has no delay: it is terminal.
 RETRY_DELAYS_S = (60.0, 300.0, 900.0, 3600.0, 10800.0, 21600.0, 43200.0)
+#: A job failed for good (MAX_ATTEMPTS) is re-minted by the reaper's sweep after this long (the
+#: ladder's longest delay): a devbox outage of any length never strands a purge or a pause.
+FAILED_JOB_COOLDOWN_S = 43200.0
 #: A finished task's runner pauses its own devbox; the reaper steps in after this grace.
 DEVBOX_PAUSE_GRACE_S = 60.0
 DEVBOX_PAUSE_BATCH = 50
@@ -97,11 +104,27 @@ def enqueue_devbox_pauses(db: Database, *, limit: int = DEVBOX_PAUSE_BATCH,
                           grace_s: float = DEVBOX_PAUSE_GRACE_S,
                           now: datetime | None = None) -> int:
     """Reaper: a pause job per finished task whose devbox was never paused; how many."""
-    return len(db.all("cleanup_job_enqueue_devbox_pauses", limit=limit, grace_s=grace_s, now=now))
+    rows = db.all("cleanup_job_enqueue_devbox_pauses", limit=limit, grace_s=grace_s,
+                  cooldown_s=FAILED_JOB_COOLDOWN_S, now=now)
+    _report_refailing(Trigger.DEVBOX_PAUSE, rows)
+    return len(rows)
 
 
 def enqueue_purges(db: Database, *, retention_s: float, limit: int,
                    now: datetime | None = None) -> int:
     """A purge job per finished task past retention (oldest first); how many. The reaper starts a
     drain with a few; the worker goes on with a batch per pass while it finds more."""
-    return len(db.all("cleanup_job_enqueue_purges", retention_s=retention_s, limit=limit, now=now))
+    rows = db.all("cleanup_job_enqueue_purges", retention_s=retention_s, limit=limit,
+                  cooldown_s=FAILED_JOB_COOLDOWN_S, now=now)
+    _report_refailing(Trigger.RETENTION_PURGE, rows)
+    return len(rows)
+
+
+def _report_refailing(trigger: Trigger, rows: list[dict]) -> None:
+    """A fresh job minted where an earlier one failed for good is a persistent failure: say so.
+    The failed jobs keep their errors (cleanup_jobs, state 'failed'); this is the place a failure
+    streak of subject f"cleanup:{trigger}" is recorded."""
+    again = sum(1 for r in rows if r["after_failure"])
+    if again:
+        log.warning("%s: %d job(s) enqueued again after an earlier job failed %d attempts "
+                    "(see cleanup_jobs in state failed)", trigger, again, MAX_ATTEMPTS)

@@ -126,14 +126,19 @@ WHERE t.status IN ('completed', 'failed', 'cancelled')
       SELECT 1 FROM cleanup_jobs j
       WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id
         AND j.state IN ('pending', 'running', 'retry_wait') OFFSET 0)
+  -- A job that failed for good (8 attempts) is re-minted only after the cool-down: the work is
+  -- never stranded (seed 000), and a long outage costs one fresh ladder per cool-down.
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
       WHERE j.operation_id = 'devbox_pause:' || t.id || ':' || t.devbox_id AND j.state = 'failed'
+        AND j.completed_at > clock.now - make_interval(secs => %(cooldown_s)s::float8)
       OFFSET 0)
 ORDER BY t.finished_at
 LIMIT %(limit)s
 ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
-RETURNING id;
+RETURNING id, EXISTS (SELECT 1 FROM cleanup_jobs f
+                      WHERE f.operation_id = cleanup_jobs.operation_id
+                        AND f.state = 'failed') AS after_failure;
 
 -- cleanup_job_enqueue_purges --
 -- Reaper: a purge job for each finished task past retention (oldest first), its handles captured.
@@ -157,13 +162,18 @@ WHERE t.status IN ('completed', 'failed', 'cancelled')
       SELECT 1 FROM cleanup_jobs j
       WHERE j.operation_id = 'retention_purge:' || t.id
         AND j.state IN ('pending', 'running', 'retry_wait') OFFSET 0)
+  -- Failed for good: re-minted after the cool-down (as for devbox pauses above).
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
-      WHERE j.operation_id = 'retention_purge:' || t.id AND j.state = 'failed' OFFSET 0)
+      WHERE j.operation_id = 'retention_purge:' || t.id AND j.state = 'failed'
+        AND j.completed_at > clock.now - make_interval(secs => %(cooldown_s)s::float8) OFFSET 0)
 ORDER BY t.finished_at
 LIMIT %(limit)s
 ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
-RETURNING id, set_config('synchronous_commit', 'off', true) AS async_commit;
+RETURNING id, set_config('synchronous_commit', 'off', true) AS async_commit,
+          EXISTS (SELECT 1 FROM cleanup_jobs f
+                  WHERE f.operation_id = cleanup_jobs.operation_id
+                    AND f.state = 'failed') AS after_failure;
 
 -- cleanup_job_fail_if_abandoned --
 -- A claim on the last attempt whose worker never finished: terminal failed, never claimed again.

@@ -1,5 +1,6 @@
 """Durable cleanup jobs (seed 001) and the reaper's devbox duties and retention (seed 000), on a
 real PostgreSQL with a fake devbox API. The clock is pinned through `now`; nothing sleeps."""
+import logging
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -153,17 +154,50 @@ def test_failed_attempts_wait_the_exact_ladder_then_fail_for_good(engine, devbox
     assert job["next_attempt_at"] is None and job["completed_at"] == t
     assert len(calls(devbox, "pause")) == MAX_ATTEMPTS
 
-    # Terminal failed is never claimed again, and the reaper does not mint a fresh job for it.
-    much_later = t + 20 * DAY  # still inside retention: no purge yet
-    engine.cleanup.run_once(now=much_later)
-    engine.reaper.sweep(now=much_later)
-    engine.cleanup.run_once(now=much_later)
+    # Terminal failed is never claimed again, and within the cool-down no fresh job is minted.
+    cooled = t + timedelta(seconds=cleanup_jobs.FAILED_JOB_COOLDOWN_S)
+    engine.cleanup.run_once(now=cooled - timedelta(microseconds=1))
+    engine.reaper.sweep(now=cooled - timedelta(microseconds=1))
+    engine.cleanup.run_once(now=cooled - timedelta(microseconds=1))
     assert [(j["id"], j["state"], j["attempts"]) for j in jobs(sql_conn)] == \
         [(job_id, "failed", MAX_ATTEMPTS)]
     assert len(calls(devbox, "pause")) == MAX_ATTEMPTS
     # An explicit repeat of the operation gets the failed job back, not a new one.
     again = cleanup_jobs.enqueue(engine.db, Trigger.DEVBOX_PAUSE, jobs(sql_conn)[0]["operation_id"], {})
     assert (again["id"], again["state"], again["created"]) == (job_id, "failed", False)
+
+    # After the cool-down the sweep mints a fresh job (its own 8 attempts): never stranded.
+    devbox.fail_ops.clear()
+    assert engine.reaper.sweep(now=cooled)["pause_devboxes"] == 1
+    engine.cleanup.run_once(now=cooled)
+    assert [(j["state"], j["attempts"]) for j in jobs(sql_conn)] == \
+        [("failed", MAX_ATTEMPTS), ("succeeded", 1)]
+    assert devbox.boxes["box-ladder"] == "paused"
+
+
+def test_a_purge_that_failed_for_good_is_enqueued_again_after_the_cool_down(
+        engine, devbox, client, insert_task, sql_conn, caplog):
+    """Seed 000: a failing purge is re-swept, never stranded (a devbox outage of about a day)."""
+    task = insert_task(status="cancelled", finished_at=now_plus(-40 * DAY))
+    with_devbox(sql_conn, devbox, task, "box-outage", paused=True)
+    devbox.fail_ops.add("delete")
+    t = now_plus()
+    engine.reaper.sweep(now=t)
+    for _ in range(MAX_ATTEMPTS):
+        engine.cleanup.run_once(now=t)
+        job = jobs(sql_conn)[0]
+        t = job["next_attempt_at"] or job["completed_at"]
+    assert (job["state"], job["attempts"]) == ("failed", MAX_ATTEMPTS)
+    assert client.get(f"/api/v1/tasks/{task['id']}").status_code == 200
+
+    cooled = t + timedelta(seconds=cleanup_jobs.FAILED_JOB_COOLDOWN_S)
+    devbox.fail_ops.clear()  # the outage ends
+    caplog.set_level(logging.WARNING, logger="engine.cleanup_jobs")
+    assert engine.reaper.sweep(now=cooled)["purge"] == 1
+    assert any("retention_purge: 1 job(s) enqueued again" in r.getMessage() for r in caplog.records)
+    engine.cleanup.run_once(now=cooled)
+    assert client.get(f"/api/v1/tasks/{task['id']}").status_code == 404
+    assert [j["state"] for j in jobs(sql_conn)] == ["failed", "succeeded"]
 
 
 def test_a_stale_worker_cannot_overwrite_a_newer_attempt(engine, sql_conn):
@@ -494,7 +528,8 @@ def test_the_sweeps_cost_follows_expired_rows_not_table_size(engine, sql_conn):
 
     # 20,000 finished tasks, none past retention, none with an unpaused devbox: next to nothing.
     assert buffers("cleanup_job_enqueue_purges", now=None, retention_s=30 * 86400.0,
-                   limit=100) < 20
-    assert buffers("cleanup_job_enqueue_devbox_pauses", now=None, grace_s=60.0, limit=50) < 20
+                   limit=100, cooldown_s=43200.0) < 20
+    assert buffers("cleanup_job_enqueue_devbox_pauses", now=None, grace_s=60.0, limit=50,
+                   cooldown_s=43200.0) < 20
     assert buffers("cleanup_job_purge_due_if_no_devbox", now=None, retention_s=30 * 86400.0,
                    limit=300, max_attempts=8, worker="w") < 20

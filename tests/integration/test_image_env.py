@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.conftest import IMAGE_SOURCE, free_port, wait_for
@@ -14,6 +15,9 @@ from tests.dockerfile import Dockerfile, DockerIgnore, copy_context
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = "/opt/venv"
+
+#: Builds a venv from the lock: minutes on a loaded machine.
+pytestmark = pytest.mark.timeout(1200)
 
 
 def test_the_dockerfile_environment_boots_gunicorn_and_runs_a_deployment(database_url, tmp_path):

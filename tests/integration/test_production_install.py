@@ -9,7 +9,7 @@ import requests
 
 from tests.conftest import ROOT, ServerProcess, free_port, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 #: Downloaded wheels kept between runs: the index answers uncacheably here, and a fresh download
