@@ -4,7 +4,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import cleanup_jobs
+from engine import cleanup_jobs, runtimes
 from engine.config import Settings
 from engine.db import Database
 from engine.status import Status
@@ -74,6 +74,8 @@ class Reaper:
         resolved["purge"] = cleanup_jobs.enqueue_purges(
             self.db, retention_s=self.settings.retention_days * 86400,
             limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch), now=now)
+        resolved["orphaned_runtimes"] = runtimes.judge_orphaned_elsewhere(
+            self.db, lease_ttl_s=self.settings.lease_ttl_s, now=now)
         for name in ("pause_devboxes", "purge"):
             if resolved[name]:
                 log.info("reaper %s: %d cleanup job(s) enqueued", name, resolved[name])

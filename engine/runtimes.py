@@ -122,25 +122,51 @@ def release_owned(db: Database, owner: str, *, stop_timeout_s: float,
 
 
 def reconcile(db: Database, owner: str, now: datetime | None = None) -> dict:
-    """Judge every row other engine runtimes left on this host; one summary log line."""
+    """Judge every row other engine runtimes left on this host; one bounded summary log line,
+    counted by the classification seed 001 asks for (never a resume token or a payload)."""
     rows = db.all("runtime_list_reconcilable_on_host", host=HOST, owner=owner,
                   limit=RECONCILE_LIMIT)
     counts: Counter = Counter()
     for row in rows:
+        stop_error = "none"
         try:
             disposition = _reconcile_row(db, row, now)
         except Exception as exc:
-            disposition = "error"
+            disposition, stop_error = "error", type(exc).__name__
             log.warning("runtime reconciliation: runtime %s (%s, task %s) failed: %s: %s",
                         row["id"], row["kind"], row["task_id"], type(exc).__name__, exc)
-        counts[(str(row["kind"]), row["liveness"], disposition)] += 1
+        counts[(row["task_state"], str(row["kind"]), row["liveness"], row["pid"] is not None,
+                stop_error, disposition)] += 1
     summary = {"host": HOST, "rows": len(rows), "truncated": len(rows) >= RECONCILE_LIMIT,
-               "counts": [{"kind": k, "liveness": lv, "disposition": d, "count": n}
-                          for (k, lv, d), n in sorted(counts.items())]}
+               "counts": [{"taskState": ts, "kind": k, "liveness": lv, "localPid": pid,
+                           "stopError": err, "disposition": d, "count": n}
+                          for (ts, k, lv, pid, err, d), n in sorted(counts.items())]}
     if rows:
         log.info("runtime reconciliation: %s", json.dumps(summary, separators=(",", ":")),
                  extra={"reconciliation": summary})
     return summary
+
+
+#: Rows of gone hosts one sweep judges at most.
+ORPHAN_BATCH = 100
+
+
+def judge_orphaned_elsewhere(db: Database, *, lease_ttl_s: float,
+                             now: datetime | None = None) -> int:
+    """Reaper: local runtimes of another host whose engine is gone (see the query) stop counting
+    as running: marked stop_failed with why, and a stop job bound to their host, which runs it if
+    that host ever comes back. Never deleted: no process here can confirm them dead. How many."""
+    rows = db.all("runtime_list_orphaned_elsewhere", host=HOST, lease_ttl_s=lease_ttl_s,
+                  limit=ORPHAN_BATCH, now=now)
+    for row in rows:
+        enqueue_runtime_stop(db, row, now=now)
+        db.one("runtime_mark_stop_failed", runtime_id=row["id"], error=(
+            f"the engine that started it on host {row['host']} is gone (its task ended without "
+            f"it releasing the process); a stop waits for that host"))
+    if rows:
+        log.warning("runtimes of gone hosts: %d marked stop_failed (%s)", len(rows),
+                    ", ".join(sorted({r["host"] for r in rows})))
+    return len(rows)
 
 
 def _reconcile_row(db: Database, row: dict, now: datetime | None) -> str:

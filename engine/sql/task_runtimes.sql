@@ -30,11 +30,32 @@ WHERE host = %(host)s AND owner = %(owner)s AND kind = 'local' AND status <> 'st
   AND (%(task_id)s::uuid IS NULL OR task_id = %(task_id)s::uuid)
 ORDER BY created_at;
 
+-- runtime_list_orphaned_elsewhere --
+-- Local runtimes of ANOTHER host still marked running although their task ended (or is gone)
+-- more than the lease TTL ago. A live engine releases its run's processes as the run ends (or
+-- marks them stop_failed), so their engine is gone, and perhaps their host with it (a replaced
+-- pod): nobody on that host may ever judge them. No process here can see them either.
+SELECT r.* FROM task_runtimes r
+LEFT JOIN deploy_tasks t ON t.id = r.task_id
+WHERE r.kind = 'local' AND r.status = 'running' AND r.host <> %(host)s
+  AND r.updated_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease_ttl_s)s::float8)
+  AND (t.id IS NULL
+       OR (t.status IN ('completed', 'failed', 'cancelled')
+           AND t.finished_at < coalesce(%(now)s::timestamptz, now())
+                               - make_interval(secs => %(lease_ttl_s)s::float8)))
+ORDER BY r.created_at LIMIT %(limit)s;
+
 -- runtime_list_reconcilable_on_host --
--- Rows left on this host by other engine runtimes (previous boots, sibling workers).
-SELECT * FROM task_runtimes
-WHERE host = %(host)s AND owner <> %(owner)s AND status <> 'stopped'
-ORDER BY created_at LIMIT %(limit)s;
+-- Rows left on this host by other engine runtimes (previous boots, sibling workers), with their
+-- task's state ('missing' once purged). A devbox of a finished task whose pause is confirmed is
+-- the cleanup jobs' business, not reported again at every boot.
+SELECT r.*, coalesce(t.status::text, 'missing') AS task_state
+FROM task_runtimes r
+LEFT JOIN deploy_tasks t ON t.id = r.task_id
+WHERE r.host = %(host)s AND r.owner <> %(owner)s AND r.status <> 'stopped'
+  AND NOT (r.kind = 'devbox' AND t.status IN ('completed', 'failed', 'cancelled')
+           AND t.devbox_id = r.remote_id AND t.devbox_paused_at IS NOT NULL)
+ORDER BY r.created_at LIMIT %(limit)s;
 
 -- runtime_mark_stop_failed --
 -- A stop could not be confirmed: keep the row as the durable handle, with the error.

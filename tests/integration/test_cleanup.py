@@ -298,9 +298,9 @@ def test_the_reaper_pauses_only_devboxes_no_one_will(engine, devbox, insert_task
     assert [j["state"] for j in jobs(sql_conn)] == ["succeeded"]
 
 
-def test_the_reaper_runs_the_devbox_duties_after_never_started(engine):
+def test_the_reaper_runs_the_devbox_and_runtime_duties_after_never_started(engine):
     assert [s.name for s in engine.reaper.sweeps()][-1] == "never_started"
-    assert list(engine.reaper.sweep())[-2:] == ["pause_devboxes", "purge"]
+    assert list(engine.reaper.sweep())[-3:] == ["pause_devboxes", "purge", "orphaned_runtimes"]
 
 
 # -- retention purge ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import time
 import uuid
 
 import gevent
+import psycopg.sql
 import pytest
 import requests
 
@@ -102,6 +103,16 @@ def insert_runtime(sql_conn, *, task_id=None, kind="local", liveness="process", 
          owner_start_ticks, identity and identity.boot_id, identity and identity.pid,
          identity and identity.pgid, identity and identity.start_ticks,
          Jsonb(resume) if resume else None, remote_id)).fetchone()
+
+
+def by_disposition(summary) -> list[dict]:
+    """A reconciliation summary's counts by kind, liveness and disposition only."""
+    from collections import Counter
+    counted = Counter()
+    for c in summary["counts"]:
+        counted[(c["kind"], c["liveness"], c["disposition"])] += c["count"]
+    return [{"kind": k, "liveness": lv, "disposition": d, "count": n}
+            for (k, lv, d), n in sorted(counted.items())]
 
 
 def dead_identity(spawned) -> ProcessIdentity:
@@ -209,7 +220,7 @@ def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, capl
     row = insert_runtime(sql_conn, identity=reused)
     caplog.set_level(logging.INFO, logger="engine.runtimes")
     summary = runtime.cleanup.reconcile()
-    assert summary["counts"] == [{"kind": "local", "liveness": "process",
+    assert by_disposition(summary) == [{"kind": "local", "liveness": "process",
                                   "disposition": "removed", "count": 1}]
     assert runtime_rows(sql_conn, id=row["id"]) == []
     # ...and the unrelated process that now holds the pid was never signalled.
@@ -270,7 +281,7 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spa
     assert [r.levelno for r in records] == [logging.INFO]  # one line, no per-row warnings
     summary = records[0].reconciliation
     assert summary["rows"] == 5
-    assert summary["counts"] == [
+    assert by_disposition(summary) == [
         {"kind": "devbox", "liveness": "remote", "disposition": "preserved_unknown", "count": 1},
         {"kind": "local", "liveness": "none", "disposition": "preserved_unknown", "count": 1},
         {"kind": "local", "liveness": "process", "disposition": "preserved_owner_alive",
@@ -290,8 +301,59 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spa
     make_app(cleanup_interval_s=3600.0)
     summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
     assert summary["rows"] == 3
-    assert {c["disposition"] for c in summary["counts"]} == \
+    assert {c["disposition"] for c in by_disposition(summary)} == \
         {"preserved_unknown", "preserved_owner_alive"}
+
+
+def test_the_summary_classifies_each_row_as_seed_001_lists_and_forgets_paused_devboxes(
+        runtime, spawned, insert_task, sql_conn):
+    finished = insert_task(status="failed", failure_reason="x", failure_message="y",
+                           devbox_id="box-paused", devbox_paused_at=psycopg.sql.SQL("now()"))
+    running = insert_task(status="running", devbox_id="box-live")
+    insert_runtime(sql_conn, task_id=finished["id"], kind="devbox", liveness="remote",
+                   remote_id="box-paused")
+    insert_runtime(sql_conn, task_id=running["id"], kind="devbox", liveness="remote",
+                   remote_id="box-live")
+    insert_runtime(sql_conn, identity=dead_identity(spawned))  # its task was purged
+    summary = runtime.cleanup.reconcile()
+    assert summary["counts"] == [
+        {"taskState": "missing", "kind": "local", "liveness": "process", "localPid": True,
+         "stopError": "none", "disposition": "removed", "count": 1},
+        {"taskState": "running", "kind": "devbox", "liveness": "remote", "localPid": False,
+         "stopError": "none", "disposition": "preserved_unknown", "count": 1},
+    ]
+    # The paused devbox of the finished task is not reported (now or at any later boot); the
+    # live one is, again, and its row is kept.
+    assert runtime.cleanup.reconcile()["counts"] == [summary["counts"][1]]
+    assert len(runtime_rows(sql_conn)) == 2
+
+
+def test_runtimes_of_a_gone_host_are_judged_after_the_lease_ttl(runtime, insert_task, sql_conn):
+    ttl = runtime.settings.lease_ttl_s
+    long_ago = psycopg.sql.SQL(f"now() - interval '{int(ttl) + 30} seconds'")
+    ended = insert_task(status="failed", failure_reason="interrupted", failure_message="gone",
+                        finished_at=long_ago)
+    just_ended = insert_task(status="failed", failure_reason="x", failure_message="y")
+    active = insert_task(status="running")
+    identity = ProcessIdentity("gone-pod", "boot-x", 4242, 4242, 1)
+    rows = {name: insert_runtime(sql_conn, task_id=task["id"], identity=identity, host="gone-pod")
+            for name, task in (("ended", ended), ("just_ended", just_ended), ("active", active))}
+    rows["purged"] = insert_runtime(sql_conn, identity=identity, host="gone-pod")
+    sql_conn.execute("UPDATE task_runtimes SET updated_at = now() - make_interval(secs => %s)",
+                     (ttl + 30,))
+
+    assert runtime.reaper.sweep()["orphaned_runtimes"] == 2
+    after = {r["id"]: r for r in runtime_rows(sql_conn)}
+    for name in ("ended", "purged"):
+        row = after[rows[name]["id"]]
+        assert row["status"] == "stop_failed" and "gone-pod" in row["last_error"]
+    # Within the lease TTL of the task's end, or with the task still active: left alone.
+    assert after[rows["just_ended"]["id"]]["status"] == "running"
+    assert after[rows["active"]["id"]]["status"] == "running"
+    # The stop waits for that host, durably; a second sweep judges nothing again.
+    jobs = sql_conn.execute("SELECT trigger, state, host FROM cleanup_jobs ORDER BY id").fetchall()
+    assert jobs == [{"trigger": "runtime_stop", "state": "pending", "host": "gone-pod"}] * 2
+    assert runtime.reaper.sweep()["orphaned_runtimes"] == 0
 
 
 HELPER = """
@@ -335,7 +397,7 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
         caplog.set_level(logging.INFO, logger="engine.runtimes")
         make_app(cleanup_interval_s=0.05, runtime_stop_timeout_s=STOP_TIMEOUT_S)
         summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
-        assert summary["counts"] == [
+        assert by_disposition(summary) == [
             {"kind": "local", "liveness": "process", "disposition": "preserved_stop_enqueued",
              "count": 1},
             {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1},
