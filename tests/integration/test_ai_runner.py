@@ -12,7 +12,7 @@ from engine.integrations.devbox import ExecResult
 from engine.integrations.gateway import GatewayClient
 from tests.conftest import wait_for
 from tests.fakes import FakeDevbox, FakeGatewayServer, Reply
-from tests.integration.test_secrets import assert_nowhere, canary, dump_database
+from tests.helpers import assert_nowhere, canary, dump_database
 
 PROMPT = {"kind": "prompt", "prompt": "deploy an nginx web server"}
 

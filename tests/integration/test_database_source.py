@@ -5,8 +5,8 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.sandbox import SandboxCluster
-from tests.integration.test_templates import (applied_manifests, create, dump_database, forms,
-                                              wait)
+from tests.helpers import applied_manifests, create, dump_database, wait
+from tests.helpers import secret_forms as forms
 
 ENGINES = {
     # engine: (image of the default version, port, a container env read from the Secret)

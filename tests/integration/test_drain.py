@@ -4,8 +4,7 @@ import gevent
 import psycopg
 from psycopg.rows import dict_row
 
-from tests.conftest import IMAGE_SOURCE, wait_for
-from tests.integration.test_fencing import late_events
+from tests.helpers import IMAGE_SOURCE, late_events, wait_for
 
 
 def blocked_on_lock(sql_conn, statement: str) -> bool:

@@ -13,20 +13,11 @@ from engine.handle import TaskHandle
 from engine.reaper import Reaper
 from engine.status import Status
 from engine.transitions import transition
+from tests.helpers import late_events
 
 #: Races per run of the race test (each a fresh task: a fenced event against the reaper).
 RACES = int(os.environ.get("FENCE_RACES", "200"))
 OWNER = "host-a:1:runner"
-
-
-def late_events(sql_conn, task_ids) -> list[dict]:
-    """Events recorded after their task's terminal status event."""
-    return sql_conn.execute(
-        "SELECT e.task_id, e.seq, e.kind, e.payload FROM deploy_task_events e "
-        "JOIN (SELECT task_id, min(seq) AS seq FROM deploy_task_events "
-        "      WHERE kind = 'status' AND payload->>'to' IN ('completed', 'failed', 'cancelled') "
-        "      GROUP BY task_id) terminal ON terminal.task_id = e.task_id "
-        "WHERE e.seq > terminal.seq AND e.task_id = ANY(%s)", (list(task_ids),)).fetchall()
 
 
 def test_a_fenced_event_never_lands_after_the_reapers_terminal_event(runtime, insert_task,

@@ -174,8 +174,8 @@ def test_booting_a_current_database_takes_no_lock_stronger_than_access_share(
         directory = only_initial(tmp_path)
         (directory / "0099_pending.sql").write_text("SELECT 1;")
         blocked = gevent.spawn(migrations.upgrade, database_url, directory)
-        waiting = wait_for(lambda: [l for l in held_locks(observer, APPLICATION_NAME)
-                                    if not l["granted"]], message="the pending boot to wait")
+        waiting = wait_for(lambda: [lock for lock in held_locks(observer, APPLICATION_NAME)
+                                    if not lock["granted"]], message="the pending boot to wait")
         assert waiting[0]["locktype"] == "advisory"
         observer.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
                          "WHERE application_name = %s AND wait_event_type = 'Lock'",
@@ -200,9 +200,9 @@ def test_booting_a_current_database_takes_no_lock_stronger_than_access_share(
         sampler.join(5)
         assert boot.successful(), f"boot blocked or failed; migrator locks: {observed}"
         holder.execute("ROLLBACK")
-    assert {l["mode"] for l in observed} <= {"AccessShareLock"}, observed
+    assert {lock["mode"] for lock in observed} <= {"AccessShareLock"}, observed
     print("locks held by the migrator during a current boot:",
-          sorted({(l["relation"], l["mode"]) for l in observed}))
+          sorted({(lock["relation"], lock["mode"]) for lock in observed}))
 
 
 def test_a_current_boot_reads_only_the_ledger_with_access_share(database_url):
@@ -212,13 +212,14 @@ def test_a_current_boot_reads_only_the_ledger_with_access_share(database_url):
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE")
         boot = gevent.spawn(migrations.upgrade, database_url)
-        waiting = wait_for(lambda: [l for l in held_locks(observer, APPLICATION_NAME)
-                                    if not l["granted"]], message="the boot to read the ledger")
-        granted = [l for l in held_locks(observer, APPLICATION_NAME) if l["granted"]]
+        waiting = wait_for(lambda: [lock for lock in held_locks(observer, APPLICATION_NAME)
+                                    if not lock["granted"]], message="the boot to read the ledger")
+        granted = [lock for lock in held_locks(observer, APPLICATION_NAME) if lock["granted"]]
         holder.execute("ROLLBACK")
         assert boot.get(timeout=30) == []
-    assert [(l["relation"], l["mode"]) for l in waiting] == [("schema_migrations", "AccessShareLock")]
-    assert [l for l in granted if l["relation"] not in ("", "pg_class", "pg_locks")] == []
+    assert [(lock["relation"], lock["mode"]) for lock in waiting] == [
+        ("schema_migrations", "AccessShareLock")]
+    assert [lock for lock in granted if lock["relation"] not in ("", "pg_class", "pg_locks")] == []
 
 
 def test_boots_beside_running_sweepers_never_fail_or_stall_them(database_url, make_app, runtime,

@@ -1,16 +1,11 @@
 """The row-level secrets contract: a canary submitted anywhere is found nowhere afterwards."""
 import logging
-import uuid
 
 import gevent
 import pytest
 
-from tests.conftest import dump_database, wait_for
-from tests.conftest import secret_forms as forms
+from tests.helpers import assert_nowhere, canary, dump_database, wait_for
 
-
-def canary(label: str) -> str:
-    return f"CANARY-{label}-{uuid.uuid4().hex}"
 
 
 
@@ -47,13 +42,6 @@ def tap(app):
     yield factory
     for t in taps:
         t.close()
-
-
-def assert_nowhere(values, *haystacks):
-    for value in values:
-        for form in forms(value):
-            for i, haystack in enumerate(haystacks):
-                assert form not in haystack, f"{value!r} leaked into haystack #{i}"
 
 
 def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(

@@ -11,8 +11,9 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.sandbox import SandboxCluster
-from tests.conftest import dump_database, wait_for
-from tests.conftest import secret_forms as forms
+from tests.helpers import (applied_manifests, create, dump_database, events, redeploy, steps,
+                           template, wait, wait_for)
+from tests.helpers import secret_forms as forms
 
 INSTANCE = "templateInstanceName"
 
@@ -23,44 +24,6 @@ def canary() -> str:
 
 
 
-
-
-def template(name="webapp", **args) -> dict:
-    return {"kind": "template", "template": name, "args": args}
-
-
-def create(client, source, project_id="demo", **body) -> dict:
-    response = client.post("/api/v1/tasks",
-                           json={"projectId": project_id, "source": source, **body})
-    assert response.status_code == 201, response.get_json()
-    return response.get_json()
-
-
-def redeploy(client, predecessor_id, **body) -> dict:
-    response = client.post("/api/v1/tasks", json={"predecessorTaskId": predecessor_id, **body})
-    assert response.status_code == 201, response.get_json()
-    return response.get_json()
-
-
-def wait(client, task_id, *statuses, timeout=10.0) -> dict:
-    def current():
-        snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
-        return snap if snap["status"] in statuses else None
-    return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
-
-
-def events(client, task_id) -> list[dict]:
-    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
-
-
-def steps(client, task_id, step) -> list[dict]:
-    return [e["payload"] for e in events(client, task_id)
-            if e["kind"] == "step" and e["payload"]["step"] == step]
-
-
-def applied_manifests(cluster, kind=None) -> list[dict]:
-    return [c.manifest for c in cluster.calls
-            if c.op == "apply" and c.outcome == "ok" and kind in (None, c.ref.kind)]
 
 
 def instance_of(snap) -> str:

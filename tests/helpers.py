@@ -1,0 +1,155 @@
+"""Helpers shared by test modules (tests import these, never each other)."""
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _with_db(url: str, name: str) -> str:
+    """`url` pointing at database `name` (works for both URI and host-socket forms)."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+IMAGE_SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
+    """Poll `predicate` until truthy; its value. Fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        time.sleep(interval)
+
+
+def secret_forms(value: str) -> list[str]:
+    """The ways a secret value could be persisted: raw, JSON-escaped, base64."""
+    import base64
+    import json
+    return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
+
+
+def dump_database(sql_conn) -> str:
+    """Every row of every table, as text (for "found nowhere" assertions)."""
+    tables = [r["tablename"] for r in sql_conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+    assert {"deploy_tasks", "deploy_task_events"} <= set(tables)
+    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
+        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A real server process (python app.py or gunicorn) on the test database."""
+
+    def __init__(self, argv, env, port, log_path):
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, timeout=30.0):
+        def healthy():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.output()}")
+            try:
+                return requests.get(self.base + "/healthz", timeout=1).ok
+            except requests.RequestException:
+                return False
+        wait_for(healthy, timeout, interval=0.1, message="server health")
+        return self
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log_path).read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+        self.log.close()
+
+
+
+def late_events(sql_conn, task_ids) -> list[dict]:
+    """Events recorded after their task's terminal status event (the history must never lie)."""
+    return sql_conn.execute(
+        "SELECT e.task_id, e.seq, e.kind, e.payload FROM deploy_task_events e "
+        "JOIN (SELECT task_id, min(seq) AS seq FROM deploy_task_events "
+        "      WHERE kind = 'status' AND payload->>'to' IN ('completed', 'failed', 'cancelled') "
+        "      GROUP BY task_id) terminal ON terminal.task_id = e.task_id "
+        "WHERE e.seq > terminal.seq AND e.task_id = ANY(%s)", (list(task_ids),)).fetchall()
+
+
+def canary(label: str = "secret") -> str:
+    """A secret value no test data could contain by chance."""
+    import uuid
+    return f"CANARY-{label}-{uuid.uuid4().hex}"
+
+
+def assert_nowhere(values, *haystacks):
+    """None of `values`, in any form it could be persisted in, is in any haystack."""
+    for value in values:
+        for form in secret_forms(value):
+            for i, haystack in enumerate(haystacks):
+                assert form not in haystack, f"{value!r} leaked into haystack #{i}"
+
+
+# -- the task API, as the template and database source tests drive it --------------------------
+def template(name="webapp", **args) -> dict:
+    return {"kind": "template", "template": name, "args": args}
+
+
+def create(client, source, project_id="demo", **body) -> dict:
+    response = client.post("/api/v1/tasks",
+                           json={"projectId": project_id, "source": source, **body})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def redeploy(client, predecessor_id, **body) -> dict:
+    response = client.post("/api/v1/tasks", json={"predecessorTaskId": predecessor_id, **body})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def wait(client, task_id, *statuses, timeout=10.0) -> dict:
+    def current():
+        snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
+        return snap if snap["status"] in statuses else None
+    return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
+
+
+def events(client, task_id) -> list[dict]:
+    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
+
+
+def steps(client, task_id, step) -> list[dict]:
+    return [e["payload"] for e in events(client, task_id)
+            if e["kind"] == "step" and e["payload"]["step"] == step]
+
+
+def applied_manifests(cluster, kind=None) -> list[dict]:
+    return [c.manifest for c in cluster.calls
+            if c.op == "apply" and c.outcome == "ok" and kind in (None, c.ref.kind)]
