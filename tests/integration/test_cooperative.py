@@ -15,9 +15,10 @@ import gevent
 
 from tests.conftest import ROOT
 
-SLEEP_S = 0.5
-#: Two overlapped sleeps take ~0.5 s; serialized ones take 1.0 s. Leave room for a loaded machine.
-OVERLAPPED_BELOW_S = 0.9
+SLEEP_S = 2.0
+#: Two overlapped sleeps take ~2 s; serialized ones take at least 4 s (pg_sleep is wall-clock time,
+#: so a loaded machine adds only its scheduling delay): the mechanism, with room to spare.
+OVERLAPPED_BELOW_S = 3.5
 
 #: Runs in a fresh interpreter; prints {"elapsed": seconds}. `{prelude}` decides the import order.
 SCRIPT = """
