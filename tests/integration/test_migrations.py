@@ -131,11 +131,10 @@ def test_pending_files_apply_in_numeric_order_each_in_its_own_transaction(
     with pytest.raises(psycopg.errors.UndefinedFunction):
         migrations.upgrade(database_url, directory)
 
-    head = [m.version for m in migrations.discover()]
-    assert [v for v, _ in ledger(database_url)] == head + [9002, 9003]
+    assert [v for v, _ in ledger(database_url)] == [1, 9002, 9003]
     with connect(database_url) as conn:
         steps = [r["step"] for r in conn.execute("SELECT step FROM order_probe ORDER BY n")]
-    assert steps == ["first", "second"]  # 0004's insert rolled back with it
+    assert steps == ["first", "second"]  # 9004's insert rolled back with it
     assert [s.version for s in migrations.status(database_url, directory)
             if s.applied_at is None] == [9004]
 
