@@ -1,5 +1,6 @@
 """The row-level secrets contract: a canary submitted anywhere is found nowhere afterwards."""
 import logging
+import uuid
 
 import gevent
 import pytest
