@@ -9,6 +9,7 @@ from engine import actions, idempotency
 from engine.errors import DomainError, TaskNotFound
 from engine.readside import dto
 from engine.readside.wait import wait_until_settled
+from engine.untrusted import load_json
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
@@ -35,7 +36,7 @@ def idempotent(call) -> Response:
         return jsonify(body), status
     identity = current_identity()
     asked = idempotency.Request(identity.namespace, identity.user, request.method, request.path,
-                                request.get_json(silent=True))
+                                _body_or_none())
     body, status, replayed = idempotency.run_once(runtime().db, idempotency_secret(), key, asked,
                                                   lambda: answered(call))
     response = jsonify(body)
@@ -43,6 +44,15 @@ def idempotent(call) -> Response:
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
+
+
+def _body_or_none():
+    """The JSON body for a request's fingerprint, by the depth-limited loader; None when it is
+    not JSON (the call itself then answers why)."""
+    try:
+        return load_json(request.get_data(cache=True))
+    except ValueError:
+        return None
 
 
 @bp.post("/tasks")

@@ -19,6 +19,7 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from blueprints import tools
 from blueprints.auth import current_identity
 from blueprints.jsonschema import schema_of
+from engine.untrusted import load_json
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def endpoint():
         return _http_error(406, INVALID_REQUEST,
                            "Accept must include application/json or text/event-stream")
     try:
-        message = json.loads(request.get_data(as_text=True))
+        message = load_json(request.get_data())  # depth-limited, like every JSON body
     except ValueError:
         return _http_error(400, PARSE_ERROR, "the body is not JSON")
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":

@@ -3,13 +3,14 @@ header."""
 import base64
 import binascii
 
-import yaml
 from flask import current_app, request
 from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
 
-from engine.errors import InvalidRequest, KubeconfigRequired
+from engine.errors import InvalidRequest, KubeconfigRequired, MalformedBody, UnsupportedMediaType
 from engine.integrations.base import IntegrationError
 from engine.runtime import EngineRuntime
+from engine.untrusted import MalformedJson, load_json, load_yaml
 
 
 def runtime() -> EngineRuntime:
@@ -26,8 +27,23 @@ def load(schema: type, data) -> dict:
 
 
 def json_body() -> dict:
-    """The request's JSON object; InvalidRequest when it is missing or not an object."""
-    body = request.get_json(silent=True)
+    """The request's JSON object, read by the one depth-limited loader.
+
+    UnsupportedMediaType when it is not sent as JSON, MalformedBody when it does not parse (or
+    nests too deep), InvalidRequest when it is not an object; a body over the limit, chunked or
+    not, is a 413 (werkzeug caps the stream at MAX_CONTENT_LENGTH).
+    """
+    if not request.is_json:
+        raise UnsupportedMediaType()
+    data = request.get_data(cache=True)
+    limit = request.max_content_length
+    if request.content_length is None and limit is not None and len(data) >= limit:
+        # A chunked body is cut at the limit, not refused: what was cut off is still too large.
+        raise RequestEntityTooLarge()
+    try:
+        body = load_json(data)
+    except MalformedJson as exc:
+        raise MalformedBody(f"the body is not valid JSON: {exc}")
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
     return body
@@ -47,8 +63,8 @@ def kubeconfig_from_header() -> dict | None:
             raise KubeconfigRequired()
         return None
     try:
-        parsed = yaml.safe_load(base64.b64decode(raw, validate=True))
-    except (binascii.Error, ValueError, yaml.YAMLError):
+        parsed = load_yaml(base64.b64decode(raw, validate=True))
+    except (binascii.Error, ValueError, UnicodeError):
         raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
     if not isinstance(parsed, dict):
         raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")

@@ -1,7 +1,13 @@
-"""Marshmallow schemas for every request body. Unknown fields are rejected."""
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+"""Marshmallow schemas for every request body. Unknown fields are rejected.
+
+Every schema derives from RequestSchema, whose one rule refuses text PostgreSQL cannot store (a
+NUL character, a lone surrogate) in any key or value, so a field added later cannot bring the
+500 back (tests/unit/test_invariants.py checks the base class).
+"""
+from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from engine.runners.database import ENGINES as DATABASE_ENGINES
+from engine.untrusted import unstorable_paths
 
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
@@ -11,7 +17,36 @@ ENV_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", error="not a valid
 MAX_VALUE = 32_768
 
 
-class ImageSource(Schema):
+def _nest(path: tuple, message: str) -> dict:
+    out: dict | list = [message]
+    for part in reversed(path or ("_schema",)):
+        out = {part: out}
+    return out
+
+
+def _merge(into: dict, other: dict) -> None:
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+class RequestSchema(Schema):
+    """A request's fields; the storable-text rule holds for every string in it."""
+
+    @pre_load
+    def _storable_text(self, data, **kwargs):
+        problems = unstorable_paths(data)
+        if problems:
+            messages: dict = {}
+            for path, reason in problems.items():
+                _merge(messages, _nest(path, reason))
+            raise ValidationError(messages)
+        return data
+
+
+class ImageSource(RequestSchema):
     """A container image deployed as a Deployment (+ Service with a port)."""
 
     kind = fields.String(required=True, validate=validate.Equal("image"))
@@ -38,7 +73,7 @@ class ArgValue(fields.Field):
         raise ValidationError("must be a string, an integer or a boolean")
 
 
-class TemplateSource(Schema):
+class TemplateSource(RequestSchema):
     """An instance of a catalog template (GET /api/v1/templates lists them with their inputs)."""
 
     kind = fields.String(required=True, validate=validate.Equal("template"))
@@ -48,7 +83,7 @@ class TemplateSource(Schema):
                        validate=validate.Length(max=100))
 
 
-class DatabaseSource(Schema):
+class DatabaseSource(RequestSchema):
     """A database server: StatefulSet, headless Service, generated credentials in a Secret."""
 
     kind = fields.String(required=True, validate=validate.Equal("database"))
@@ -59,7 +94,7 @@ class DatabaseSource(Schema):
                                                      error="not an image tag"))
 
 
-class PromptSource(Schema):
+class PromptSource(RequestSchema):
     """A free-text request, planned by the AI runner (devbox + gateway)."""
 
     kind = fields.String(required=True, validate=validate.Equal("prompt"))
@@ -67,7 +102,7 @@ class PromptSource(Schema):
         validate.Length(1, 4000), validate.Regexp(r"\S", error="must not be blank")])
 
 
-class GitHubSource(Schema):
+class GitHubSource(RequestSchema):
     """A GitHub repository, cloned into a devbox and planned by the AI runner."""
 
     kind = fields.String(required=True, validate=validate.Equal("github"))
@@ -104,7 +139,7 @@ SensitiveKeys = fields.List(fields.String(validate=validate.Length(1, 128)),
                             validate=validate.Length(max=100))
 
 
-class CreateTask(Schema):
+class CreateTask(RequestSchema):
     """Create a deployment task; with predecessorTaskId, a redeploy of a failed or cancelled one."""
 
     projectId = fields.String(validate=PROJECT_ID)
@@ -122,7 +157,7 @@ class CreateTask(Schema):
                 raise ValidationError(missing)
 
 
-class SubmitInputs(Schema):
+class SubmitInputs(RequestSchema):
     """Answer a blocked task's inputs; it resumes at once."""
 
     inputs = fields.Dict(keys=fields.String(validate=validate.Length(1, 128)),
@@ -132,14 +167,14 @@ class SubmitInputs(Schema):
                                 validate=validate.Length(max=100))
 
 
-class CanvasPatch(Schema):
+class CanvasPatch(RequestSchema):
     """Where a task's placeholder sits on the canvas."""
 
     x = fields.Float(required=True, validate=validate.Range(-100_000, 100_000))
     y = fields.Float(required=True, validate=validate.Range(-100_000, 100_000))
 
 
-class ListTasks(Schema):
+class ListTasks(RequestSchema):
     """Query parameters of the task list."""
 
     projectId = fields.String(validate=PROJECT_ID)
@@ -149,12 +184,12 @@ class ListTasks(Schema):
     limit = fields.Integer(validate=validate.Range(1, 200), load_default=50)
 
 
-class ListEvents(Schema):
+class ListEvents(RequestSchema):
     after = fields.Integer(validate=validate.Range(0), load_default=0)
     limit = fields.Integer(validate=validate.Range(1, 1000), load_default=500)
 
 
-class WaitForTask(Schema):
+class WaitForTask(RequestSchema):
     """Query parameters of a task read: with waitFor, a long-poll."""
 
     waitFor = fields.String(validate=validate.OneOf(["terminal"]), metadata={

@@ -6,14 +6,14 @@ JSON body. They call engine/actions.py exactly like the canvas does, so the two 
 from dataclasses import dataclass
 from typing import Callable
 
-from flask import Blueprint, jsonify, request
-from marshmallow import Schema, fields, validate
+from flask import Blueprint, jsonify
+from marshmallow import fields, validate
 
 from blueprints import schemas
 from blueprints.api import answered, error_body, idempotency_secret
 from blueprints.auth import current_identity
 from blueprints.jsonschema import schema_of
-from blueprints.request_helpers import kubeconfig_from_header, load, runtime
+from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
 from engine import actions, idempotency
 from engine.errors import DomainError, InvalidRequest
 from engine.readside import dto
@@ -28,7 +28,7 @@ IdempotencyKey = fields.String(validate=validate.Regexp(idempotency.KEY.pattern,
                                                         error="1 to 255 printable characters"))
 
 
-class CreateDeployment(Schema):
+class CreateDeployment(schemas.RequestSchema):
     """Deploy a source (image, database, template, GitHub repository, prompt) into a project."""
 
     projectId = fields.String(required=True, validate=schemas.PROJECT_ID)
@@ -38,13 +38,13 @@ class CreateDeployment(Schema):
     idempotencyKey = IdempotencyKey
 
 
-class TaskRef(Schema):
+class TaskRef(schemas.RequestSchema):
     """A deployment task by id."""
 
     taskId = fields.UUID(required=True)
 
 
-class RedeployDeployment(Schema):
+class RedeployDeployment(schemas.RequestSchema):
     """Redeploy a failed or cancelled deployment, optionally with an edited source or inputs."""
 
     taskId = fields.UUID(required=True)
@@ -55,16 +55,16 @@ class RedeployDeployment(Schema):
     idempotencyKey = IdempotencyKey
 
 
-class SubmitDeploymentInputs(Schema):
+class SubmitDeploymentInputs(schemas.RequestSchema):
     """Answer the inputs a blocked deployment asks for; it resumes at once."""
 
     taskId = fields.UUID(required=True)
-    inputs = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
+    inputs = schemas.SubmitInputs._declared_fields["inputs"]
     sensitiveKeys = schemas.SensitiveKeys
     idempotencyKey = IdempotencyKey
 
 
-class WaitForDeployment(Schema):
+class WaitForDeployment(schemas.RequestSchema):
     """Wait until a deployment finishes or blocks on inputs, at most timeoutSeconds."""
 
     taskId = fields.UUID(required=True)
@@ -76,7 +76,7 @@ class WaitForDeployment(Schema):
 class Tool:
     name: str
     description: str
-    arguments: type[Schema]
+    arguments: type[schemas.RequestSchema]
     call: Callable[[dict], tuple[dict, int]]
 
 
@@ -183,7 +183,7 @@ def call_tool(name):
     tool = TOOLS.get(name)
     if tool is None:
         raise UnknownTool()
-    result, status, replayed = invoke(tool, request.get_json(silent=True))
+    result, status, replayed = invoke(tool, json_body())
     response = jsonify(result)
     response.status_code = status
     if replayed:

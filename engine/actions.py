@@ -3,9 +3,11 @@ import logging
 from uuid import UUID
 
 from engine import leases, secrets
-from engine.errors import (PredecessorNotFound, PredecessorNotRedeployable, RedeployAlreadyActive,
-                           TaskAlreadyFinished, TaskNotBlocked, TaskNotFound)
+from engine.errors import (InvalidRequest, PredecessorNotFound, PredecessorNotRedeployable,
+                           RedeployAlreadyActive, TaskAlreadyFinished, TaskNotBlocked, TaskNotFound,
+                           UnknownTemplate)
 from engine.identity import Identity
+from engine.integrations.templates import TemplateNotFound
 from engine.readside import dto
 from engine.runners import runner_for
 from engine.runtime import EngineRuntime
@@ -51,6 +53,33 @@ def identity_kind(source: dict) -> tuple:
     return (source.get("kind"), source.get("template") if source.get("kind") == "template" else None)
 
 
+def check_template_args(catalog, source: dict) -> None:
+    """A template source's args against the template's declared inputs, before any task exists:
+    UnknownTemplate, or InvalidRequest naming each unknown or mistyped argument (never a value).
+
+    Missing required inputs are not an error here: the run asks for them (blocked).
+    """
+    if source.get("kind") != "template":
+        return
+    try:
+        template = catalog.get(source.get("template", ""))
+    except TemplateNotFound:
+        raise UnknownTemplate(f"no template named {source.get('template')!r} in the catalog")
+    declared = {d.name: d for d in template.inputs}
+    errors = {}
+    for name, value in (source.get("args") or {}).items():
+        if name not in declared:
+            errors[name] = [f"not an input of template {template.name}"]
+        elif value is not None and value != "":
+            try:
+                declared[name].coerce(value)
+            except ValueError as exc:
+                errors[name] = [str(exc)]
+    if errors:
+        raise InvalidRequest("; ".join(f"source.args.{k}: {v[0]}" for k, v in sorted(errors.items())),
+                             fields={"source": {"args": errors}})
+
+
 def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,
                 source: dict | None, inputs: dict | None = None,
                 sensitive_keys: list[str] | None = None, kubeconfig: dict | None = None,
@@ -88,6 +117,7 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
             identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
         project_id = target
     if runtime.integrations.templates is not None:
+        check_template_args(runtime.integrations.templates, source)
         # A template's declarations name secrets the shared predicate cannot guess from a name.
         sensitive_keys += runtime.integrations.templates.declared_sensitive_keys(source, inputs)
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)

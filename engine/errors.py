@@ -80,6 +80,27 @@ class InvalidRequest(DomainError):
         self.fields = fields
 
 
+class MalformedBody(DomainError):
+    """The body is not valid JSON."""
+
+    code = "malformed_json"
+    http_status = 400
+
+
+class UnsupportedMediaType(DomainError):
+    """Send the body as JSON (Content-Type: application/json)."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class UnknownTemplate(DomainError):
+    """No template of that name in the catalog."""
+
+    code = "template_not_found"
+    http_status = 404
+
+
 class KubeconfigRequired(DomainError):
     """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
 

@@ -8,7 +8,6 @@ Retries are bounded and happen only before the first byte of an answer (connecti
 timeouts, 429 and 5xx): once text has been handed out, a retry would repeat it. An abort
 shuts the socket down at once, so a turn stops mid-stream within milliseconds.
 """
-import json
 import logging
 from typing import Iterator
 
@@ -18,6 +17,7 @@ import urllib3
 from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, upstream_text
 from engine.integrations.devbox import http_session
+from engine.untrusted import load_json
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def _sse_data(response: requests.Response) -> Iterator[str]:
 def _parse_chunk(data: str) -> tuple[str, str | None]:
     """(content delta, finish_reason) of one chat.completion.chunk."""
     try:
-        chunk = json.loads(data)
+        chunk = load_json(data)
     except ValueError:
         raise GatewayError("the gateway sent an event that is not JSON") from None
     if not isinstance(chunk, dict):

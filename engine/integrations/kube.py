@@ -10,7 +10,6 @@ with exponential backoff, honouring Retry-After. Error text is built from the AP
 `Status.message`, bounded; a body that is not a Status is never quoted.
 """
 import email.utils
-import json
 import random
 import time
 import weakref
@@ -27,6 +26,7 @@ from engine.integrations.base import (ApplyError, AppliedResource, IntegrationEr
                                       Readiness, ResourceRef, UnknownKind, upstream_text)
 from engine.integrations.kubeconfig import (InvalidKubeconfig, KubeTarget, NetworkPolicy,
                                             check_kubeconfig, parse_kubeconfig, pool_manager)
+from engine.untrusted import load_json
 
 __all__ = ["InvalidKubeconfig", "KubeBackend", "KubeCluster", "KubeTarget", "NetworkPolicy",
            "RetryPolicy", "check_kubeconfig", "parse_kubeconfig", "retry_after_seconds"]
@@ -96,7 +96,7 @@ class _Response:
 
     def json(self) -> dict:
         try:
-            value = json.loads(self.body or b"{}")
+            value = load_json(self.body or b"{}")
         except ValueError:
             raise IntegrationError(f"the API answered {self.status} with a body that is not JSON")
         if not isinstance(value, dict):
@@ -107,7 +107,7 @@ class _Response:
         """The API's own words (a Status object's message), bounded; never the raw body, which
         may be whatever some other service behind that address answered."""
         try:
-            value = json.loads(self.body)
+            value = load_json(self.body)
         except ValueError:
             value = None
         text = upstream_text(value.get("message") if isinstance(value, dict) else None,

@@ -8,6 +8,7 @@ from uuid import UUID
 from engine import secrets
 from engine.errors import InvalidRequest
 from engine.status import ACTIVE, Status
+from engine.untrusted import load_json
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -124,9 +125,21 @@ def encode_cursor(row: dict) -> str:
 
 def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
     """(created_at, id) from a list cursor; InvalidRequest when it is not one of ours."""
+    invalid = InvalidRequest("cursor is not valid", fields={"cursor": ["not a valid cursor"]})
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        created_at, task_id = json.loads(base64.urlsafe_b64decode(padded))
-        return datetime.fromisoformat(created_at), UUID(task_id)
-    except (ValueError, TypeError, json.JSONDecodeError):
-        raise InvalidRequest("cursor is not valid", fields={"cursor": ["not a valid cursor"]})
+        decoded = load_json(base64.urlsafe_b64decode(padded))
+    except ValueError:
+        raise invalid from None
+    # Exactly the shape encode_cursor writes: anything else is someone else's string.
+    if not (isinstance(decoded, list) and len(decoded) == 2
+            and all(isinstance(part, str) for part in decoded)):
+        raise invalid
+    try:
+        created_at = datetime.fromisoformat(decoded[0])
+        task_id = UUID(decoded[1])
+    except ValueError:
+        raise invalid from None
+    if created_at.tzinfo is None:
+        raise invalid
+    return created_at, task_id

@@ -53,3 +53,27 @@ def test_streams_do_not_import_the_page_routes():
     for path in ("blueprints/ws.py", "blueprints/timeline_hub.py", "blueprints/streams.py"):
         assert "blueprints.pages" not in imports_of(ROOT / path), path
     assert "blueprints.fragments" in imports_of(ROOT / "blueprints/timeline_hub.py")
+
+
+def test_every_request_schema_carries_the_storable_text_rule():
+    # A schema that skipped RequestSchema would let NUL or a lone surrogate reach PostgreSQL (500).
+    import marshmallow
+
+    import blueprints.schemas
+    import blueprints.tools
+    from blueprints.schemas import RequestSchema
+
+    defined = [obj for module in (blueprints.schemas, blueprints.tools)
+               for obj in vars(module).values()
+               if isinstance(obj, type) and issubclass(obj, marshmallow.Schema)
+               and obj.__module__ == module.__name__ and obj is not RequestSchema]
+    assert len(defined) >= 10  # the scan sees the schemas (positive control)
+    assert [s.__name__ for s in defined if not issubclass(s, RequestSchema)] == []
+
+
+def test_json_is_read_only_through_the_depth_limited_loader():
+    # request.get_json / json.loads on untrusted text recurse without limit (RecursionError).
+    for path in (ROOT / "blueprints").rglob("*.py"):
+        text = path.read_text()
+        assert "get_json(" not in text and "json.loads(" not in text, path.relative_to(ROOT)
+    assert "json.loads(" in (ROOT / "engine/untrusted.py").read_text()  # the detector matches

@@ -1,0 +1,127 @@
+"""Reading text that comes from outside (a request, a header, a model's answer, a template file):
+the one JSON loader and the one YAML loader, both depth-limited, and the one rule for text that
+may be stored.
+
+Python's `json` recurses per nesting level: `[` x 50,000 (well under the body limit) raises
+RecursionError, and a merely deep document can still blow the stack of whatever walks it later.
+PyYAML expands aliases: a 345-byte "billion laughs" document becomes megabytes and blocks the
+gevent hub for seconds, so the YAML loader refuses aliases outright. PostgreSQL refuses a NUL character in text and jsonb, and a lone UTF-16 surrogate (which `json`
+decodes happily) anywhere. Both are refused here, at the edge, with a message naming the problem.
+"""
+import json
+import re
+
+import yaml
+from yaml.composer import ComposerError
+
+#: Deeper than any request, kubeconfig or plan this service reads (a manifest is ~10 levels).
+MAX_JSON_DEPTH = 64
+
+#: A JSON string (escapes included) or one bracket; everything else is skipped by finditer.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class MalformedJson(ValueError):
+    """The text is not a JSON document this service reads."""
+
+
+def json_depth_exceeds(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether brackets outside strings nest deeper than `max_depth` (a linear scan, no recursion)."""
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif token in "]}":
+            depth -= 1
+    return False
+
+
+def load_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH):
+    """The JSON value of `data`; MalformedJson when it is not JSON or nests too deep."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedJson("the body is not UTF-8") from None
+    if json_depth_exceeds(data, max_depth):
+        raise MalformedJson(f"JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedJson(f"not valid JSON ({getattr(exc, 'msg', 'too deep')})") from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases and with a nesting limit (the composer recurses)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise ComposerError(None, None, "YAML aliases are not accepted",
+                                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_JSON_DEPTH:
+                raise ComposerError(None, None, f"YAML nested deeper than {MAX_JSON_DEPTH} levels",
+                                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class MalformedYaml(ValueError):
+    """The text is not a YAML document this service reads (the message says where)."""
+
+
+def load_yaml(text: str | bytes):
+    """One YAML document, no aliases, bounded nesting; MalformedYaml otherwise."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise MalformedYaml(str(exc)) from None
+
+
+def load_yaml_all(text: str | bytes) -> list:
+    """Every YAML document of a stream, by the same rules as load_yaml."""
+    try:
+        return list(yaml.load_all(text, Loader=_StrictLoader))
+    except yaml.YAMLError as exc:
+        raise MalformedYaml(str(exc)) from None
+
+
+def unstorable(text: str) -> str | None:
+    """Why `text` cannot be stored (a NUL character, a lone surrogate), or None."""
+    match = _UNSTORABLE.search(text)
+    if match is None:
+        return None
+    if match.group() == "\x00":
+        return "must not contain a NUL character"
+    return "must not contain a lone UTF-16 surrogate (invalid Unicode)"
+
+
+def unstorable_paths(value, path: tuple = ()) -> dict:
+    """{path: reason} for every string (key or value) inside `value` that cannot be stored."""
+    found = {}
+    if isinstance(value, str):
+        reason = unstorable(value)
+        if reason:
+            found[path] = reason
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and unstorable(key):
+                found[path + (_printable(key),)] = "a key " + unstorable(key)
+            found.update(unstorable_paths(item, path + (_printable(key),)))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found.update(unstorable_paths(item, path + (index,)))
+    return found
+
+
+def _printable(key) -> str:
+    """A key as it may appear in an error message (never with the offending characters)."""
+    return _UNSTORABLE.sub("\ufffd", key) if isinstance(key, str) else str(key)
