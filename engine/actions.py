@@ -76,8 +76,8 @@ def check_template_args(catalog, source: dict) -> None:
             except ValueError as exc:
                 errors[name] = [str(exc)]
     if errors:
-        raise InvalidRequest("; ".join(f"source.args.{k}: {v[0]}" for k, v in sorted(errors.items())),
-                             fields={"source": {"args": errors}})
+        message = "; ".join(f"source.args.{k}: {v[0]}" for k, v in sorted(errors.items()))
+        raise InvalidRequest(message, fields={"source": {"args": errors}})
 
 
 def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,

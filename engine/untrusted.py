@@ -5,8 +5,9 @@ may be stored.
 Python's `json` recurses per nesting level: `[` x 50,000 (well under the body limit) raises
 RecursionError, and a merely deep document can still blow the stack of whatever walks it later.
 PyYAML expands aliases: a 345-byte "billion laughs" document becomes megabytes and blocks the
-gevent hub for seconds, so the YAML loader refuses aliases outright. PostgreSQL refuses a NUL character in text and jsonb, and a lone UTF-16 surrogate (which `json`
-decodes happily) anywhere. Both are refused here, at the edge, with a message naming the problem.
+gevent hub for seconds, so the YAML loader refuses aliases outright. PostgreSQL refuses a NUL
+character in text and jsonb, and a lone UTF-16 surrogate (which `json` decodes happily) anywhere.
+All of these are refused here, at the edge, with a message naming the problem.
 """
 import json
 import re
@@ -27,7 +28,7 @@ class MalformedJson(ValueError):
 
 
 def json_depth_exceeds(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
-    """Whether brackets outside strings nest deeper than `max_depth` (a linear scan, no recursion)."""
+    """Whether brackets outside strings nest deeper than `max_depth` (linear, no recursion)."""
     depth = 0
     for match in _JSON_TOKEN.finditer(text):
         token = match.group()

@@ -198,7 +198,11 @@ class KubeCluster:
             raise ApplyError("the document has no metadata.name", ref)
         try:
             resource = self._resource(ref, abort)
-            namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
+            if not resource.namespaced:
+                # The cluster's own word, for every source: a task deploys into a namespace.
+                raise ApplyError(f"{ref.kind} is cluster-scoped on this cluster; a task may only "
+                                 "create namespaced objects", ref)
+            namespace = ref.namespace or self.target.namespace
             # No "applying X" prefix: the runner reports "applying X failed: <this message>".
             response = self._request(
                 "PATCH", resource.path(namespace, ref.name), abort=abort, what=None,

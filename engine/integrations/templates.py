@@ -17,27 +17,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
 
-import yaml
-
-from engine import secrets
+from engine import manifests, secrets
 from engine.abort import CANCEL, AbortSignal
-from engine.integrations.base import (ApplyError, AppliedResource, Cluster, IntegrationError,
-                                      ResourceRef)
+from engine.integrations.base import (
+    AppliedResource,
+    ApplyError,
+    Cluster,
+    IntegrationError,
+    ResourceRef,
+)
+from engine.untrusted import load_yaml
 
 log = logging.getLogger(__name__)
 
-INPUT_TYPES = {"string", "integer", "boolean", "password", "secret"}
+INPUT_TYPES = manifests.TEMPLATE_INPUT_TYPES
 #: Short enough that `<template>-<suffix>-<resource suffix>` stays a valid object name.
 TEMPLATE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
-INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}")
+INPUT_NAME = manifests.TEMPLATE_INPUT_NAME
+PLACEHOLDER = manifests.TEMPLATE_PLACEHOLDER
 INSTANCE_PLACEHOLDER = "${instance}"
 #: Random bytes of an instance name's suffix (6 hex characters).
 INSTANCE_SUFFIX_BYTES = 3
-#: Kinds a template may not render: it deploys into the project's namespace and nowhere else.
-CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
-                        "StorageClass", "CustomResourceDefinition", "Node",
-                        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 MANAGED_BY = "deploy-task-engine"
 TEMPLATE_LABEL = "deploy-task-engine/template"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -296,8 +296,8 @@ class TemplateCatalog:
 def load_template(path: Path) -> Template:
     """Parse and validate one template file; CatalogError naming the file and the problem."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw = load_yaml(path.read_text())
+    except (OSError, ValueError) as exc:
         raise CatalogError(f"{path.name}: not readable YAML ({exc})")
     try:
         return _validate(raw)
@@ -328,8 +328,9 @@ def _validate(raw) -> Template:
         if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
             raise ValueError(f"resource {i} needs apiVersion and kind")
         kind = doc["kind"]
-        if kind in CLUSTER_SCOPED_KINDS:
-            raise ValueError(f"resource {i}: {kind} is cluster-scoped; templates are namespaced")
+        refusal = manifests.kind_refusal(kind)
+        if refusal:
+            raise ValueError(f"resource {i}: {refusal}")
         doc_name = (doc.get("metadata") or {}).get("name")
         if not isinstance(doc_name, str) or INSTANCE_PLACEHOLDER not in doc_name:
             raise ValueError(f"resource {i}: metadata.name must contain {INSTANCE_PLACEHOLDER}")
@@ -339,9 +340,10 @@ def _validate(raw) -> Template:
         refs = set(_references(doc))
         if refs - known:
             raise ValueError(f"resource {i}: unknown placeholders {sorted(refs - known)}")
-        if kind != "Secret" and refs & sensitive:
-            raise ValueError(f"resource {i}: sensitive inputs {sorted(refs & sensitive)} may only "
-                             "be used inside a Secret")
+        misplaced = manifests.sensitive_outside_secret_data(doc, sensitive, PLACEHOLDER)
+        if misplaced:
+            raise ValueError(f"resource {i}: sensitive inputs {sorted(misplaced)} may only be "
+                             "used in a Secret's data or stringData")
     return Template(name=name, title=str(raw.get("title") or name),
                     description=str(raw.get("description") or ""), inputs=inputs,
                     resources=tuple(resources))

@@ -1,11 +1,8 @@
 """The AI runner (prompt and GitHub sources): a devbox session plus gateway turns that produce a
 deployment plan and manifests, then apply and verify exactly like the direct runner.
 
-The model's protocol (PROTOCOL below): it answers with ONE JSON object, either
-  {"plan": {...}, "manifests": [<Kubernetes object>, ...]}            -> apply and verify
-  {"needInputs": [{"name", "type", "sensitive", "required", "default"}]} -> park blocked
-and refers to an input's value as ${input:NAME}. Sensitive values are never sent to the model:
-the runner substitutes them into the manifests in memory, just before apply.
+The model's protocol (answers, manifests, placeholders, sanitising) is engine/answer.py; this
+module orchestrates: devbox, gateway turns, parking for inputs, deploying.
 
 Session: the devbox id and the gateway session id live in artifact_summary.aiSession, so a run
 resumed after /input re-attaches to both. Every terminal path pauses the devbox (server
@@ -13,7 +10,6 @@ credential) and records it; a parked (blocked) task keeps its devbox as it is.
 """
 import json
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +19,9 @@ import yaml
 
 from engine import secrets
 from engine.abort import AbortSignal, Aborted
+from engine.answer import (MAX_ANSWER_CHARS, PROTOCOL, MalformedAnswer, check_secret_placement,
+                           missing_inputs, parse_answer, placeholders, sanitize,
+                           sanitize_declaration, substitute)
 from engine.integrations.base import IntegrationError, NotFound
 from engine.runners import direct
 from engine.runners.context import RunContext
@@ -43,37 +42,7 @@ CLONE_DIR = "/workspace/repo"
 CLONE_TIMEOUT_S = 300.0
 #: File names of a cloned repository shown to the model.
 MAX_LISTED_FILES = 200
-MAX_MANIFESTS = 50
-MAX_DECLARED_INPUTS = 20
-#: Kinds a task may not create: they reach beyond the project's namespace.
-CLUSTER_SCOPED_KINDS = {
-    "Namespace", "Node", "PersistentVolume", "StorageClass", "ClusterRole", "ClusterRoleBinding",
-    "CustomResourceDefinition", "APIService", "PriorityClass", "RuntimeClass",
-    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-}
-#: Keys whose values are name -> value maps a model may put an input's value in.
-ARGS_FIELDS = {"args", "arguments", "inputs", "parameters", "values", "env", "environment"}
-INPUT_TYPES = {"string", "password", "secret", "number", "integer", "boolean", "text"}
-PLACEHOLDER = re.compile(r"\$\{input:([A-Za-z_][A-Za-z0-9_.-]{0,127})\}")
-INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
-K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 GITHUB_URL = "https://github.com/{repo}.git"
-
-PROTOCOL = """You are a deployment planner for Kubernetes. Answer with exactly ONE JSON object and
-nothing else that looks like JSON. Either:
-  {"plan": {"summary": "...", "args": {...}}, "manifests": [<Kubernetes object>, ...]}
-to deploy, or, when you cannot plan without values from the user:
-  {"needInputs": [{"name": "NAME", "type": "string|password|number|boolean",
-                   "sensitive": true|false, "required": true|false, "default": <value or null>,
-                   "description": "..."}]}
-Rules: namespaced kinds only (no Namespace, ClusterRole, CRD, ...); the namespace is set for you.
-Write ${input:NAME} wherever an input's value belongs; put sensitive values only into Secrets.
-Never invent passwords or keys: ask for them as sensitive inputs."""
-
-
-class MalformedAnswer(Exception):
-    """The model's answer does not follow the protocol."""
-
 
 @dataclass
 class AiSession:
@@ -156,6 +125,13 @@ def _run(handle, ctx: RunContext, session: AiSession, sensitive: set[str],
         else:
             unknown = sorted({n for n in placeholders(answer["manifests"]) if n not in ctx.inputs})
             if not unknown:
+                try:
+                    check_secret_placement(answer["manifests"], sensitive)
+                except MalformedAnswer as exc:
+                    handle.update_timeline("plan", "failed", str(exc))
+                    handle.fail("malformed_answer",
+                                f"the model's answer is not a usable plan: {exc}")
+                    return
                 _deploy(handle, ctx, session, answer, sensitive)
                 return
             # The plan needs values nobody provided: ask for them as the model should have.
@@ -305,8 +281,13 @@ def gateway_turn(handle, ctx: RunContext, session: AiSession, messages: list[dic
     batch = _Batch(handle, turn)
     stream = ctx.integrations.gateway.stream_chat(messages, session_id=session.session_id,
                                                   abort=handle.abort)
+    received = 0
     try:
         for piece in stream:
+            received += len(piece)
+            if received > MAX_ANSWER_CHARS:
+                # Stop reading: an endless answer must not fill this worker's memory.
+                raise MalformedAnswer(f"the answer is longer than {MAX_ANSWER_CHARS} characters")
             raw.append(piece)
             batch.add(scrubber.feed(piece))
     finally:
@@ -351,174 +332,10 @@ class _Batch:
         self.flushed_at = time.monotonic()
 
 
-# -- the answer -----------------------------------------------------------------------------------
-def parse_answer(text: str) -> dict:
-    """The protocol object in a model's answer (fenced, bare, or amid prose), validated.
-
-    Returns {"plan": dict, "manifests": [dict]} or {"needInputs": [declaration]}.
-    """
-    for candidate in _json_objects(text):
-        if "needInputs" in candidate:
-            return {"needInputs": _declarations(candidate["needInputs"])}
-        if "manifests" in candidate:
-            return {"plan": _plan(candidate.get("plan")), "manifests": _manifests(
-                candidate["manifests"])}
-    raise MalformedAnswer("no JSON object with \"manifests\" or \"needInputs\" in it")
-
-
-def _json_objects(text: str):
-    decoder = json.JSONDecoder()
-    blocks = re.findall(r"```(?:json|JSON)?\s*\n(.*?)```", text, re.DOTALL)
-    for block in blocks + [text]:
-        try:
-            value = json.loads(block.strip())
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            yield value
-    for attempt, match in enumerate(re.finditer(r"\{", text)):
-        if attempt >= 200:
-            return
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            yield value
-
-
-def _plan(plan) -> dict:
-    if plan is None:
-        return {}
-    if isinstance(plan, str):
-        return {"summary": plan[:2000]}
-    if not isinstance(plan, dict):
-        raise MalformedAnswer("\"plan\" must be an object")
-    return plan
-
-
-def _manifests(value) -> list[dict]:
-    if not isinstance(value, list) or not value:
-        raise MalformedAnswer("\"manifests\" must be a non-empty list")
-    docs: list = []
-    for item in value:
-        if isinstance(item, str):
-            try:
-                docs.extend(d for d in yaml.safe_load_all(item) if d is not None)
-            except yaml.YAMLError:
-                raise MalformedAnswer("a manifest is neither an object nor valid YAML") from None
-        else:
-            docs.append(item)
-    if len(docs) > MAX_MANIFESTS:
-        raise MalformedAnswer(f"more than {MAX_MANIFESTS} manifests")
-    for doc in docs:
-        if not isinstance(doc, dict):
-            raise MalformedAnswer("every manifest must be an object")
-        kind, api_version = doc.get("kind"), doc.get("apiVersion")
-        meta = doc.get("metadata")
-        if not (isinstance(kind, str) and kind and isinstance(api_version, str) and api_version):
-            raise MalformedAnswer("every manifest needs apiVersion and kind")
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
-                or not K8S_NAME.match(meta["name"]):
-            raise MalformedAnswer(f"{kind} needs a valid metadata.name")
-        if kind in CLUSTER_SCOPED_KINDS:
-            raise MalformedAnswer(f"{kind} is cluster-scoped; a task may not create it")
-    return docs
-
-
-def _declarations(value) -> list[dict]:
-    if not isinstance(value, list) or not value or len(value) > MAX_DECLARED_INPUTS:
-        raise MalformedAnswer(f"\"needInputs\" must list 1 to {MAX_DECLARED_INPUTS} inputs")
-    declared, seen = [], set()
-    for item in value:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
-                or not INPUT_NAME.match(item["name"]):
-            raise MalformedAnswer("every requested input needs a valid name")
-        if item["name"] not in seen:
-            seen.add(item["name"])
-            declared.append(sanitize_declaration(item))
-    return declared
-
-
-def sanitize_declaration(item: dict) -> dict:
-    """One input declaration as persisted: typed, sensitivity decided, no sensitive default."""
-    input_type = item.get("type") if item.get("type") in INPUT_TYPES else "string"
-    sensitive = bool(item.get("sensitive")) or secrets.is_sensitive(item["name"],
-                                                                    input_type=input_type)
-    declaration = {"name": item["name"], "type": input_type, "sensitive": sensitive,
-                   "required": item.get("required", True) is not False}
-    default = item.get("default")
-    if not sensitive and isinstance(default, (str, int, float, bool)):
-        declaration["default"] = default
-    if isinstance(item.get("description"), str):
-        declaration["description"] = item["description"][:500]
-    return declaration
-
-
-def missing_inputs(declared: list[dict], inputs: dict) -> list[str]:
-    """Required inputs this run has no value for (values live in memory, so a resumed run needs
-    every required one submitted again)."""
-    return [d["name"] for d in declared if d.get("required") and d["name"] not in inputs]
-
-
 def sensitive_names(ctx: RunContext, declared: list[dict]) -> set[str]:
     """Input names whose values are secrets: recorded, declared by the model, or named so."""
     names = set(ctx.sensitive_keys) | {d["name"] for d in declared if d.get("sensitive")}
     return names | {k for k in ctx.inputs if secrets.is_sensitive(k, declared=names)}
-
-
-def placeholders(obj) -> set[str]:
-    """The input names an object refers to as ${input:NAME}."""
-    if isinstance(obj, str):
-        return set(PLACEHOLDER.findall(obj))
-    if isinstance(obj, dict):
-        return set().union(*(placeholders(v) for v in obj.values())) if obj else set()
-    if isinstance(obj, list):
-        return set().union(*(placeholders(v) for v in obj)) if obj else set()
-    return set()
-
-
-def substitute(obj, inputs: dict):
-    """obj with every ${input:NAME} replaced by its value (in memory only, for the cluster)."""
-    if isinstance(obj, str):
-        return PLACEHOLDER.sub(lambda m: str(inputs[m.group(1)]), obj)
-    if isinstance(obj, dict):
-        return {k: substitute(v, inputs) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [substitute(v, inputs) for v in obj]
-    return obj
-
-
-def sanitize(obj, sensitive: set[str]):
-    """A copy safe to persist: sensitive keys stripped from embedded args maps, sensitive env
-    values and Secret data redacted. (Known values are scrubbed by the handle on top.)"""
-    if isinstance(obj, list):
-        return [_sanitize_env_entry(v, sensitive) if _is_env_entry(v) else sanitize(v, sensitive)
-                for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    is_secret = obj.get("kind") == "Secret"
-    out = {}
-    for key, value in obj.items():
-        if is_secret and key in ("data", "stringData") and isinstance(value, dict):
-            out[key] = {k: secrets.REDACTED for k in value}
-        elif key in ARGS_FIELDS and isinstance(value, dict):
-            out[key] = {k: sanitize(v, sensitive) for k, v in value.items()
-                        if not secrets.is_sensitive(k, declared=sensitive)}
-        else:
-            out[key] = sanitize(value, sensitive)
-    return out
-
-
-def _is_env_entry(value) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("name"), str) and "value" in value \
-        and set(value) <= {"name", "value"}
-
-
-def _sanitize_env_entry(entry: dict, sensitive: set[str]) -> dict:
-    if secrets.is_sensitive(entry["name"], declared=sensitive):
-        return {"name": entry["name"], "value": secrets.REDACTED}
-    return dict(entry)
 
 
 # -- deploy ---------------------------------------------------------------------------------------

@@ -61,21 +61,20 @@ def test_apply_of_an_existing_object_is_configured(kube, mock):
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "configured"
 
 
-def test_cluster_scoped_kinds_have_no_namespace_in_the_path(kube, mock):
+def test_a_kind_discovery_reports_cluster_scoped_is_refused_for_every_source(kube, mock):
     mock["patch /api/v1/namespaces/team-a"] << 201 << echo
     mock["patch /apis/rbac.authorization.k8s.io/v1/clusterroles/reader"] << 200 << echo
+    mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            # A stray namespace on a cluster-scoped object must not leak into the path.
             "metadata": {"name": "reader", "namespace": "demo"}, "rules": []}
 
-    first = kube.apply(namespace, abort=AbortSignal())
-    second = kube.apply(role, abort=AbortSignal())
+    assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"  # positive control
+    for doc in (namespace, role):
+        with pytest.raises(ApplyError, match="cluster-scoped"):
+            kube.apply(doc, abort=AbortSignal())
 
-    assert first.ref == ResourceRef("v1", "Namespace", "team-a", None)
-    assert second.ref == ResourceRef("rbac.authorization.k8s.io/v1", "ClusterRole", "reader", None)
-    assert [r.url.path for r in mock["patch"]] == [
-        "/api/v1/namespaces/team-a", "/apis/rbac.authorization.k8s.io/v1/clusterroles/reader"]
+    assert [r.url.path for r in mock["patch"]] == [DEPLOYMENT_PATH]
 
 
 def test_a_namespaced_document_without_namespace_goes_to_the_context_namespace(

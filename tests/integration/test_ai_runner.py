@@ -216,7 +216,7 @@ def test_a_cluster_scoped_manifest_is_refused(create_task, wait_status, cluster,
     done = wait_status(create_task(PROMPT)["id"], "failed", "completed")
 
     assert done["failure"]["reason"] == "malformed_answer"
-    assert "Namespace is cluster-scoped" in done["failure"]["message"]
+    assert "Namespace is not a namespaced kind a task may create" in done["failure"]["message"]
     assert cluster.calls == []
 
 
@@ -415,3 +415,54 @@ def test_the_zero_setup_default_plans_with_the_sandbox_devbox_and_gateway(
     stored = next(c.manifest for c in cluster.calls if c.ref.kind == "Secret")
     assert stored["stringData"] == {"ADMIN_PASSWORD": secret}
     assert_nowhere([secret], dump_database(sql_conn))
+
+
+ALIAS_BOMB = "\n".join(["a: &a [x,x,x,x,x,x,x,x,x]"] + [
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+    f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]"
+    for i in range(8)]) + "\nkind: ConfigMap\napiVersion: v1\nmetadata: {name: bomb}\n"
+
+
+def secret_in(kind: str, where: str) -> dict:
+    doc = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "creds"}}
+    if where == "annotation":
+        doc["metadata"]["annotations"] = {"k": "${input:DB_PASSWORD}"}
+    elif where == "data":
+        doc["stringData"] = {"password": "${input:DB_PASSWORD}"}
+    return doc
+
+
+@pytest.mark.parametrize("answer, message", [
+    (plan_answer("web", extra_manifests=[ALIAS_BOMB]), "uses YAML aliases"),
+    ("x" * 200_001, "longer than 200000 characters"),
+    (plan_answer("web", extra_manifests=[secret_in("ConfigMap", "data"),
+                                         secret_in("Secret", "data")]).replace(
+        '"nginx:1.27"', '"nginx:${input:DB_PASSWORD}"'), "outside a Secret's data"),
+    (plan_answer("web", extra_manifests=[secret_in("Secret", "annotation")]),
+     "outside a Secret's data"),
+])
+def test_hostile_answers_fail_as_malformed_without_touching_the_cluster(
+        create_task, wait_status, cluster, gateway, answer, message):
+    assert len(ALIAS_BOMB) < 400
+    gateway.script(Reply(text=answer, chunk_chars=4096))
+    started = time.monotonic()
+
+    done = wait_status(create_task(PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"},
+                                   sensitiveKeys=["DB_PASSWORD"])["id"], "failed", "completed",
+                       "blocked", timeout=30)
+
+    assert done["failure"]["reason"] == "malformed_answer", done["failure"]
+    assert message in done["failure"]["message"]
+    assert cluster.calls == []
+    assert time.monotonic() - started < 15  # no alias expansion blocked the worker (2-14 s)
+
+
+def test_a_sensitive_input_in_a_secrets_data_is_deployed(create_task, wait_status, cluster,
+                                                         gateway):
+    gateway.script(Reply(text=plan_answer("web", extra_manifests=[secret_in("Secret", "data")])))
+
+    done = wait_status(create_task(PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"},
+                                   sensitiveKeys=["DB_PASSWORD"])["id"], "failed", "completed",
+                       "blocked", timeout=30)
+
+    assert done["status"] == "completed", done["failure"]

@@ -212,7 +212,8 @@ def test_template_args_are_checked_against_the_declarations_at_create(client, sq
     assert "source.args.colour" in unknown_arg.get_json()["message"]
     assert mistyped.status_code == 400
     assert mistyped.get_json()["fields"] == {"source": {"args": {"port": ["must be an integer"]}}}
-    assert by_tool.status_code == 400 and "replicas" in by_tool.get_json()["fields"]["source"]["args"]
+    assert by_tool.status_code == 400
+    assert "replicas" in by_tool.get_json()["fields"]["source"]["args"]
     assert rows(sql_conn)[0] == before[0]
     # Positive control: the declared args, typed right, create a task.
     ok = client.post("/api/v1/tasks", json=template_source(image="nginx:1.27", port="8080"))

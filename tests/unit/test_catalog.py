@@ -180,7 +180,17 @@ def test_required_inputs_without_value_or_default_are_missing(tmp_path):
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"},
           data: {p: "${inputs.password}"}}
-     """, "may only be used inside a Secret"),
+     """, "may only be used in a Secret's data or stringData"),
+    ("""
+     inputs: [{name: password, type: password}]
+     resources:
+       - {apiVersion: v1, kind: Secret, metadata: {name: "${instance}",
+          annotations: {leak: "${inputs.password}"}}, stringData: {p: x}}
+     """, "may only be used in a Secret's data or stringData"),
+    ("""
+     resources:
+       - {apiVersion: v1, kind: ConfigMap, metadata: &m {name: "${instance}"}, data: *m}
+     """, "aliases are not accepted"),
     ("""
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: fixed-name}}
@@ -209,7 +219,11 @@ def test_required_inputs_without_value_or_default_are_missing(tmp_path):
     ("""
      resources:
        - {apiVersion: v1, kind: Namespace, metadata: {name: "${instance}"}}
-     """, "cluster-scoped"),
+     """, "Namespace is not a namespaced kind a task may create"),
+    ("""
+     resources:
+       - {apiVersion: example.com/v1, kind: Widget, metadata: {name: "${instance}"}}
+     """, "Widget is not a namespaced kind a task may create"),
     ("""
      resources: []
      """, "non-empty list"),
