@@ -376,13 +376,16 @@ def test_invalid_create_bodies_are_400_naming_the_field(client, name, body, fiel
     assert client.get("/api/v1/tasks").get_json()["items"] == []
 
 
-@pytest.mark.parametrize("data,content_type", [
-    ("not json", "application/json"), ('["a", "list"]', "application/json"),
-    ('{"projectId": "demo"', "application/json"), ("projectId=demo", "text/plain"), ("", None)])
-def test_bodies_that_are_not_a_json_object_are_400(client, data, content_type):
+@pytest.mark.parametrize("data,content_type,status,code", [
+    ("not json", "application/json", 400, "malformed_json"),
+    ('["a", "list"]', "application/json", 400, "invalid_request"),
+    ('{"projectId": "demo"', "application/json", 400, "malformed_json"),
+    ("projectId=demo", "text/plain", 415, "unsupported_media_type"),
+    ("", None, 415, "unsupported_media_type")])
+def test_bodies_that_are_not_a_json_object_are_refused(client, data, content_type, status, code):
     response = client.post("/api/v1/tasks", data=data, content_type=content_type)
-    assert response.status_code == 400
-    assert response.get_json()["code"] == "invalid_request"
+    assert response.status_code == status
+    assert response.get_json()["code"] == code
 
 
 def test_an_oversized_body_is_413_json(client):
