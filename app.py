@@ -37,6 +37,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     from engine.runtime import EngineRuntime
 
     settings = Settings.from_env(**(test_config or {}))
+    from engine import secrets
+    secrets.install_log_scrubber()
     if settings.auth_mode not in auth.AUTH_MODES:
         raise RuntimeError(f"AUTH_MODE must be one of {sorted(auth.AUTH_MODES)}")
     if settings.cluster_backend not in ("sandbox", "kubernetes") \

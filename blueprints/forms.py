@@ -171,13 +171,15 @@ def pane_context(project_id: str, kind: str, *, predecessor: dict | None = None,
 
 
 def _pairs(text: str) -> dict[str, str]:
+    """KEY=value lines. An error names the line by number only: the same parser reads the
+    "Secret values" box, and any part of a line there may be a secret."""
     found = {}
-    for line in (text or "").splitlines():
+    for number, line in enumerate((text or "").splitlines(), start=1):
         if not line.strip():
             continue
         key, sep, value = line.partition("=")
         if not sep:
-            raise ValidationError(f"{line.strip()[:40]!r} is not KEY=value")
+            raise ValidationError(f"line {number} is not KEY=value")
         found[key.strip()] = value.strip()
     return found
 

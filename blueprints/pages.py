@@ -20,7 +20,7 @@ from blueprints.request_helpers import kubeconfig_from_header, runtime
 from blueprints.views import (ONE_CLICK_KINDS, dismissed_ids, now, valid_project,
                               view_from_store)
 from engine import actions
-from engine.errors import DomainError, RedeployAlreadyActive, TaskNotFound
+from engine.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
 from engine.readside import dto, presentation
 from engine.readside.store import TaskStore, read_board, read_projects, read_task_row
 
@@ -245,21 +245,30 @@ def submit_input(task_id):
             del values[spec.name]  # untouched: the task keeps the value it was given
     missing = [s.name for s in declared if s.required and not s.kept and not values.get(s.name)]
     if missing:
-        ctx = timeline_context(row, events=[])
-        for spec in ctx["inputs"]:
-            spec.error = "required" if spec.name in missing else None
-            if spec.widget != "password":
-                spec.value = values.get(spec.name)
-        return fragments_response(render_template("partials/timeline_input.html", **ctx))
+        return _input_form_with_errors(row, values, {name: "required" for name in missing})
     try:
         actions.submit_inputs(runtime(), current_identity(), task_id,
                               kubeconfig=kubeconfig_from_header(),
                               inputs={k: v for k, v in values.items() if v != ""},
                               sensitive_keys=[s.name for s in declared if s.widget == "password"])
+    except InvalidRequest as exc:
+        errors = {name: "; ".join(reasons) for name, reasons in
+                  ((exc.fields or {}).get("inputs") or {}).items()}
+        return _input_form_with_errors(row, values, errors or {"_form": exc.message})
     except DomainError as exc:
         if exc.snapshot is None:
             raise
     return fragments_response(task_fragments(_row(task_id)))
+
+
+def _input_form_with_errors(row: dict, values: dict, errors: dict) -> Response:
+    """The blocking-input form again, each field's error beside it (a secret is never refilled)."""
+    ctx = timeline_context(row, events=[])
+    for spec in ctx["inputs"]:
+        spec.error = errors.get(spec.name)
+        if spec.widget != "password":
+            spec.value = values.get(spec.name)
+    return fragments_response(render_template("partials/timeline_input.html", **ctx))
 
 
 def _shown(value) -> str:

@@ -58,15 +58,31 @@ class AbortSignal:
             raise Aborted(self.reason or CANCEL)
 
     def run(self, fn, *args, **kwargs):
-        """Run a blocking call in a greenlet and stop waiting for it the moment the signal fires."""
+        """Run a blocking call in a greenlet and stop waiting for it the moment the signal fires.
+
+        The call's exception is re-raised here, in the caller: the greenlet itself never dies
+        raising, so gevent's hub never prints its traceback (which may quote an upstream's
+        answer) to stderr, past every scrubber.
+        """
         self.raise_if_aborted()
-        worker = gevent.spawn(fn, *args, **kwargs)
+        worker = gevent.spawn(_captured, fn, args, kwargs)
         waiter = gevent.spawn(self._event.wait)
         try:
             gevent.joinall([worker, waiter], count=1)
             if worker.ready():
-                return worker.get()
+                value, error = worker.get()
+                if error is not None:
+                    raise error
+                return value
             worker.kill(block=False)
             raise Aborted(self.reason or CANCEL)
         finally:
             waiter.kill(block=False)
+
+
+def _captured(fn, args, kwargs):
+    """(result, None) or (None, the exception): a worker greenlet that never dies raising."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:
+        return None, exc

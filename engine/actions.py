@@ -80,6 +80,26 @@ def check_template_args(catalog, source: dict) -> None:
         raise InvalidRequest(message, fields={"source": {"args": errors}})
 
 
+def refuse_short_secrets(memory: dict, sensitive: set[str], *, source: dict | None,
+                         inputs: dict) -> None:
+    """InvalidRequest naming every sensitive value under secrets.MIN_SECRET_CHARS: a value that
+    short cannot be scrubbed from free text (a model's echo, a crash message) without mangling
+    ordinary words, so it is refused before anything is stored."""
+    short = secrets.too_short(memory, sensitive)
+    if not short:
+        return
+    reason = [f"a sensitive value needs at least {secrets.MIN_SECRET_CHARS} characters"]
+    fields: dict = {}
+    for name in short:
+        if name in inputs:
+            fields.setdefault("inputs", {})[name] = reason
+        else:
+            where = next((f for f in SECRET_BEARING_FIELDS
+                          if name in ((source or {}).get(f) or {})), "inputs")
+            fields.setdefault("source", {}).setdefault(where, {})[name] = reason
+    raise InvalidRequest(f"{', '.join(short)}: {reason[0]}", fields=fields)
+
+
 def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,
                 source: dict | None, inputs: dict | None = None,
                 sensitive_keys: list[str] | None = None, kubeconfig: dict | None = None,
@@ -121,6 +141,7 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
         # A template's declarations name secrets the shared predicate cannot guess from a name.
         sensitive_keys += runtime.integrations.templates.declared_sensitive_keys(source, inputs)
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
+    refuse_short_secrets(memory, set(stripped), source=source, inputs=inputs)
     runner_name, _ = runner_for(persisted["kind"])
     try:
         row = runtime.db.one(
@@ -160,12 +181,24 @@ def _submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *,
     row = get_task(runtime, identity, task_id)
     if row["status"] != Status.BLOCKED:
         raise TaskNotBlocked(snapshot=dto.snapshot(row))
+    declared = [d["name"] for d in row["artifact_summary"].get("pendingInputs") or []
+                if isinstance(d, dict) and d.get("sensitive") and isinstance(d.get("name"), str)]
+    _, memory, stripped = strip_source(
+        {}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]) + declared)
+    refuse_short_secrets(memory, set(stripped), source=None, inputs=inputs)
     claimed = leases.claim(runtime.db, task_id, owner=runtime.owner,
                            lease_ttl_s=runtime.settings.lease_ttl_s, namespace=identity.namespace,
                            from_status=Status.BLOCKED, actor=identity.user)
     if claimed is None:
         raise TaskNotBlocked(snapshot=dto.snapshot(get_task(runtime, identity, task_id)))
-    _, memory, _ = strip_source({}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]))
+    # Names declared sensitive now are recorded on the row before the runner starts: the runner
+    # scrubs by them and never shows their values to a model; a clone re-asks them.
+    added = sorted(set(stripped) & set(memory) - set(claimed["sensitive_keys"]))
+    if added:
+        recorded = runtime.db.one("task_record_sensitive_keys_if_held", names=added,
+                                  task_id=task_id, epoch=claimed["lease_epoch"],
+                                  owner=runtime.owner)
+        claimed = recorded or claimed
     runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig)
     return claimed
 

@@ -11,6 +11,10 @@ from engine.transitions import Guard, transition
 
 log = logging.getLogger(__name__)
 
+#: Longest failure message and timeline detail stored (cut after scrubbing, never before).
+MESSAGE_MAX_CHARS = 500
+DETAIL_MAX_CHARS = 300
+
 
 class TaskHandle:
     """What a runner may do to its task while it holds the lease (epoch `epoch`, owner `owner`).
@@ -76,7 +80,7 @@ class TaskHandle:
         """Record a timeline step's state ("started", "done", "failed", "skipped")."""
         payload = {"step": step, "state": state, **extra}
         if detail:
-            payload["detail"] = detail
+            payload["detail"] = self._bounded(detail, DETAIL_MAX_CHARS)
         self.emit_event("step", payload)
 
     def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None:
@@ -139,7 +143,7 @@ class TaskHandle:
 
     def fail(self, reason: str, message: str) -> None:
         """-> failed with a reason code and a message for the user."""
-        self._move(Status.FAILED, reason=reason, message=secrets.scrub(message, self.secret_values))
+        self._move(Status.FAILED, reason=reason, message=self._bounded(message, MESSAGE_MAX_CHARS))
 
     def acknowledge_cancel(self) -> None:
         """-> cancelled, itemizing what was applied (nothing, partially, fully). Deletes nothing."""
@@ -171,6 +175,11 @@ class TaskHandle:
 
     def _scrub(self, obj):
         return secrets.scrub(obj, self.secret_values)
+
+    def _bounded(self, text: str, limit: int) -> str:
+        """Scrubbed, THEN cut: cutting first could leave a secret's prefix behind."""
+        text = self._scrub(str(text))
+        return text if len(text) <= limit else text[:limit - 3] + "..."
 
     def _lost(self):
         self.abort.abort(LEASE_LOST)

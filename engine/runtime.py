@@ -170,7 +170,8 @@ class EngineRuntime:
                     # Scrubbed: an exception message may quote a manifest carrying a secret.
                     log.error("task %s: runner crashed: %s", handle.task_id,
                               secrets.scrub(traceback.format_exc(), handle.secret_values))
-                    handle.fail("runner_error", f"{type(exc).__name__}: {exc}"[:500])
+                    # The handle scrubs, then bounds: cutting first could keep a secret's prefix.
+                    handle.fail("runner_error", f"{type(exc).__name__}: {exc}")
         except LeaseLost:
             log.info("task %s: lease lost while recording the outcome", handle.task_id)
         except Exception:

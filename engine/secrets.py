@@ -5,6 +5,7 @@ never disagree about what a secret is.
 """
 import base64
 import json
+import logging
 import re
 
 _SENSITIVE_NAME = re.compile(
@@ -14,6 +15,15 @@ _SENSITIVE_NAME = re.compile(
 )
 _SENSITIVE_TYPES = {"password", "secret"}
 REDACTED = "[redacted]"
+#: Shortest sensitive value accepted: shorter ones cannot be scrubbed from free text safely.
+MIN_SECRET_CHARS = 8
+#: A cut-off piece of a secret this long at the edge of a text is redacted too.
+MIN_PARTIAL_CHARS = 4
+
+#: The server's own credentials (gateway API key, devbox signing key and the tokens it mints):
+#: scrubbed from every message and log line, whatever run it belongs to.
+_server_secrets: list[str] = []
+_SERVER_SECRETS_MAX = 256
 
 
 def is_sensitive(name: str, *, declared: set[str] | frozenset = frozenset(),
@@ -34,9 +44,25 @@ def split(values: dict, *, declared: set[str] | frozenset = frozenset(),
     return plain, sensitive
 
 
-def scrub(obj, secret_values: list[str]):
-    """Replace every known secret value (raw, JSON-escaped, base64) anywhere inside obj."""
-    needles = _needles(secret_values)
+def register_server_secret(value: str | None) -> None:
+    """Scrub `value` (a credential of this server) everywhere from now on."""
+    if isinstance(value, str) and value and value not in _server_secrets:
+        _server_secrets.append(value)
+        del _server_secrets[:-_SERVER_SECRETS_MAX]  # minted tokens: keep the recent ones
+
+
+def too_short(values: dict, sensitive: set[str]) -> list[str]:
+    """Names of sensitive values under MIN_SECRET_CHARS (refused: they cannot be scrubbed)."""
+    return sorted(name for name, value in values.items()
+                  if name in sensitive and isinstance(value, str) and value
+                  and len(value) < MIN_SECRET_CHARS)
+
+
+def scrub(obj, secret_values: list[str] = ()):
+    """Replace every known secret value (raw, JSON-escaped, base64) anywhere inside obj, and the
+    server's own credentials. A text cut off inside a secret (truncated elsewhere) loses the
+    piece at its edge too."""
+    needles = _needles(list(secret_values) + _server_secrets)
     if not needles:
         return obj
     return _scrub(obj, needles)
@@ -45,7 +71,7 @@ def scrub(obj, secret_values: list[str]):
 def _needles(values: list[str]) -> list[str]:
     found = set()
     for value in values:
-        if not isinstance(value, str) or len(value) < 4:
+        if not isinstance(value, str) or len(value) < MIN_PARTIAL_CHARS:
             continue  # too short to scrub without mangling ordinary text
         found.add(value)
         found.add(json.dumps(value)[1:-1])
@@ -59,12 +85,27 @@ def _scrub(obj, needles: list[str]):
         for needle in needles:
             if needle in obj:
                 obj = obj.replace(needle, REDACTED)
-        return obj
+        return _scrub_edges(obj, needles)
     if isinstance(obj, dict):
         return {k: _scrub(v, needles) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_scrub(v, needles) for v in obj]
     return obj
+
+
+def _scrub_edges(text: str, needles: list[str]) -> str:
+    """Redact the start of a secret at the end of `text` and the end of one at its start: what
+    is left when someone cut the text (or the secret) before it reached us."""
+    for needle in needles:
+        for size in range(min(len(needle), len(text)) - 1, MIN_PARTIAL_CHARS - 1, -1):
+            if text.endswith(needle[:size]):
+                text = text[:-size] + REDACTED
+                break
+        for size in range(min(len(needle), len(text)) - 1, MIN_PARTIAL_CHARS - 1, -1):
+            if text.startswith(needle[-size:]):
+                text = REDACTED + text[size:]
+                break
+    return text
 
 
 class StreamScrubber:
@@ -75,7 +116,7 @@ class StreamScrubber:
     """
 
     def __init__(self, secret_values: list[str]):
-        self._needles = _needles(secret_values)
+        self._needles = _needles(list(secret_values) + _server_secrets)
         self._pending = ""
 
     def feed(self, piece: str) -> str:
@@ -105,3 +146,29 @@ class StreamScrubber:
         """Whatever was held back, scrubbed (the stream has ended)."""
         rest, self._pending = self._pending, ""
         return _scrub(rest, self._needles) if self._needles else rest
+
+
+def install_log_scrubber() -> None:
+    """Scrub the server's own credentials from every log record this process creates (message,
+    arguments and traceback), whatever logger or handler writes it. Idempotent."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "scrubs_server_secrets", False):
+        return
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        if not _server_secrets:
+            return record
+        try:
+            message = record.getMessage()
+        except Exception:
+            return record  # a broken format string: the logging module reports it
+        scrubbed = scrub(message)
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    factory.scrubs_server_secrets = True
+    logging.setLogRecordFactory(factory)

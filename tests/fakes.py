@@ -252,7 +252,8 @@ class FakeGatewayServer:
         if reply.status != 200:
             start_response(f"{reply.status} Scripted", [("Content-Type", "application/json"),
                                                         *reply.headers])
-            return [json.dumps({"error": {"message": f"scripted {reply.status}"}}).encode()]
+            message = reply.text or f"scripted {reply.status}"  # an error's text, when scripted
+            return [json.dumps({"error": {"message": message}}).encode()]
         start_response("200 OK", [("Content-Type", "text/event-stream"),
                                   ("Cache-Control", "no-cache"), *reply.headers])
         return self._stream(reply, request)

@@ -19,6 +19,7 @@ from urllib.parse import quote
 import jwt
 import requests
 
+from engine import secrets
 from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, NotFound, upstream_text
 
@@ -59,6 +60,7 @@ class DevboxClient:
                              f"least {MIN_KEY_BYTES} bytes")
         self.base_url = base_url.rstrip("/")
         self._signing_key = signing_key
+        secrets.register_server_secret(signing_key)
         self.timeout_s = timeout_s
         self.exec_timeout_s = exec_timeout_s
         self._http = http_session()
@@ -71,7 +73,9 @@ class DevboxClient:
         now = int(time.time())
         claims = {"iss": TOKEN_ISSUER, "aud": TOKEN_AUDIENCE, "sub": f"namespace:{namespace}",
                   "namespace": namespace, "iat": now, "nbf": now, "exp": now + TOKEN_TTL_S}
-        return jwt.encode(claims, self._signing_key, algorithm=TOKEN_ALGORITHM)
+        token = jwt.encode(claims, self._signing_key, algorithm=TOKEN_ALGORITHM)
+        secrets.register_server_secret(token)  # a bearer credential while it lives
+        return token
 
     # -- the API -------------------------------------------------------------------------------
     def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:

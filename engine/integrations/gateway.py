@@ -14,6 +14,7 @@ from typing import Iterator
 import requests
 import urllib3
 
+from engine import secrets
 from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, upstream_text
 from engine.integrations.devbox import http_session
@@ -53,6 +54,7 @@ class GatewayClient:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key
+        secrets.register_server_secret(api_key)  # scrubbed from every message and log line
         self.retries = retries
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s

@@ -194,8 +194,8 @@ def _prepare_workspace(handle, ctx: RunContext, session: AiSession) -> list[str]
                              abort=handle.abort, timeout_s=CLONE_TIMEOUT_S)
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
-            handle.update_timeline("clone", "failed", detail[:300])
-            raise IntegrationError(f"cloning {repo} failed: {detail[:300]}")
+            handle.update_timeline("clone", "failed", detail)
+            raise IntegrationError(f"cloning {repo} failed: {detail}")
         session.cloned = True
         handle.set_artifacts(aiSession=session.as_json())
         handle.update_timeline("clone", "done", repo)

@@ -121,6 +121,17 @@ SELECT c.id, pg_notify('deploy_tasks', json_build_object(
     'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
 FROM changed c;
 
+-- task_record_sensitive_keys_if_held --
+-- Add input names to the task's sensitive keys (names only, never values) for the holder of the
+-- lease: names declared sensitive with an answer are scrubbed and re-asked like any other.
+UPDATE deploy_tasks SET
+    sensitive_keys = ARRAY(SELECT DISTINCT k FROM unnest(sensitive_keys || %(names)s::text[]) AS k
+                           ORDER BY k),
+    updated_at = now()
+WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+  AND status = 'running'
+RETURNING *;
+
 -- task_renew_leases_if_held --
 -- Extend every lease this process holds in one statement; the rows back are the leases still
 -- held, each saying whether a cancel is pending.

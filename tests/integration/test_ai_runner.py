@@ -466,3 +466,28 @@ def test_a_sensitive_input_in_a_secrets_data_is_deployed(create_task, wait_statu
                        "blocked", timeout=30)
 
     assert done["status"] == "completed", done["failure"]
+
+
+def test_sensitive_keys_sent_with_input_are_recorded_and_kept_from_the_model(
+        client, create_task, wait_status, cluster, gateway, sql_conn):
+    secret = canary("greeting")
+    # The model declares an innocuous, non-sensitive input; the user says it is sensitive.
+    gateway.script(Reply(text=json.dumps({"needInputs": [
+        {"name": "GREETING", "type": "string", "sensitive": False, "required": True}]})))
+    task = create_task(PROMPT)
+    assert wait_status(task["id"], "blocked", "failed", "completed")["status"] == "blocked"
+    gateway.script(Reply(text=plan_answer("web", extra_manifests=[
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "greeting"},
+         "stringData": {"GREETING": "${input:GREETING}"}}])))
+
+    response = client.post(f"/api/v1/tasks/{task['id']}/input",
+                           json={"inputs": {"GREETING": secret}, "sensitiveKeys": ["GREETING"]})
+    done = wait_status(task["id"], "completed", "failed")
+
+    assert response.status_code == 200 and done["status"] == "completed", done["failure"]
+    assert "GREETING" in done["sensitiveKeys"]
+    [stored] = [c.manifest for c in cluster.calls if c.op == "apply" and c.ref.kind == "Secret"]
+    assert stored["stringData"] == {"GREETING": secret}  # positive control: it was delivered
+    resumed = json.dumps(gateway.requests[1].body["messages"])
+    assert "GREETING: sensitive, not shown" in resumed
+    assert_nowhere([secret], resumed, dump_database(sql_conn))

@@ -43,3 +43,54 @@ def test_scrub_replaces_raw_json_escaped_and_base64_forms_everywhere():
 
 def test_scrub_leaves_very_short_values_alone_rather_than_mangling_text():
     assert secrets.scrub({"a": "abc def"}, ["abc"]) == {"a": "abc def"}
+
+
+def test_a_text_cut_inside_a_secret_loses_the_cut_piece_at_either_edge():
+    secret = "CANARY-straddle-0123456789"
+    head = "failed: " + secret[:9]  # cut after 9 characters
+    tail = secret[-7:] + " (HTTP 422)"  # a window that started inside it
+
+    assert secrets.scrub(head, [secret]) == "failed: [redacted]"
+    assert secrets.scrub(tail, [secret]) == "[redacted] (HTTP 422)"
+    assert secrets.scrub("failed: CAN", [secret]) == "failed: CAN"  # under 4 characters: ordinary text
+    assert secrets.scrub("an ordinary message", [secret]) == "an ordinary message"
+
+
+def test_the_servers_own_credentials_are_scrubbed_from_messages_and_log_records(caplog):
+    import logging
+
+    key = "server-key-for-a-unit-test-1f2e3d"
+    logger = logging.getLogger("side-door-test")
+    secrets.install_log_scrubber()
+    logger.warning("before registering: %s", key)  # positive control: not yet a known secret
+    secrets.register_server_secret(key)
+
+    logger.warning("calling the gateway with %s", key)
+    try:
+        raise RuntimeError(f"401 for key {key}")
+    except RuntimeError:
+        logger.exception("the call failed")
+
+    assert key in caplog.records[0].getMessage()
+    assert caplog.records[1].getMessage() == "calling the gateway with [redacted]"
+    assert key not in caplog.records[2].exc_text and "[redacted]" in caplog.records[2].exc_text
+    assert secrets.scrub({"message": f"echo {key}"}, []) == {"message": "echo [redacted]"}
+
+
+def test_a_failing_call_under_an_abort_signal_prints_no_greenlet_traceback(capfd):
+    import gevent
+    import pytest
+
+    from engine.abort import AbortSignal
+
+    def upstream_call():
+        raise ValueError("upstream said: internal-console-text")
+
+    gevent.spawn(upstream_call).join()  # positive control: gevent's hub prints this one
+    printed = capfd.readouterr().err
+    with pytest.raises(ValueError, match="internal-console-text"):
+        AbortSignal().run(upstream_call)
+    gevent.sleep(0)
+
+    assert "internal-console-text" in printed
+    assert "internal-console-text" not in capfd.readouterr().err
