@@ -22,7 +22,8 @@ def page_post(client, path, form):
 
 
 @pytest.mark.parametrize("path, body, field", [
-    ("/api/v1/tasks", {"projectId": "demo", "source": {**IMAGE_SOURCE, "env": {"API_TOKEN": "abc"}}},
+    ("/api/v1/tasks", {"projectId": "demo",
+                       "source": {**IMAGE_SOURCE, "env": {"API_TOKEN": "abc"}}},
      {"source": {"env": {"API_TOKEN": ["a sensitive value needs at least 8 characters"]}}}),
     ("/api/v1/tasks", {"projectId": "demo", "source": IMAGE_SOURCE,
                        "inputs": {"plain": "1234567"}, "sensitiveKeys": ["plain"]},

@@ -52,7 +52,7 @@ def test_a_text_cut_inside_a_secret_loses_the_cut_piece_at_either_edge():
 
     assert secrets.scrub(head, [secret]) == "failed: [redacted]"
     assert secrets.scrub(tail, [secret]) == "[redacted] (HTTP 422)"
-    assert secrets.scrub("failed: CAN", [secret]) == "failed: CAN"  # under 4 characters: ordinary text
+    assert secrets.scrub("failed: CAN", [secret]) == "failed: CAN"  # under 4 characters: kept
     assert secrets.scrub("an ordinary message", [secret]) == "an ordinary message"
 
 
