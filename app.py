@@ -26,8 +26,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import (api, auth, cluster_access, csrf, gateway_stream, mcp, openapi, pages,
-                            streams, tools, ws)
+    from blueprints import (api, auth, cluster_access, csrf, edge, gateway_stream, mcp, openapi,
+                            pages, streams, tools, ws)
     import commands
     from engine import migrations
     from engine.db import Database, resolve_database_url
@@ -47,6 +47,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    edge.init_app(app, settings)  # Host allow-list, cross-site refusal, headers, cookie flags
     url = resolve_database_url(settings.database_url, settings.data_dir)
     # DDL and its lock go straight to PostgreSQL, never through a transaction pooler.
     direct_url = settings.listen_database_url or url

@@ -51,10 +51,9 @@ def load_secret_key(data_dir: Path) -> str:
 
 
 def init_app(app: Flask, data_dir: Path) -> None:
-    """Set the secret key and session cookie policy; expose `csrf_token()` to templates."""
+    """Set the secret key; expose `csrf_token()` to templates. (The cookie's flags are set with
+    the other edge rules in blueprints/edge.py.)"""
     app.secret_key = load_secret_key(data_dir)
-    app.config.setdefault("SESSION_COOKIE_SAMESITE", "Lax")
-    app.config.setdefault("SESSION_COOKIE_HTTPONLY", True)
     app.jinja_env.globals["csrf_token"] = token
 
 

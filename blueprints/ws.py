@@ -8,7 +8,6 @@ Frames are JSON: {"t": "reset"}, {"t": "frag", "html", "seq"?}, {"t": "ready"} (
 sent), {"t": "ping"}, {"t": "gone"}
 (the task was purged: stop), {"t": "bye"} (this server is shutting down: reconnect).
 """
-from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, current_app, request
 from flask_sock import Sock
@@ -16,6 +15,7 @@ from gevent.queue import Empty
 from simple_websocket import ConnectionClosed
 
 from blueprints.auth import current_identity
+from blueprints.edge import origin_allowed
 from blueprints.request_helpers import runtime
 from blueprints.timeline_hub import (BYE, GONE, PING, RESET, SendAll, TimelineHub, Viewer,
                                      bootstrap, frame)
@@ -32,19 +32,12 @@ def hub() -> TimelineHub:
     return current_app.extensions["timeline_hub"]
 
 
-def origin_allowed() -> bool:
-    """The handshake's Origin names this very host (browsers always send it; a cross-site page
-    cannot forge it)."""
-    origin = request.headers.get("Origin")
-    if not origin:
-        return False
-    return urlsplit(origin).netloc.lower() == (request.host or "").lower()
-
-
 @bp.before_request
 def check_handshake():
     """Refuse before the upgrade: a foreign Origin is 403, a task not ours is 404."""
-    if not origin_allowed():
+    # Browsers always send Origin and a cross-site page cannot forge it; it must name this
+    # site's configured public origin (never merely whatever Host the request came with).
+    if not origin_allowed(request.headers.get("Origin")):
         abort(403, description="websocket Origin does not match this site")
     task_id = (request.view_args or {}).get("task_id")
     if task_id is None or read_task_row(runtime().db, current_identity().namespace,

@@ -19,6 +19,12 @@ def _env(name: str, default, cast):
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
+    #: Host names this server answers to (comma-separated); empty: 127.0.0.1, localhost, ::1, HOST.
+    trusted_hosts: str = ""
+    #: Where users reach the site (e.g. https://deploy.example.com): the websocket Origin and
+    #: unsafe API requests must come from it; https makes the session cookie Secure. Empty:
+    #: http://<trusted host>:PORT.
+    public_origin: str = ""
     #: Unset: a private embedded PostgreSQL under data_dir.
     database_url: str | None = None
     data_dir: Path = PROJECT_ROOT / "instance"

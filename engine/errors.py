@@ -101,6 +101,20 @@ class UnknownTemplate(DomainError):
     http_status = 404
 
 
+class UntrustedHost(DomainError):
+    """This server does not answer to that Host (TRUSTED_HOSTS)."""
+
+    code = "untrusted_host"
+    http_status = 400
+
+
+class CrossSiteRequest(DomainError):
+    """Cross-site requests may not change anything here."""
+
+    code = "cross_site_request"
+    http_status = 403
+
+
 class KubeconfigRequired(DomainError):
     """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
 
