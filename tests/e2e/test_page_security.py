@@ -137,3 +137,34 @@ def test_the_project_stream_is_scoped_to_its_project(server, api):
     # Each SSE message carries one task's fragments (or one reset / the cards).
     messages = "\n".join(seen).split("\n\n")
     assert max(len(m) for m in messages) < 8192
+
+
+def test_the_pages_work_under_their_content_security_policy(server, browser):
+    srv = server()
+    context = browser.new_context()  # no bypass: the policy the server sends is enforced
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        response = page.goto(f"{srv.base}/projects/csp")
+        csp = response.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "script-src 'self';" in csp
+        page.wait_for_selector("body[data-stream-open='1']")  # htmx and app.js ran, SSE is up
+        page.click("[data-deploy=image]")
+        page.wait_for_selector("#pane.is-open[data-kind=image]")
+        page.fill("#f-image", "nginx:1.27")
+        page.fill("#f-name", "web")
+        page.click("#pane button[type=submit]")
+        page.wait_for_selector("#timeline-pane[data-task-id][data-live]")  # the websocket is up
+        task_id = page.get_attribute("#timeline-pane", "data-task-id")
+        page.wait_for_selector(f"#chip-{task_id}[data-status=completed]", timeout=20_000)
+        assert errors == []
+        # The detector works: an inline script is refused, and that shows up as an error.
+        try:
+            page.add_script_tag(content="window.inlineRan = true")
+        except Exception:
+            pass
+        assert any("Content Security Policy" in e for e in errors), errors
+    finally:
+        context.close()
