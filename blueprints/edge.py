@@ -76,7 +76,8 @@ def init_app(app: Flask, settings) -> None:
 
     @app.before_request
     def check_host_and_site():
-        if _host_name(request.headers.get("Host", "")) not in hosts:
+        host = request.headers.get("Host", "").lower()
+        if _host_name(host) not in hosts and host not in hosts:  # "name" or "name:port" entries
             raise UntrustedHost()
         if request.method in UNSAFE_METHODS and request.path.startswith("/api/"):
             fetch_site = request.headers.get("Sec-Fetch-Site")
