@@ -61,7 +61,7 @@ def too_short(values: dict, sensitive: set[str]) -> list[str]:
 def scrub(obj, secret_values: list[str] = ()):
     """Replace every known secret value (raw, JSON-escaped, base64) anywhere inside obj, and the
     server's own credentials. A text cut off inside a secret (truncated elsewhere) loses the
-    piece at its edge too."""
+    piece at its end too."""
     needles = _needles(list(secret_values) + _server_secrets)
     if not needles:
         return obj
@@ -94,17 +94,13 @@ def _scrub(obj, needles: list[str]):
 
 
 def _scrub_edges(text: str, needles: list[str]) -> str:
-    """Redact the start of a secret at the end of `text` and the end of one at its start: what
-    is left when someone cut the text (or the secret) before it reached us."""
+    """Redact the start of a secret left at the end of `text` (before a trailing "..."): what a
+    cut made elsewhere (an upstream message bounded before it reached us) leaves behind."""
+    body, ellipsis = (text[:-3], "...") if text.endswith("...") else (text, "")
     for needle in needles:
-        for size in range(min(len(needle), len(text)) - 1, MIN_PARTIAL_CHARS - 1, -1):
-            if text.endswith(needle[:size]):
-                text = text[:-size] + REDACTED
-                break
-        for size in range(min(len(needle), len(text)) - 1, MIN_PARTIAL_CHARS - 1, -1):
-            if text.startswith(needle[-size:]):
-                text = REDACTED + text[size:]
-                break
+        for size in range(min(len(needle), len(body)) - 1, MIN_PARTIAL_CHARS - 1, -1):
+            if body.endswith(needle[:size]):
+                return body[:-size] + REDACTED + ellipsis
     return text
 
 

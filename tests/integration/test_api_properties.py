@@ -133,7 +133,7 @@ def endpoints(blocked_id: str, failed_id: str):
                                                 "args": {"image": "nginx:1.27", "port": 80}}},
                {"projectId": "demo", "source": {"kind": "prompt", "prompt": "a web app"},
                 "inputs": {"API_TOKEN": "a-long-secret"}, "sensitiveKeys": ["API_TOKEN"]}]
-    inputs = {"inputs": {"x": "y"}, "sensitiveKeys": ["x"]}
+    inputs = {"inputs": {"x": "long-enough-value"}, "sensitiveKeys": ["x"]}
     tool_bodies = {"create_deployment": creates,
                    "cancel_deployment": [{"taskId": str(uuid.uuid4())}],
                    "redeploy_deployment": [{"taskId": failed_id, "source": dict(IMAGE_SOURCE)}],
