@@ -10,7 +10,7 @@ from marshmallow import ValidationError, fields as mfields, validate as mvalidat
 from blueprints import schemas
 from blueprints.request_helpers import runtime
 from blueprints.views import view_from_row
-from engine import secrets
+from engine import manifests, secrets
 from engine.readside import presentation
 from engine.status import Status
 
@@ -132,8 +132,7 @@ def template_fields(catalog: list[dict], chosen: str | None, source: dict | None
     for decl in template.get("inputs") or []:
         sensitive = decl.get("sensitive") or secrets.is_sensitive(
             decl["name"], declared=declared, input_type=decl.get("type"))
-        widget = ("password" if sensitive else "checkbox" if decl.get("type") == "boolean"
-                  else "number" if decl.get("type") == "integer" else "text")
+        widget = manifests.input_widget(decl.get("type"), sensitive=sensitive)
         value = None if sensitive else args.get(decl["name"], decl.get("default"))
         specs.append(FieldSpec(name=decl["name"], widget=widget,
                                label=decl.get("title") or presentation.field_label(decl["name"]),
@@ -261,8 +260,7 @@ def input_fields(snapshot: dict) -> list[FieldSpec]:
             continue
         sensitive = bool(decl.get("sensitive")) or secrets.is_sensitive(
             name, declared=declared, input_type=decl.get("type"))
-        widget = ("password" if sensitive else "checkbox" if decl.get("type") == "boolean"
-                  else "number" if decl.get("type") == "integer" else "text")
+        widget = manifests.input_widget(decl.get("type"), sensitive=sensitive)
         kept = not sensitive and decl.get("missing") is False
         specs.append(FieldSpec(
             name=name, label=decl.get("label") or presentation.field_label(name), widget=widget,

@@ -18,6 +18,9 @@ NAMESPACED_KINDS = frozenset({
 })
 #: Input types a model may declare (anything else is read as "string").
 INPUT_TYPES = frozenset({"string", "text", "integer", "number", "boolean", "password", "secret"})
+#: Types whose values are numbers or booleans (a form shows a number field or a checkbox).
+NUMERIC_INPUT_TYPES = frozenset({"integer", "number"})
+BOOLEAN_INPUT_TYPES = frozenset({"boolean"})
 #: The subset a template may declare (each has a coercion in templates.InputDecl).
 TEMPLATE_INPUT_TYPES = frozenset({"string", "integer", "boolean", "password", "secret"})
 #: An input's name, as declared and as referred to by a placeholder.
@@ -30,6 +33,15 @@ ANSWER_PLACEHOLDER = re.compile(r"\$\{input:([A-Za-z_][A-Za-z0-9_.-]{0,127})\}")
 TEMPLATE_PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}")
 #: The only fields a sensitive value may be written into: a Secret's data.
 SECRET_DATA_FIELDS = ("data", "stringData")
+
+
+def input_widget(input_type: str | None, *, sensitive: bool) -> str:
+    """How a form asks for an input of this type: password, checkbox, number or text."""
+    if sensitive:
+        return "password"
+    if input_type in BOOLEAN_INPUT_TYPES:
+        return "checkbox"
+    return "number" if input_type in NUMERIC_INPUT_TYPES else "text"
 
 
 def kind_refusal(kind: str) -> str | None:

@@ -77,3 +77,20 @@ def test_json_is_read_only_through_the_depth_limited_loader():
         text = path.read_text()
         assert "get_json(" not in text and "json.loads(" not in text, path.relative_to(ROOT)
     assert "json.loads(" in (ROOT / "engine/untrusted.py").read_text()  # the detector matches
+
+
+def test_the_manifest_rules_are_written_once():
+    # Kinds, input types and placeholder syntax drifted when templates and the AI runner each
+    # had their own copy; engine/manifests.py is the one home.
+    placeholder = re.compile(r"re\.compile\(r[\"']\\\$\\\{")
+    kinds = re.compile(r"\b(CLUSTER_SCOPED_KINDS|NAMESPACED_KINDS)\s*=")
+    types = re.compile(r"INPUT_TYPES\s*=\s*[{(f]")
+    home = (ROOT / "engine/manifests.py").read_text()
+    assert placeholder.search(home) and kinds.search(home) and types.search(home)  # the control
+    for folder in ("engine", "blueprints"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.name == "manifests.py":
+                continue
+            text = path.read_text()
+            for rule in (placeholder, kinds, types):
+                assert not rule.search(text), f"{path.relative_to(ROOT)} redefines {rule.pattern}"
