@@ -24,6 +24,7 @@ STABLE_CODES = {
     "task_not_found", "predecessor_not_found", "predecessor_not_redeployable",
     "redeploy_already_active", "task_already_finished", "task_not_blocked", "template_not_found",
     "kubeconfig_required", "unknown_tool", "not_found", "method_not_allowed", "shutting_down",
+    "idempotency_key_in_flight", "idempotency_key_reused",
 }
 #: Per endpoint: enough that a field losing the storable-text rule is found (measured: every
 #: endpoint's 500s on the code before the edge rules were found well within this).
@@ -138,7 +139,8 @@ def endpoints(blocked_id: str, failed_id: str):
                    "cancel_deployment": [{"taskId": str(uuid.uuid4())}],
                    "redeploy_deployment": [{"taskId": failed_id, "source": dict(IMAGE_SOURCE)}],
                    "submit_deployment_inputs": [{"taskId": blocked_id, **inputs}],
-                   "explain_deployment": [{"taskId": failed_id}]}
+                   "explain_deployment": [{"taskId": failed_id}],
+                   "wait_for_deployment": [{"taskId": failed_id, "timeoutSeconds": 1}]}
     out = [("POST", "/api/v1/tasks", schemas.CreateTask,
             creates + [{"predecessorTaskId": failed_id}]),
            ("POST", f"/api/v1/tasks/{blocked_id}/input", schemas.SubmitInputs, [inputs]),
