@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -153,3 +154,15 @@ def steps(client, task_id, step) -> list[dict]:
 def applied_manifests(cluster, kind=None) -> list[dict]:
     return [c.manifest for c in cluster.calls
             if c.op == "apply" and c.outcome == "ok" and kind in (None, c.ref.kind)]
+
+
+#: A pinned clock for tests of the read side: `at(s)` is T0 plus s seconds.
+T0 = datetime(2026, 7, 6, 12, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def iso(seconds: float | None) -> str | None:
+    return None if seconds is None else at(seconds).isoformat()

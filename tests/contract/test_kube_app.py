@@ -1,30 +1,16 @@
 """End to end through the real app: CLUSTER_BACKEND=kubernetes deploys an image source through the
 Kubernetes adapter to kmock, and refuses requests that bring no usable kubeconfig."""
-import base64
 
 import pytest
 import yaml
 
 from engine.integrations import Integrations
 from engine.integrations.kube import KubeBackend, RetryPolicy
-from tests.conftest import IMAGE_SOURCE, wait_for
+from tests.conftest import IMAGE_SOURCE
 from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
-from tests.contract.test_kube_apply import echo
+from tests.contract.helpers import DEPLOYMENT_PATH, echo, header, wait_finished
 
-DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
 SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
-
-
-def header(kubeconfig) -> dict:
-    return {"X-Kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()}
-
-
-def wait_finished(client, task_id: str) -> dict:
-    """The task's snapshot once it is completed or failed (read through this test's own app)."""
-    def finished():
-        snapshot = client.get(f"/api/v1/tasks/{task_id}").get_json()
-        return snapshot if snapshot["status"] in ("completed", "failed") else None
-    return wait_for(finished, timeout=10.0, message=f"{task_id} to finish")
 
 
 def deployment_status(available: int) -> dict:

@@ -14,30 +14,7 @@ from engine.integrations.kube import KubeBackend, RetryPolicy, retry_after_secon
 from tests.conftest import free_port, wait_for
 from tests.contract.conftest import (FAST_RETRY, LOOPBACK, TOKEN, established_client_sockets,
                                      kubeconfig_for)
-
-DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
-DEPLOYMENT = {
-    "apiVersion": "apps/v1", "kind": "Deployment",
-    "metadata": {"name": "web", "namespace": "demo", "labels": {"app": "web"}},
-    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-             "template": {"metadata": {"labels": {"app": "web"}},
-                          "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}},
-}
-
-
-def status(code: int, message: str) -> dict:
-    """A Kubernetes Status body, as the API server sends with an error."""
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
-            "message": message}
-
-
-def echo(request):
-    return request.data
-
-
-def patches(mock, path=DEPLOYMENT_PATH):
-    return [r for r in mock["patch"] if r.url.path == path]
-
+from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
 
 def test_apply_sends_one_server_side_apply_patch_per_document(kube, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo

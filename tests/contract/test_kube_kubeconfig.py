@@ -15,7 +15,7 @@ from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig, 
 from tests.conftest import wait_for
 from tests.contract.conftest import (TOKEN, established_client_sockets, kubeconfig_for,
                                      open_fd_targets)
-from tests.contract.test_kube_apply import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
+from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
 
 SERVICE = {"apiVersion": "v1", "kind": "Service",
            "metadata": {"name": "web", "namespace": "demo"}, "spec": {"ports": [{"port": 80}]}}

@@ -5,12 +5,10 @@ unique-local and unspecified are refused unless KUBE_ALLOWED_NETWORKS opts them 
 go to exactly the checked addresses; an upstream's error text reaches a task only as its
 structured message, bounded.
 """
-import base64
 import re
 import socket
 
 import pytest
-import yaml
 from gevent.server import StreamServer
 
 from engine.abort import AbortSignal
@@ -19,7 +17,7 @@ from engine.integrations.kube import KubeBackend, NetworkPolicy, RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig
 from tests.conftest import IMAGE_SOURCE, wait_for
 from tests.contract.conftest import FAST_RETRY, LOOPBACK, kubeconfig_for
-from tests.contract.test_kube_apply import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches
+from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, header, patches
 
 STRICT = NetworkPolicy()
 
@@ -85,10 +83,6 @@ def listener():
     server = CountingListener()
     yield server
     server.stop()
-
-
-def header(kubeconfig) -> dict:
-    return {"X-Kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()}
 
 
 def test_a_refused_server_receives_zero_connections(make_app, insert_task, listener):

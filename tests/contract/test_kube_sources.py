@@ -8,8 +8,7 @@ import pytest
 from engine.integrations import Integrations
 from engine.integrations.kube import KubeBackend, RetryPolicy
 from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
-from tests.contract.test_kube_app import header, wait_finished
-from tests.contract.test_kube_apply import echo
+from tests.contract.helpers import echo, header, wait_finished
 
 WORKLOAD = re.compile(r"^/apis/apps/v1/namespaces/demo/(deployments|statefulsets)/[a-z0-9-]+$")
 

@@ -11,7 +11,7 @@ import yaml
 from tests.conftest import dump_database
 from tests.contract.conftest import TOKEN, kubeconfig_for
 from tests.contract.kmock_server import KMockServer
-from tests.contract.test_kube_apply import echo
+from tests.contract.helpers import echo
 from tests.e2e.conftest import NARROW, WIDE
 
 pytestmark = pytest.mark.e2e

@@ -5,10 +5,10 @@ from engine.readside.explain import explain, failure_help
 from engine.readside.store import TaskStore
 from engine.readside.timeline import build
 from engine.runners.direct import endpoint
-from tests.unit.test_store import at, projection  # noqa: F401  (fixture)
+from tests.helpers import at
 
 
-def test_cards_group_by_the_deployment_that_owns_them_workloads_first(projection):  # noqa: F811
+def test_cards_group_by_the_deployment_that_owns_them_workloads_first(projection):
     api = {**projection("completed", created=1, applied=[("Service", "api"), ("Deployment", "api")]),
            "title": "api"}
     api["appliedResources"][0]["endpoint"] = "api.demo.svc:80"

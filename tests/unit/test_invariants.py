@@ -94,3 +94,31 @@ def test_the_manifest_rules_are_written_once():
             text = path.read_text()
             for rule in (placeholder, kinds, types):
                 assert not rule.search(text), f"{path.relative_to(ROOT)} redefines {rule.pattern}"
+
+
+def imported_test_modules(source: str) -> set[str]:
+    """Imports in `source` that name one of our test modules (`tests.*.test_*`, or relative)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            names.add(module)
+            joint = "." if node.module else ""  # `from . import test_x` is `.test_x`
+            names.update(f"{module}{joint}{a.name}" for a in node.names)
+    ours = {n for n in names if n.startswith(("tests.", "."))}  # not a library's test_utils
+    return {n for n in ours if any(part.startswith("test_") for part in n.split("."))}
+
+
+def test_test_modules_import_helpers_and_conftest_never_another_test_module():
+    # The control: both spellings of "import another test module" are seen.
+    assert imported_test_modules("from tests.unit.test_store import at\n"
+                                 "from . import test_store\n"
+                                 "from aiohttp.test_utils import RawTestServer\n") == {
+        "tests.unit.test_store", "tests.unit.test_store.at", ".test_store"}
+    paths = list((ROOT / "tests").rglob("*.py"))
+    assert ROOT / "tests/unit/test_invariants.py" in paths
+    for path in paths:
+        leaked = imported_test_modules(path.read_text())
+        assert not leaked, f"{path.relative_to(ROOT)} imports the test module(s) {leaked}"

@@ -1,0 +1,44 @@
+"""Helpers shared by the Kubernetes contract tests (and the browser test that deploys to kmock):
+the deployment they apply, kmock responders, and how a test reads the outcome through the API."""
+import base64
+
+import yaml
+
+from tests.helpers import wait_for
+
+DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
+DEPLOYMENT = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "web", "namespace": "demo", "labels": {"app": "web"}},
+    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+             "template": {"metadata": {"labels": {"app": "web"}},
+                          "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}},
+}
+
+
+def status(code: int, message: str) -> dict:
+    """A Kubernetes Status body, as the API server sends with an error."""
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
+            "message": message}
+
+
+def echo(request):
+    """kmock responder: answer an apply with the object it sent (what the API server does)."""
+    return request.data
+
+
+def patches(mock, path=DEPLOYMENT_PATH):
+    return [r for r in mock["patch"] if r.url.path == path]
+
+
+def header(kubeconfig) -> dict:
+    """The X-Kubeconfig header carrying `kubeconfig`."""
+    return {"X-Kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()}
+
+
+def wait_finished(client, task_id: str) -> dict:
+    """The task's snapshot once it is completed or failed (read through this test's own app)."""
+    def finished():
+        snapshot = client.get(f"/api/v1/tasks/{task_id}").get_json()
+        return snapshot if snapshot["status"] in ("completed", "failed") else None
+    return wait_for(finished, timeout=10.0, message=f"{task_id} to finish")
