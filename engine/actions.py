@@ -2,7 +2,7 @@
 import logging
 from uuid import UUID
 
-from engine import leases, secrets
+from engine import leases, metrics, secrets
 from engine.errors import (InvalidRequest, PredecessorNotFound, PredecessorNotRedeployable,
                            RedeployAlreadyActive, TaskAlreadyFinished, TaskNotBlocked, TaskNotFound,
                            UnknownTemplate)
@@ -100,6 +100,7 @@ def refuse_short_secrets(memory: dict, sensitive: set[str], *, source: dict | No
     raise InvalidRequest(f"{', '.join(short)}: {reason[0]}", fields=fields)
 
 
+@metrics.timing(metrics.ACTION_DURATION, action="create")
 def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,
                 source: dict | None, inputs: dict | None = None,
                 sensitive_keys: list[str] | None = None, kubeconfig: dict | None = None,
@@ -203,6 +204,7 @@ def _submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *,
     return claimed
 
 
+@metrics.timing(metrics.ACTION_DURATION, action="cancel")
 def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
     """Cancel: queued/blocked at once; running/applying recorded and acknowledged by the runner.
 

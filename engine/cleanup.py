@@ -20,6 +20,7 @@ from engine.db import Database
 from engine.integrations import Integrations
 from engine.integrations.base import IntegrationError, NotFound
 from engine.processes import HOST, StopUnconfirmed
+from engine.streaks import Streaks
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,15 @@ class _Attempt:
 class CleanupWorker:
     """The per-process cleanup greenlet, local runtime release, and startup reconciliation."""
 
-    def __init__(self, db: Database, settings: Settings, integrations: Integrations, owner: str):
+    def __init__(self, db: Database, settings: Settings, integrations: Integrations, owner: str,
+                 *, streaks: Streaks | None = None):
         self.db = db
         self.settings = settings
         self.integrations = integrations
         self.owner = owner
+        #: Failed attempts are streaks under their cause: `integration:<name>` when an
+        #: integration failed (it records that itself), else `cleanup:<trigger>`.
+        self.streaks = streaks or Streaks(db, owner=owner)
         self._greenlet: gevent.Greenlet | None = None
         self._stopping = False
         self._wake = Event()
@@ -95,15 +100,37 @@ class CleanupWorker:
                     return
             try:
                 busy = self.run_once()
-            except Exception:
-                log.exception("cleanup worker tick failed")
+            except Exception as exc:
+                self.streaks.failed("cleanup_worker", exc)
                 busy = False
+            else:
+                self.streaks.succeeded("cleanup_worker")
 
     def run_once(self, now: datetime | None = None) -> bool:
         """One tick: claim and run due jobs; whether to go on at once (more may be due)."""
         s = self.settings
         if not self._draining:
             self._housekeep(now)
+        try:
+            purged = self._purge(now)
+        except Exception as exc:
+            # A purge that keeps failing is a streak of its own; the other jobs still run.
+            self.streaks.failed("retention_purge", exc, now=now)
+            purged = 0
+        else:
+            if purged:
+                self.streaks.succeeded("retention_purge", now=now)
+        others = self._claim([Trigger.DEVBOX_PAUSE, Trigger.DEVBOX_DELETE, Trigger.RUNTIME_STOP],
+                             JOB_CONCURRENCY, now)
+        for job in others:
+            self._pool.spawn(self._run_job, job, now)
+        self._pool.join()
+        self._draining = (purged > 0 or len(others) >= JOB_CONCURRENCY) and not self._stopping
+        return self._draining
+
+    def _purge(self, now: datetime | None) -> int:
+        """Run due purges (continuing a drain); how many jobs were taken."""
+        s = self.settings
         retention_s = s.retention_days * 86400
         if self._draining:
             # Continue a purge drain the reaper started, one bounded batch per pass.
@@ -117,13 +144,7 @@ class CleanupWorker:
             if with_devbox:
                 self._run_purges(with_devbox, retention_s, now)
             purged += len(with_devbox)
-        others = self._claim([Trigger.DEVBOX_PAUSE, Trigger.DEVBOX_DELETE, Trigger.RUNTIME_STOP],
-                             JOB_CONCURRENCY, now)
-        for job in others:
-            self._pool.spawn(self._run_job, job, now)
-        self._pool.join()
-        self._draining = (purged > 0 or len(others) >= JOB_CONCURRENCY) and not self._stopping
-        return self._draining
+        return purged
 
     def _housekeep(self, now: datetime | None) -> None:
         for row in self.db.all("cleanup_job_fail_if_abandoned", max_attempts=MAX_ATTEMPTS, now=now):
@@ -172,7 +193,8 @@ class CleanupWorker:
             log.error("cleanup job %s (%s %s) failed for good after %d attempts: %s", job["id"],
                       job["trigger"], job["operation_id"], row["attempts"], error)
         else:
-            log.warning("cleanup job %s (%s %s) attempt %d failed, next at %s: %s", job["id"],
+            # Per attempt only at debug: what keeps failing is logged, throttled, by its streak.
+            log.debug("cleanup job %s (%s %s) attempt %d failed, next at %s: %s", job["id"],
                         job["trigger"], job["operation_id"], row["attempts"],
                         row["next_attempt_at"].isoformat(), error)
 
@@ -199,12 +221,17 @@ class CleanupWorker:
             handler(job, attempt.abort, now)
         except PreconditionGone as exc:
             self._finish([job], JobState.CANCELLED, now, note=f"cancelled: {exc}")
+            self.streaks.succeeded(f"cleanup:{job['trigger']}", now=now)
         except Exception as exc:
             if not isinstance(exc, (StopUnconfirmed, Aborted)) and not _is_integration_error(exc):
-                log.exception("cleanup job %s crashed", job["id"])
+                log.debug("cleanup job %s crashed", job["id"], exc_info=True)
             self._retry(job, _describe(exc, attempt.abort), now)
+            if not _is_integration_error(exc):
+                self.streaks.failed(f"cleanup:{job['trigger']}", _describe(exc, attempt.abort),
+                                    now=now)
         else:
             self._finish([job], JobState.SUCCEEDED, now)
+            self.streaks.succeeded(f"cleanup:{job['trigger']}", now=now)
         finally:
             self._done(attempt)
 
@@ -283,9 +310,12 @@ class CleanupWorker:
                     self.db.all("runtime_delete_devbox", devbox_id=job["devbox_id"])
             except Exception as exc:
                 if not _is_integration_error(exc) and not isinstance(exc, Aborted):
-                    log.exception("purge job %s: devbox delete crashed", job["id"])
+                    log.debug("purge job %s: devbox delete crashed", job["id"], exc_info=True)
                 self._retry(job, f"devbox {job['devbox_id']} delete: "
                                  f"{_describe(exc, attempt.abort)}", now)
+                if not _is_integration_error(exc):
+                    self.streaks.failed("retention_purge", _describe(exc, attempt.abort),
+                                        now=now)
             else:
                 ready.append(job)
             finally:

@@ -99,6 +99,15 @@ class Settings:
     kube_allowed_networks: str = ""
     #: Allow `http://` cluster servers (credentials in clear on the wire): tests and labs only.
     kube_allow_http: bool = False
+    # Operations (README "Operating").
+    #: Set: GET /metrics requires `Authorization: Bearer <token>`.
+    metrics_token: str | None = field(default=None, repr=False)
+    #: Non-zero: /metrics is served only on this port (a second listener), not on PORT.
+    metrics_port: int = 0
+    #: Comma-separated users who may see the operator pages and API when AUTH_MODE is not dev.
+    admin_users: str = ""
+    #: How long /readyz waits for a database connection before it answers 503.
+    ready_probe_db_timeout_s: float = 2.0
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
 

@@ -83,6 +83,11 @@ class Database:
                 raise
             raise mapped() from exc
 
+    def ping(self, timeout_s: float) -> None:
+        """Raise unless the database answers within about `timeout_s` (readiness)."""
+        with self.pool.connection(timeout=timeout_s) as conn:
+            conn.execute(queries["server_ping"]).fetchone()
+
     def dedicated_connection(self) -> psycopg.Connection:
         """A direct connection outside the pool (LISTEN needs a session of its own)."""
         return psycopg.connect(self.listen_url, autocommit=True, row_factory=dict_row)

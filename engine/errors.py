@@ -141,3 +141,10 @@ class IdempotencyKeyInFlight(DomainError):
 
     code = "idempotency_key_in_flight"
     http_status = 409
+
+
+class OperatorOnly(DomainError):
+    """Only an operator may see this."""
+
+    code = "operator_only"
+    http_status = 403

@@ -4,7 +4,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import cleanup_jobs, runtimes
+from engine import cleanup_jobs, metrics, runtimes
 from engine.config import Settings
 from engine.db import Database
 from engine.status import Status
@@ -57,25 +57,34 @@ class Reaper:
 
     def sweep(self, now: datetime | None = None) -> dict[str, int]:
         """Run every sweep once; how many tasks each resolved (or enqueued cleanup for)."""
+        with metrics.timed(metrics.SWEEP_DURATION, sweep="all"):
+            return self._sweep(now)
+
+    def _sweep(self, now: datetime | None) -> dict[str, int]:
         resolved = {}
         for sweep in self.sweeps():
             params = {"now": now, "limit": SWEEP_BATCH}
             if sweep.deadline:
                 params["deadline_s"] = getattr(self.settings, sweep.deadline)
-            ids = [row["id"] for row in self.db.all(sweep.candidates, **params)]
-            moved = transition(self.db, ids, sweep.to, from_statuses=sweep.sources, guard=sweep.guard, reason=sweep.reason,
-                               message=sweep.message, actor="reaper", now=now) if ids else []
+            with metrics.timed(metrics.SWEEP_DURATION, sweep=sweep.name):
+                ids = [row["id"] for row in self.db.all(sweep.candidates, **params)]
+                moved = transition(self.db, ids, sweep.to, from_statuses=sweep.sources,
+                                   guard=sweep.guard, reason=sweep.reason, message=sweep.message,
+                                   actor="reaper", now=now) if ids else []
             resolved[sweep.name] = len(moved)
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
         # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py runs them).
-        resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(self.db, now=now)
-        resolved["purge"] = cleanup_jobs.enqueue_purges(
-            self.db, retention_s=self.settings.retention_days * 86400,
-            limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch), now=now)
-        resolved["orphaned_runtimes"] = runtimes.judge_orphaned_elsewhere(
-            self.db, lease_ttl_s=self.settings.lease_ttl_s, now=now)
+        with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):
+            resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(self.db, now=now)
+        with metrics.timed(metrics.SWEEP_DURATION, sweep="purge"):
+            resolved["purge"] = cleanup_jobs.enqueue_purges(
+                self.db, retention_s=self.settings.retention_days * 86400,
+                limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch), now=now)
+        with metrics.timed(metrics.SWEEP_DURATION, sweep="orphaned_runtimes"):
+            resolved["orphaned_runtimes"] = runtimes.judge_orphaned_elsewhere(
+                self.db, lease_ttl_s=self.settings.lease_ttl_s, now=now)
         for name in ("pause_devboxes", "purge"):
             if resolved[name]:
                 log.info("reaper %s: %d cleanup job(s) enqueued", name, resolved[name])

@@ -15,7 +15,7 @@ from uuid import UUID
 import gevent
 from gevent.event import Event
 
-from engine import leases, secrets
+from engine import leases, logs, metrics, secrets
 from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
 from engine.cleanup import CleanupWorker
 from engine.config import Settings
@@ -23,12 +23,14 @@ from engine.db import Database
 from engine.errors import LeaseLost, ShuttingDown
 from engine.handle import TaskHandle
 from engine.integrations import Integrations
+from engine.observed import observe_cluster, observe_integrations
 from engine.processes import KILL_CONFIRM_S
 from engine.reaper import Reaper
 from engine.readside.fanout import Fanout, LiveFeed
 from engine.runners import runner_for
 from engine.runners.context import RunContext
 from engine.status import LEASED, Status
+from engine.streaks import Streaks
 from engine.transitions import Guard, transition
 
 log = logging.getLogger(__name__)
@@ -44,15 +46,19 @@ class EngineRuntime:
     def __init__(self, db: Database, settings: Settings, integrations: Integrations):
         self.db = db
         self.settings = settings
-        self.integrations = integrations
         #: Lease owner id: unique per process lifetime, readable by an operator.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.fanout = Fanout(db)
+        #: What keeps failing in this process's loops and integration calls (seed 002).
+        self.streaks = Streaks(db, owner=self.owner, secret_values=[
+            settings.devbox_signing_key, settings.gateway_api_key])
+        self.integrations = observe_integrations(integrations, self.streaks)
+        self.fanout = Fanout(db, streaks=self.streaks)
         #: Unpersisted frames (streamed model tokens) for this process's viewers.
         self.live = LiveFeed()
         self.reaper = Reaper(db, settings)
         #: Durable cleanup jobs, this process's local runtime groups, startup reconciliation.
-        self.cleanup = CleanupWorker(db, settings, integrations, self.owner)
+        self.cleanup = CleanupWorker(db, settings, self.integrations, self.owner,
+                                     streaks=self.streaks)
         self.runs: dict[UUID, _Run] = {}
         #: Tasks with a lease-state check queued (a burst of NOTIFYs costs one read).
         self._checking: set[UUID] = set()
@@ -105,6 +111,19 @@ class EngineRuntime:
             self._shutdown_done.set()
             log.info("engine runtime %s drained", self.owner)
 
+    def unready_reason(self) -> str | None:
+        """Why this process should get no traffic now (None: ready): draining, no database, or
+        no listener (its viewers and cancels would go stale)."""
+        if not self.accepting:
+            return "draining"
+        try:
+            self.db.ping(self.settings.ready_probe_db_timeout_s)
+        except Exception as exc:
+            return f"database unreachable ({type(exc).__name__})"
+        if not self.fanout.connected.is_set():
+            return "listener not connected"
+        return None
+
     # -- launching --------------------------------------------------------------------------------
     def ensure_accepting(self) -> None:
         if not self.accepting:
@@ -148,13 +167,17 @@ class EngineRuntime:
             # Claimed after the drain's abort pass (an admission it stopped waiting for): the run
             # starts aborted and resolves itself as interrupted at its first checkpoint.
             handle.abort.abort(SHUTDOWN)
+        metrics.LEASES_HELD.set(len(self.runs))
         run.greenlet = gevent.spawn(self._run, run, run_fn, ctx, kubeconfig)
 
     def _run(self, run: _Run, run_fn, ctx: RunContext, kubeconfig: dict | None) -> None:
         handle = run.handle
+        # This greenlet's log lines name the task (engine/logs.py).
+        logs.TASK.set((str(ctx.task_id), ctx.namespace))
         try:
             try:
-                ctx.cluster = self.integrations.cluster(kubeconfig)
+                ctx.cluster = observe_cluster(self.integrations.cluster(kubeconfig),
+                                              ctx.namespace, self.streaks, handle.secret_values)
                 run_fn(handle, ctx)
                 if handle.outcome is None:
                     handle.fail("runner_error", "the runner stopped without an outcome")
@@ -178,6 +201,7 @@ class EngineRuntime:
             log.exception("task %s: could not record the outcome", handle.task_id)
         finally:
             self.runs.pop(handle.task_id, None)
+            metrics.LEASES_HELD.set(len(self.runs))
             self._release_runtimes(handle.task_id)
 
     def _release_runtimes(self, task_id: UUID | None = None) -> None:
@@ -218,9 +242,12 @@ class EngineRuntime:
         while True:
             gevent.sleep(self.settings.lease_renew_interval_s)
             try:
-                self.renew_once()
-            except Exception:
-                log.exception("lease renewal failed")
+                with metrics.timed(metrics.RENEWAL_DURATION):
+                    self.renew_once()
+            except Exception as exc:
+                self.streaks.failed("lease_renewal", exc)
+            else:
+                self.streaks.succeeded("lease_renewal")
 
     def renew_once(self) -> None:
         """One renewal tick: renew all held leases; abort runners whose lease is gone."""
@@ -239,8 +266,10 @@ class EngineRuntime:
             gevent.sleep(self.settings.reaper_interval_s)
             try:
                 self.reaper.sweep()
-            except Exception:
-                log.exception("reaper sweep failed")
+            except Exception as exc:
+                self.streaks.failed("reaper", exc)
+            else:
+                self.streaks.succeeded("reaper")
 
     def _on_notify(self, payload: dict) -> None:
         """A task this process runs changed elsewhere: stop at once on a cancel or a lost lease."""

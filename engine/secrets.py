@@ -104,6 +104,25 @@ def _scrub_edges(text: str, needles: list[str]) -> str:
     return text
 
 
+_CREDENTIALS = [
+    # user:password@ in a URL
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),
+    # Authorization header values and bare bearer tokens
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    # name=value or "name": "value" where the name is a secret's (password=..., "token": "...")
+    (re.compile(r"(?i)([\"']?[a-z0-9_-]*" + _SENSITIVE_NAME.pattern + r"[a-z0-9_-]*[\"']?\s*[:=]\s*)"
+                r"(\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"), r"\1" + REDACTED),
+]
+
+
+def redact_credentials(text: str) -> str:
+    """Text an operator will read (a log line, a streak's last error) with anything shaped like
+    a credential replaced: URL passwords, bearer tokens, secret-named key=value pairs."""
+    for pattern, replacement in _CREDENTIALS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 class StreamScrubber:
     """Scrub known secret values from text that arrives in pieces (a streamed model answer).
 

@@ -4,10 +4,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from engine import metrics
 from engine.abort import AbortSignal
 from engine.db import Database
 from engine.errors import IllegalTransition
-from engine.status import LEASED, TRANSITIONS, Status, sources_of
+from engine.status import LEASED, TERMINAL, TRANSITIONS, Status, sources_of
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def transition(
         raise IllegalTransition(f"a move to {to} is a lease holder's write")
     ids = [task_ids] if isinstance(task_ids, (UUID, str)) else list(task_ids)
     verdicts = {str(src): TRANSITIONS[(src, to)] for src in from_statuses}
-    return db.all(
+    moved = db.all(
         "task_transition", abort=abort,
         task_ids=ids, to=str(to), from_statuses=[str(s) for s in from_statuses],
         verdicts=json.dumps(verdicts), reason=reason, message=message, phase=phase, actor=actor,
@@ -77,3 +78,5 @@ def transition(
         claimed_older_than_s=guard.claimed_older_than_s,
         created_older_than_s=guard.created_older_than_s,
     )
+    metrics.record_transitions(moved, verdicts, str(to), terminal=to in TERMINAL)
+    return moved

@@ -6,11 +6,14 @@ are lost. A subscriber that falls behind gets REBOOTSTRAP instead of an unbounde
 """
 import json
 import logging
+import time
+import uuid
 
 import gevent
 from gevent.event import Event
 from gevent.queue import Empty, Full, Queue
 
+from engine import metrics
 from engine.db import NOTIFY_CHANNEL, Database
 
 log = logging.getLogger(__name__)
@@ -18,6 +21,8 @@ log = logging.getLogger(__name__)
 REBOOTSTRAP = {"rebootstrap": True}
 CLOSED = {"closed": True}
 SUBSCRIBER_QUEUE_SIZE = 1000
+#: How often the listener measures its delivery lag with a probe notification of its own.
+PROBE_INTERVAL_S = 30.0
 
 
 class Subscription:
@@ -59,22 +64,29 @@ class Fanout:
 
     RECONNECT_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, *, streaks=None):
         self.db = db
+        #: The listener's connection failures are the `listener` streak (engine/streaks.py).
+        self.streaks = streaks
         self.subscribers: set[Subscription] = set()
         self.callbacks: list = []
         self._stopping = False
         self._greenlet = None
+        self._prober = None
         self.connected = Event()
+        #: Probes this process sent and not yet received: id -> perf_counter at send.
+        self._probes: dict[str, float] = {}
 
     def subscribe(self, *, namespace=None, project=None, task=None) -> Subscription:
         """Subscribe BEFORE reading the bootstrap, so nothing falls in between."""
         sub = Subscription(self, namespace=namespace, project=project, task=task)
         self.subscribers.add(sub)
+        metrics.STREAM_VIEWERS.set(len(self.subscribers))
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         self.subscribers.discard(sub)
+        metrics.STREAM_VIEWERS.set(len(self.subscribers))
 
     def on_notify(self, callback) -> None:
         """Call `callback(payload)` for every notification (the runtime's cancel delivery)."""
@@ -82,16 +94,24 @@ class Fanout:
 
     def start(self) -> None:
         self._greenlet = gevent.spawn(self._listen_forever)
+        self._prober = gevent.spawn(self._probe_forever)
 
     def stop(self) -> None:
         self._stopping = True
         for sub in list(self.subscribers):
             sub.queue.put(CLOSED)
+        if self._prober is not None:
+            self._prober.kill(block=False)
         if self._greenlet is not None:
             # Killing the wait drops the dedicated connection with it; nothing else uses it.
             self._greenlet.kill(block=True, timeout=2)
 
     def dispatch(self, payload: dict) -> None:
+        if "probe" in payload:
+            sent = self._probes.pop(payload["probe"], None)
+            if sent is not None:
+                metrics.NOTIFY_LAG.observe(time.perf_counter() - sent)
+            return  # a probe is nobody else's business
         for callback in self.callbacks:
             try:
                 callback(payload)
@@ -115,6 +135,8 @@ class Fanout:
                             sub.offer(REBOOTSTRAP)
                     first = False
                     failures = 0
+                    if self.streaks is not None:
+                        self.streaks.succeeded("listener")
                     while not self._stopping:
                         for notify in conn.notifies(timeout=0.5):
                             self.dispatch(_parse(notify.payload))
@@ -124,8 +146,26 @@ class Fanout:
                     return
                 delay = self.RECONNECT_BACKOFF_S[min(failures, len(self.RECONNECT_BACKOFF_S) - 1)]
                 failures += 1
-                log.warning("listener connection lost (%s); reconnecting in %.1fs", exc, delay)
+                if self.streaks is not None:
+                    self.streaks.failed("listener", exc)
+                else:
+                    log.warning("listener connection lost (%s); reconnecting in %.1fs", exc, delay)
                 gevent.sleep(delay)
+
+    def probe(self) -> None:
+        """Send one probe notification; its delivery lag is observed when it comes back."""
+        probe = uuid.uuid4().hex
+        self._probes = {probe: time.perf_counter()}  # an unanswered older probe is dropped
+        self.db.one("notify_probe", probe=probe)
+
+    def _probe_forever(self) -> None:
+        while not self._stopping:
+            if self.connected.wait(timeout=PROBE_INTERVAL_S):
+                try:
+                    self.probe()
+                except Exception as exc:
+                    log.debug("notify probe failed: %s", exc)
+            gevent.sleep(PROBE_INTERVAL_S)
 
 
 def _parse(payload: str) -> dict:

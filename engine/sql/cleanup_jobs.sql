@@ -68,6 +68,12 @@ SELECT c.*, c.snapshot ->> 'namespace' AS namespace,
 FROM claimed c CROSS JOIN clock
 LEFT JOIN deploy_tasks t ON t.id = c.task_id;
 
+-- cleanup_job_count_by_state --
+-- Cleanup jobs and the attempts they made, by trigger and state (metrics).
+SELECT trigger::text AS trigger, state::text AS state, count(*) AS n,
+       coalesce(sum(attempts), 0) AS attempts
+FROM cleanup_jobs GROUP BY trigger, state;
+
 -- cleanup_job_delete_completed --
 -- Forget succeeded and cancelled jobs completed before the cutoff (failed ones stay for diagnosis).
 DELETE FROM cleanup_jobs WHERE id IN (
@@ -203,6 +209,17 @@ WHERE j.id = done.id AND j.attempts = done.attempts AND j.state = 'running'
   AND %(state)s::cleanup_job_state IN ('succeeded', 'cancelled')
 RETURNING j.id;
 
+-- cleanup_job_get --
+-- One cleanup job.
+SELECT * FROM cleanup_jobs WHERE id = %(job_id)s;
+
+-- cleanup_job_list --
+-- The newest cleanup jobs, optionally of some states (operator tools).
+SELECT * FROM cleanup_jobs
+WHERE (%(states)s::cleanup_job_state[] IS NULL OR state = ANY(%(states)s::cleanup_job_state[]))
+ORDER BY id DESC
+LIMIT %(limit)s;
+
 -- cleanup_job_note_if_unclaimable --
 -- Say why due devbox jobs wait when this process has no devbox integration (once per job).
 UPDATE cleanup_jobs
@@ -326,3 +343,31 @@ SET state = CASE WHEN j.attempts >= %(max_attempts)s THEN 'failed'
 FROM clock
 WHERE j.id = %(job_id)s AND j.attempts = %(attempts)s AND j.state = 'running'
 RETURNING j.*;
+
+-- cleanup_job_retry_if_failed --
+-- An operator gives a job that failed for good a fresh attempt budget (unless another job of the
+-- same operation is open), audited as an event of its task when the task still exists.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), revived AS (
+    UPDATE cleanup_jobs j
+    SET state = 'pending', attempts = 0, next_attempt_at = clock.now, completed_at = NULL,
+        claimed_by = NULL, updated_at = clock.now,
+        last_error = 'retried by ' || %(actor)s || coalesce('; before that: ' || j.last_error, '')
+    FROM clock
+    WHERE j.id = %(job_id)s AND j.state = 'failed'
+      AND NOT EXISTS (SELECT 1 FROM cleanup_jobs o
+                      WHERE o.operation_id = j.operation_id
+                        AND o.state IN ('pending', 'running', 'retry_wait'))
+    RETURNING j.*
+), audited AS (
+    INSERT INTO deploy_task_events (task_id, kind, payload)
+    SELECT t.id, 'cleanup_retry', jsonb_build_object(
+        'jobId', r.id, 'trigger', r.trigger, 'operationId', r.operation_id, 'by', %(actor)s::text)
+    FROM revived r JOIN deploy_tasks t ON t.id = r.task_id
+    RETURNING task_id
+)
+SELECT r.*, (SELECT count(pg_notify('deploy_tasks', json_build_object(
+    'namespace', t.namespace, 'project', t.project_id, 'task', t.id)::text))
+             FROM deploy_tasks t WHERE t.id IN (SELECT task_id FROM audited)) AS audited
+FROM revived r;

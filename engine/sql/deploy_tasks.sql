@@ -9,9 +9,20 @@ FROM deploy_tasks
 WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
   AND status IN ('running', 'applying');
 
+-- task_count_active_by_status --
+-- Active tasks by status and source kind (metrics): each status is a partial-index or small scan.
+SELECT status::text AS status, source_kind, count(*) AS n
+FROM deploy_tasks
+WHERE status IN ('queued', 'running', 'blocked', 'applying')
+GROUP BY status, source_kind;
+
 -- task_get --
 -- One task of a namespace.
 SELECT * FROM deploy_tasks WHERE id = %(task_id)s AND namespace = %(namespace)s;
+
+-- task_get_any_namespace --
+-- One task whatever its namespace (operator tools only; every request path is namespace-scoped).
+SELECT * FROM deploy_tasks WHERE id = %(task_id)s;
 
 -- task_get_lease_state --
 -- The lease facts a process needs to decide whether its local runner must stop.
@@ -41,6 +52,15 @@ WITH created AS (
 SELECT c.*, pg_notify('deploy_tasks', json_build_object(
     'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
 FROM created c;
+
+-- task_list_for_operator --
+-- The newest tasks across namespaces, optionally of one namespace, project or statuses.
+SELECT * FROM deploy_tasks
+WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+  AND (%(project_id)s::text IS NULL OR project_id = %(project_id)s)
+  AND (%(statuses)s::task_status[] IS NULL OR status = ANY(%(statuses)s::task_status[]))
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
 
 -- task_list_ids_cancel_overdue --
 -- Leased tasks whose cancel request is older than the acknowledgement deadline.

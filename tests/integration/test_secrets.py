@@ -5,6 +5,7 @@ import uuid
 import gevent
 import pytest
 
+from engine.logs import JsonFormatter
 from tests.helpers import assert_nowhere, canary, dump_database, wait_for
 
 
@@ -51,7 +52,7 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     stream = tap()
     secrets_sent = {k: canary(k) for k in
                     ("env", "input", "declared", "blocked", "redeploy", "cancel", "crash",
-                     "idem_env", "idem_input", "idem_tool")}
+                     "idem_env", "idem_input", "idem_tool", "crash_declared")}
 
     # 1. create: a secret-looking env entry, a secret-looking input, a declared-sensitive input.
     created = client.post("/api/v1/tasks", json={
@@ -96,9 +97,11 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     def crash(manifest, *, abort):
         raise RuntimeError(f"unexpected cluster answer for {manifest}")
     cluster.apply = crash
+    # A declared-sensitive key too: only its value, not its name, can tell it is a secret.
     crashed = client.post("/api/v1/tasks", json={
         "projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "boom"},
-        "inputs": {"PASSWORD": secrets_sent["crash"]}}).get_json()
+        "inputs": {"PASSWORD": secrets_sent["crash"], "opaque": secrets_sent["crash_declared"]},
+        "sensitiveKeys": ["opaque"]}).get_json()
     snap = wait_status(crashed["id"], "failed")
     assert snap["failure"]["reason"] == "runner_error" and "[redacted]" in snap["failure"]["message"]
 
@@ -132,7 +135,24 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     assert '"status":"completed"' in frames  # the tap did see the run
     server_log = "\n".join(r.getMessage() for r in caplog.records)
     assert "runner crashed" in server_log  # the crash was logged, scrubbed
-    assert_nowhere(secrets_sent.values(), dump_database(sql_conn), frames, server_log, replayed)
+    # The operator's side: the crash is a failure streak of the cluster integration, shown by the
+    # admin API, the Health page, the CLI, the metrics and the JSON log lines.
+    streaks = client.get("/api/v1/admin/streaks").get_data(as_text=True)
+    assert "integration:cluster:default" in streaks and "unexpected cluster answer" in streaks
+    health_page = client.get("/health").get_data(as_text=True)
+    assert "integration:cluster:default" in health_page
+    cli = app.test_cli_runner()
+    cli_output = "\n".join(cli.invoke(args=args).output for args in (
+        ["tasks", "list", "--json"], ["tasks", "show", "--json", crashed["id"]],
+        ["tasks", "show", crashed["id"]], ["streaks", "--json"], ["streaks"],
+        ["cleanup-jobs", "list", "--json"]))
+    assert crashed["id"] in cli_output and "integration:cluster:default" in cli_output
+    metrics_text = client.get("/metrics").get_data(as_text=True)
+    assert 'deploy_failure_streaks{subject="integration:cluster"} 1.0' in metrics_text
+    json_log = "\n".join(JsonFormatter().format(r) for r in caplog.records)
+    assert "runner crashed" in json_log
+    assert_nowhere(secrets_sent.values(), dump_database(sql_conn), frames, server_log, replayed,
+                   streaks, health_page, cli_output, metrics_text, json_log)
 
 
 def test_snapshot_redacts_sensitive_named_fields_as_defence_in_depth(client, insert_task):

