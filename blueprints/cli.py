@@ -11,7 +11,7 @@ from uuid import UUID
 
 import click
 from flask import Flask, current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, with_appcontext
 
 from engine import operations
 from engine.errors import DomainError
@@ -154,6 +154,7 @@ def jobs_retry(job_id: int, as_json):
 
 @click.command("streaks")
 @json_option
+@with_appcontext
 def streaks(as_json):
     """What keeps failing right now (exit 1 when anything is)."""
     items = operations.list_streaks(runtime())
@@ -166,6 +167,7 @@ def streaks(as_json):
 
 @click.command("reconcile")
 @json_option
+@with_appcontext
 def reconcile(as_json):
     """Run startup reconciliation of this host's runtime rows now (exit 1 on any error)."""
     summary = operations.reconcile(runtime())

@@ -212,6 +212,8 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
     the current row; a completed or failed task raises TaskAlreadyFinished.
     """
     row = get_task(runtime, identity, task_id)
+    log.info("cancel of task %s requested by %s", task_id, identity.user,
+             extra={"task_id": str(task_id), "namespace": identity.namespace})
     for _ in range(3):  # the task may move between our read and our write; re-decide on the new state
         status = Status(row["status"])
         if status is Status.CANCELLED:
