@@ -7,6 +7,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import atexit  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -17,3 +18,5 @@ logs.configure()
 # Flask's CLI sets this for every command; `flask run` is the only one that serves.
 _operator_command = os.environ.get("FLASK_RUN_FROM_CLI") == "true" and "run" not in sys.argv[1:2]
 app = create_app({"overrides": {"start_runtime": False}} if _operator_command else None)
+if _operator_command:
+    atexit.register(app.extensions["engine"].db.close)
