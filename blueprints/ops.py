@@ -33,14 +33,12 @@ def require_operator() -> None:
         raise OperatorOnly()
 
 
-@bp.get("/healthz")
 def healthz():
     """The process is alive (never touches the database)."""
     engine = runtime()
     return jsonify({"ok": True, "owner": engine.owner, "running": len(engine.runs)})
 
 
-@bp.get("/readyz")
 def readyz():
     """Ready for traffic: database reachable, listener connected, not draining."""
     reason = runtime().unready_reason()
@@ -49,7 +47,6 @@ def readyz():
     return jsonify({"ready": True})
 
 
-@bp.get("/metrics")
 def scrape():
     """Every metric in the Prometheus text format (all workers' numbers under gunicorn)."""
     settings = runtime().settings
@@ -80,6 +77,11 @@ def health_page():
 
 def init_app(app: Flask) -> None:
     """Register the routes and the request-id / context hooks."""
+    # Probes and the scrape are app-level endpoints ("healthz", "readyz", "metrics") so that an
+    # auth gate can list them as public by those plain names.
+    app.add_url_rule("/healthz", "healthz", healthz, methods=["GET"])
+    app.add_url_rule("/readyz", "readyz", readyz, methods=["GET"])
+    app.add_url_rule("/metrics", "metrics", scrape, methods=["GET"])
     app.register_blueprint(bp)
 
     @app.before_request

@@ -94,10 +94,10 @@ def test_cleanup_jobs_list_and_retry_with_a_fresh_budget_audited(cli, insert_tas
 
 def test_streaks_exits_1_while_something_is_failing(cli, runtime):
     assert "(none)" in cli("streaks")
-    runtime.streaks.failed("listener", "connection refused")
-    assert "listener" in cli("streaks", expect=1)
+    runtime.streaks.failed("reaper", "connection refused")
+    assert "reaper" in cli("streaks", expect=1)
     assert json.loads(cli("streaks", "--json", expect=1))[0]["consecutiveFailures"] == 1
-    runtime.streaks.succeeded("listener")
+    runtime.streaks.succeeded("reaper")
     assert json.loads(cli("streaks", "--json")) == []
 
 
