@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 from gevent.pywsgi import WSGIServer
 
-from engine import cleanup
+from engine import cleanup, cleanup_jobs
 from engine.integrations.devbox import DevboxClient
 from engine.streaks import REPORT_EVERY, Streaks
 from tests.conftest import free_port
@@ -39,7 +39,7 @@ def test_a_dead_devbox_url_is_one_streak_row_with_throttled_lines_and_one_recove
     caplog.set_level(logging.INFO, logger="engine.streaks")
     failures = 2 * REPORT_EVERY + 5  # 125: lines at the 1st, 60th and 120th failure
     finished_tasks_with_devboxes(insert_task, failures)
-    while cleanup.enqueue_devbox_pauses(engine.db):
+    while cleanup_jobs.enqueue_devbox_pauses(engine.db):
         pass
     attempted = 0
     while attempted < failures:
