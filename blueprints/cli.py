@@ -1,4 +1,5 @@
-"""Operator commands: `flask --app wsgi <command>` (README "Operating").
+"""Operator commands: `flask --app wsgi <command>` (README "Operating"); `db status|upgrade`
+are the schema migrator's own.
 
 Readable tables by default, `--json` for scripts. Exit codes: 0 done (and, for `streaks` and
 `db status`, nothing wrong); 1 something needs attention (a current streak, a pending migration,
@@ -23,7 +24,6 @@ EXIT_NOT_ALLOWED = 4
 
 tasks_cli = AppGroup("tasks", help="Look at and cancel tasks of any namespace.")
 jobs_cli = AppGroup("cleanup-jobs", help="Look at and retry durable cleanup jobs.")
-db_cli = AppGroup("db", help="The database schema: migration status and upgrade.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
@@ -182,37 +182,6 @@ def reconcile(as_json):
         sys.exit(EXIT_ATTENTION)
 
 
-@db_cli.command("status")
-@json_option
-def db_status(as_json):
-    """Every migration and when it was applied (exit 1 when any is pending)."""
-    from engine import migrations
-    states = [{"version": s.version, "name": s.name,
-               "appliedAt": s.applied_at.isoformat() if s.applied_at else None,
-               "state": "unknown" if s.unknown else "applied" if s.applied_at else "pending"}
-              for s in migrations.status(runtime().db.url)]
-    emit(states, as_json, [("version", "VERSION"), ("name", "NAME"), ("state", "STATE"),
-                           ("appliedAt", "APPLIED")])
-    if any(s["state"] == "pending" for s in states):
-        sys.exit(EXIT_ATTENTION)
-
-
-@db_cli.command("upgrade")
-@json_option
-def db_upgrade(as_json):
-    """Apply every pending migration."""
-    from engine import migrations
-    applied = [{"version": m.version, "name": m.name}
-               for m in migrations.upgrade(runtime().db.url)]
-    if as_json:
-        emit(applied, True)
-    elif applied:
-        for m in applied:
-            click.echo(f"applied {m['version']:04d} {m['name']}")
-    else:
-        click.echo("the schema is up to date")
-
-
 def init_app(app: Flask) -> None:
-    for command in (tasks_cli, jobs_cli, db_cli, streaks, reconcile):
+    for command in (tasks_cli, jobs_cli, streaks, reconcile):
         app.cli.add_command(command)
