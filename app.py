@@ -26,8 +26,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import (api, auth, cli, cluster_access, csrf, edge, gateway_stream, mcp,
-                            openapi, ops, pages, streams, tools, ws)
+    from blueprints import (api, auth, cluster_access, csrf, edge, gateway_stream, mcp, openapi,
+                            ops, pages, streams, tools, ws)
     import commands
     from engine import migrations
     from engine.db import Database, resolve_database_url
@@ -82,7 +82,6 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     # First: its hooks give every request (and every log line of it) a request id.
     ops.init_app(app)
-    cli.init_app(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(tools.bp)
     app.register_blueprint(openapi.bp)
