@@ -112,7 +112,7 @@ def spawned_leftover(sql_conn, insert_task):
     """A local runtime row another (gone) engine runtime left on this host: its process is dead."""
     import socket
 
-    from engine.cleanup import boot_id
+    from engine.processes import boot_id
     task = insert_task(status="failed")
     sql_conn.execute(
         "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, owner_pid, "
