@@ -273,7 +273,7 @@ def test_a_host_cut_off_from_postgresql_loses_its_leases_and_writes_nothing_afte
         finally:
             board.close()
     # The listener noticed the dead link (then reconnected: the re-read snapshot above).
-    assert "listener connection lost" in b.output()
+    assert "listener failed" in b.output()
 
 
 def test_killing_every_process_of_host_a_leaves_its_runs_to_a_live_reaper(hosts):
