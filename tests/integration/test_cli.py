@@ -57,7 +57,9 @@ def test_tasks_cancel_goes_through_the_two_phase_cancel(cli, create_task, cluste
     events = client.get(f"/api/v1/tasks/{running['id']}/events").get_json()["items"]
     assert any(e["kind"] == "cancel_requested" and "operator" in json.dumps(e["payload"])
                for e in events), events
-    cli("tasks", "cancel", running["id"], expect=4)  # finished: not allowed from here
+    assert "cancelled" in cli("tasks", "cancel", running["id"])  # the intent holds: a no-op
+    completed = insert_task(status="completed")
+    cli("tasks", "cancel", str(completed["id"]), expect=4)  # finished: not allowed from here
     cli("tasks", "cancel", str(uuid.uuid4()), expect=3)
 
 

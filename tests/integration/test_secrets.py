@@ -105,6 +105,22 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     snap = wait_status(crashed["id"], "failed")
     assert snap["failure"]["reason"] == "runner_error" and "[redacted]" in snap["failure"]["message"]
 
+    # The operator's side, before step 6's successes end the streak: the crash is a failure
+    # streak of the cluster integration, shown by the admin API, the Health page, the CLI and the
+    # metrics (and the JSON log lines, checked at the end).
+    streaks = client.get("/api/v1/admin/streaks").get_data(as_text=True)
+    assert "integration:cluster:default" in streaks and "unexpected cluster answer" in streaks
+    health_page = client.get("/health").get_data(as_text=True)
+    assert "integration:cluster:default" in health_page
+    cli = app.test_cli_runner()
+    cli_output = "\n".join(cli.invoke(args=args).output for args in (
+        ["tasks", "list", "--json"], ["tasks", "show", "--json", crashed["id"]],
+        ["tasks", "show", crashed["id"]], ["streaks", "--json"], ["streaks"],
+        ["cleanup-jobs", "list", "--json"]))
+    assert crashed["id"] in cli_output and "integration:cluster:default" in cli_output
+    metrics_text = client.get("/metrics").get_data(as_text=True)
+    assert 'deploy_failure_streaks{subject="integration:cluster"} 1.0' in metrics_text
+
     # 6. idempotent creates and inputs: the kept answers and the fingerprints hold no secret.
     del cluster.apply  # the crash is over
     key = {"Idempotency-Key": str(uuid.uuid4())}
@@ -135,20 +151,6 @@ def test_canaries_through_create_input_redeploy_cancel_and_crash_leak_nowhere(
     assert '"status":"completed"' in frames  # the tap did see the run
     server_log = "\n".join(r.getMessage() for r in caplog.records)
     assert "runner crashed" in server_log  # the crash was logged, scrubbed
-    # The operator's side: the crash is a failure streak of the cluster integration, shown by the
-    # admin API, the Health page, the CLI, the metrics and the JSON log lines.
-    streaks = client.get("/api/v1/admin/streaks").get_data(as_text=True)
-    assert "integration:cluster:default" in streaks and "unexpected cluster answer" in streaks
-    health_page = client.get("/health").get_data(as_text=True)
-    assert "integration:cluster:default" in health_page
-    cli = app.test_cli_runner()
-    cli_output = "\n".join(cli.invoke(args=args).output for args in (
-        ["tasks", "list", "--json"], ["tasks", "show", "--json", crashed["id"]],
-        ["tasks", "show", crashed["id"]], ["streaks", "--json"], ["streaks"],
-        ["cleanup-jobs", "list", "--json"]))
-    assert crashed["id"] in cli_output and "integration:cluster:default" in cli_output
-    metrics_text = client.get("/metrics").get_data(as_text=True)
-    assert 'deploy_failure_streaks{subject="integration:cluster"} 1.0' in metrics_text
     json_log = "\n".join(JsonFormatter().format(r) for r in caplog.records)
     assert "runner crashed" in json_log
     assert_nowhere(secrets_sent.values(), dump_database(sql_conn), frames, server_log, replayed,
