@@ -48,6 +48,8 @@ async def main(url: str) -> dict:
                                                                   {"taskId": hanging_id}))
         report["cancelAgain"] = result(await client.call_tool("cancel_deployment",
                                                               {"taskId": hanging_id}))
+        report["cancelCompleted"] = result(await client.call_tool("cancel_deployment",
+                                                                  {"taskId": task_id}))
 
         failing = await client.call_tool("create_deployment",
                                          {"projectId": "mcp", "source": FAILING})

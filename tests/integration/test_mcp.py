@@ -50,9 +50,12 @@ def test_the_sdk_client_lists_creates_waits_cancels_and_explains(start_server):
     explained = report["explainedCancel"]["structured"]
     assert explained["status"] == "cancelled" and "cancelled" in explained["summary"]
     assert explained["recent"] and explained["logTail"] is None
-    # A tool error is an MCP tool error whose text starts with the stable code.
-    assert report["cancelAgain"]["isError"] is True
-    assert report["cancelAgain"]["text"].startswith("task_already_finished:")
+    # Cancelling a cancelled task again is a no-op that answers the current snapshot ...
+    assert report["cancelAgain"]["isError"] is False
+    assert report["cancelAgain"]["structured"]["status"] == "cancelled"
+    # ... while cancelling a completed one is a tool error whose text starts with the stable code.
+    assert report["cancelCompleted"]["isError"] is True
+    assert report["cancelCompleted"]["text"].startswith("task_already_finished:")
     assert report["invalid"]["isError"] is True
     assert report["invalid"]["text"].startswith("invalid_request:")
     assert set(report["invalid"]["structured"]["fields"]) == {"projectId", "source"}
