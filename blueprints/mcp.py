@@ -11,13 +11,13 @@ text starts with the stable error code.
 """
 import json
 import logging
-from urllib.parse import urlsplit
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from blueprints import tools
 from blueprints.auth import current_identity
+from blueprints.edge import origin_allowed
 from blueprints.jsonschema import schema_of
 from engine.untrusted import load_json
 
@@ -59,15 +59,11 @@ def _http_error(status: int, code: int, message: str) -> Response:
     return response
 
 
-def _same_origin(origin: str) -> bool:
-    """A browser page may only reach us from our own origin (DNS rebinding guard)."""
-    return urlsplit(origin).netloc == request.host
-
-
 @bp.post("/mcp")
 def endpoint():
     origin = request.headers.get("Origin")
-    if origin and not _same_origin(origin):
+    # A browser page may only reach us from this site's public origin (DNS rebinding guard).
+    if origin and not origin_allowed(origin):
         return _http_error(403, INVALID_REQUEST, "cross-origin requests are refused")
     accept = request.headers.get("Accept", "")
     if "application/json" not in accept and "text/event-stream" not in accept:

@@ -90,10 +90,24 @@ def test_initialize_negotiates_the_version_and_signs_a_session(client):
     assert nothing.get_json()["error"]["code"] == -32601
 
 
+def test_the_origin_rule_is_the_sites_public_origin_not_the_requests_host(make_app):
+    client = make_app(public_origin="https://deploy.example.com").test_client()
+    session = initialize(client).headers["Mcp-Session-Id"]
+    ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+    assert rpc(client, ping, session,
+               {"Origin": "https://deploy.example.com"}).status_code == 200
+    # The request's own Host (localhost) is no longer an acceptable origin.
+    refused = rpc(client, ping, session, {"Origin": "http://localhost"})
+    assert refused.status_code == 403
+    assert refused.get_json()["error"]["message"] == "cross-origin requests are refused"
+
+
 def test_transport_rules_origin_accept_sse_and_get(client):
     session = initialize(client).headers["Mcp-Session-Id"]
     ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
-    assert rpc(client, ping, session, {"Origin": "http://localhost"}).status_code == 200
+    # The configured origin (PUBLIC_ORIGIN, by default http://<trusted host>:PORT).
+    ours = next(o for o in client.application.config["PUBLIC_ORIGINS"] if "localhost" in o)
+    assert rpc(client, ping, session, {"Origin": ours}).status_code == 200
     assert rpc(client, ping, session, {"Origin": "http://evil.example"}).status_code == 403
     assert rpc(client, ping, session, {"Accept": "text/html"}).status_code == 406
     sse = rpc(client, ping, session, {"Accept": "text/event-stream"})
