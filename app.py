@@ -15,6 +15,7 @@ import socket  # noqa: E402
 from flask import Flask, request  # noqa: E402
 from werkzeug.exceptions import HTTPException  # noqa: E402
 
+from blueprints.oidc import ConfigurationError  # noqa: E402
 from engine.config import Settings  # noqa: E402
 
 log = logging.getLogger("app")
@@ -39,8 +40,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     settings = Settings.from_env(**(test_config or {}))
     from engine import secrets
     secrets.install_log_scrubber()
-    if settings.auth_mode not in auth.AUTH_MODES:
-        raise RuntimeError(f"AUTH_MODE must be one of {sorted(auth.AUTH_MODES)}")
+    auth_mode = auth.configure(settings)  # before anything starts: a bad setting stops boot
     if settings.cluster_backend not in ("sandbox", "kubernetes") \
             and "integrations" not in settings.overrides:
         raise RuntimeError("CLUSTER_BACKEND must be 'sandbox' or 'kubernetes'")
@@ -90,7 +90,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(streams.bp)
     app.register_blueprint(gateway_stream.bp)
     # The UI: server-rendered pages (CSRF-checked htmx writes) and the timeline websocket.
-    csrf.init_app(app, settings.data_dir)
+    csrf.init_app(app, settings.data_dir, settings.secret_key)
+    auth.init_app(app, auth_mode)
     app.register_blueprint(pages.bp)
     app.register_blueprint(cluster_access.bp)
     ws.init_app(app, runtime)
@@ -165,7 +166,10 @@ def serve() -> None:
     from engine import logs
 
     logs.configure()
-    app = create_app()
+    try:
+        app = create_app()
+    except ConfigurationError as exc:
+        raise SystemExit(f"configuration error: {exc}")
     settings = app.extensions["engine"].settings
     server = WSGIServer((settings.host, settings.port), app, log=None)
     server.init_socket()

@@ -10,10 +10,14 @@ monkey.patch_all()
 import atexit  # noqa: E402
 
 from app import create_app, invoked_as_operator_command  # noqa: E402
+from blueprints.oidc import ConfigurationError  # noqa: E402
 from engine import logs  # noqa: E402
 
 logs.configure()
-app = create_app()
+try:
+    app = create_app()
+except ConfigurationError as exc:
+    raise SystemExit(f"configuration error: {exc}")
 if invoked_as_operator_command():
     # A command's process ends right after it: close the pool while the gevent hub still runs.
     atexit.register(app.extensions["engine"].db.close)

@@ -1,21 +1,272 @@
-"""Identity for a request. `dev` mode: one local user in namespace "default".
+"""Who is asking: the one identity seam of every route.
 
-Client-supplied identity headers are never read: identity comes only from the auth mode.
+For every blueprint (and any new endpoint):
+- `current_identity()` is the caller: an Identity whose `namespace` is the workspace every query
+  is scoped by. Call it; never read identity from anywhere else. Client-supplied identity headers
+  (X-User-Id, X-Forwarded-User, X-Namespace, ...) are never read.
+- `init_app()` installs a gate before EVERY request, so a new route is protected without doing
+  anything; the few public ones are PUBLIC_ENDPOINTS. When the gate refuses, the view never runs:
+  /api/... (and any request that sent a bearer token) gets 401 JSON {"code": "unauthenticated"}
+  with WWW-Authenticate; htmx requests, event streams and websocket handshakes get a bare 401
+  (the page shows "signed out" with a link); a page is redirected to /login.
+
+Modes (`AUTH_MODE`):
+- `dev`: one local user `dev` in workspace `default`, loopback only unless
+  DEV_AUTH_ALLOW_NETWORK=true.
+- `oidc`: a bearer JWT (blueprints/oidc.py; a bad one is refused, never a fall back to the
+  cookie) or the browser session set by the sign-in (Authorization Code + PKCE, state and nonce,
+  ID token verified, all by Authlib). The session holds only the user, their workspaces from the
+  signed claims, the chosen workspace and when they signed in (absolute lifetime), besides the
+  CSRF token. A bearer caller picks among the token's workspaces with `X-Workspace`; a browser
+  with the top bar's picker.
 """
-from flask import current_app, g
+import dataclasses
+import logging
+import time
 
+import requests
+from flask import (Blueprint, Flask, current_app, g, jsonify, redirect, render_template, request,
+                   session, url_for)
+
+from blueprints import csrf
+from blueprints.oidc import (BearerVerifier, ConfigurationError, InvalidToken, RefusalLog,
+                             discover, identity_from_claims, is_loopback_host)
+from engine.config import Settings
 from engine.identity import Identity
 
-AUTH_MODES = {"dev"}
-DEV_IDENTITY = Identity(user="dev", namespace="default")
+log = logging.getLogger(__name__)
+
+AUTH_MODES = {"dev", "oidc"}
+DEV_IDENTITY = Identity(user="dev", namespace="default", display="dev user",
+                        workspaces=("default",))
+PUBLIC_ENDPOINTS = {"auth.login", "auth.callback", "auth.signed_out", "healthz", "static"}
+SCOPES = "openid profile email"
+#: A session signed in "in the future" by more than this is refused (clock skew between hosts).
+SESSION_SKEW_S = 60
+
+bp = Blueprint("auth", __name__)
+csrf.protect(bp)
+
+
+class Unauthenticated(Exception):
+    """No acceptable identity on this request."""
+
+
+class WorkspaceNotAllowed(Exception):
+    """X-Workspace names a workspace the token does not list."""
 
 
 def current_identity() -> Identity:
-    """The caller's identity, from the configured auth mode alone."""
+    """The caller's identity (set by the gate before the view runs)."""
     if "identity" not in g:
-        mode = current_app.extensions["engine"].settings.auth_mode
-        if mode == "dev":
-            g.identity = DEV_IDENTITY
-        else:  # create_app refuses unknown modes; this guards a misconfigured test app
-            raise RuntimeError(f"unknown auth mode {mode}")
+        # Only reachable outside a gated request (a test calling a view helper directly).
+        g.identity = current_app.extensions["auth"].identify()
     return g.identity
+
+
+def configure(settings: Settings) -> "DevAuth | OidcAuth":
+    """The auth mode the settings describe; ConfigurationError (one line) when unsafe or incomplete."""
+    if settings.auth_mode == "dev":
+        if not is_loopback_host(settings.host) and not settings.dev_auth_allow_network:
+            raise ConfigurationError(
+                f"AUTH_MODE=dev gives everyone one shared user, so it serves loopback only: HOST="
+                f"{settings.host} needs AUTH_MODE=oidc (or DEV_AUTH_ALLOW_NETWORK=true)")
+        return DevAuth()
+    if settings.auth_mode == "oidc":
+        return OidcAuth(settings)
+    raise ConfigurationError(f"AUTH_MODE must be one of {sorted(AUTH_MODES)}, "
+                             f"not {settings.auth_mode!r}")
+
+
+def init_app(app: Flask, mode: "DevAuth | OidcAuth") -> None:
+    """Gate every request, add the sign-in routes, expose the identity to templates."""
+    app.extensions["auth"] = mode
+    mode.init_app(app)
+    app.before_request(gate)
+    app.register_blueprint(bp)
+    app.jinja_env.globals["signed_in"] = lambda: g.get("identity")
+    app.jinja_env.globals["auth_mode"] = mode.name
+
+
+def gate():
+    """Refuse a request without an acceptable identity before its view runs."""
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return None
+    try:
+        g.identity = current_app.extensions["auth"].identify()
+    except Unauthenticated:
+        return refusal()
+    except WorkspaceNotAllowed:
+        return jsonify(code="workspace_not_allowed",
+                       message="X-Workspace names a workspace your token does not list"), 403
+    return None
+
+
+def refusal():
+    """The 401 (or sign-in redirect) this kind of request gets."""
+    if request.path.startswith("/api/") or "Authorization" in request.headers:
+        response = jsonify(code="unauthenticated",
+                           message="sign in, or send a valid bearer token")
+        response.status_code = 401
+        response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+        return response
+    if (request.method != "GET" or request.headers.get("HX-Request")
+            or request.headers.get("Upgrade", "").lower() == "websocket"
+            or "text/event-stream" in request.headers.get("Accept", "")):
+        return render_template("signed_out.html", fragment=True), 401
+    wanted = request.full_path if request.query_string else request.path
+    return redirect(url_for("auth.login", next=wanted))
+
+
+def safe_next(target: str | None) -> str:
+    """A same-site path to return to after sign-in (never another site)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return url_for("pages.index")
+    return target
+
+
+class DevAuth:
+    name = "dev"
+
+    def init_app(self, app: Flask) -> None:
+        pass
+
+    def identify(self) -> Identity:
+        return DEV_IDENTITY
+
+    def login(self):
+        return redirect(safe_next(request.args.get("next")))
+
+    def callback(self):
+        return redirect(url_for("pages.index"))
+
+
+class OidcAuth:
+    """Bearer tokens and browser sign-in against one OpenID Connect issuer."""
+    name = "oidc"
+
+    def __init__(self, settings: Settings):
+        for name in ("oidc_issuer", "oidc_client_id", "secret_key"):
+            if not getattr(settings, name):
+                raise ConfigurationError(f"AUTH_MODE=oidc needs {name.upper()}")
+        self.settings = settings
+        self.audience = settings.oidc_audience or settings.oidc_client_id
+        self.metadata = discover(settings.oidc_issuer)
+        self.verifier = BearerVerifier(settings.oidc_issuer, self.metadata["jwks_uri"],
+                                       self.audience)
+        self.refusals = RefusalLog()
+        self.client = None
+
+    def init_app(self, app: Flask) -> None:
+        from authlib.integrations.flask_client import OAuth
+        metadata = {key: self.metadata[key] for key in (
+            "issuer", "authorization_endpoint", "token_endpoint", "jwks_uri",
+            "id_token_signing_alg_values_supported", "token_endpoint_auth_methods_supported",
+            "code_challenge_methods_supported") if key in self.metadata}
+        # The discovery document checked by discover(); Authlib is not told to fetch its own.
+        self.client = OAuth(app).register(
+            "issuer", client_id=self.settings.oidc_client_id,
+            client_secret=self.settings.oidc_client_secret,
+            client_kwargs={"scope": SCOPES, "code_challenge_method": "S256"}, **metadata)
+
+    def identify(self) -> Identity:
+        header = request.headers.get("Authorization")
+        if header is not None:
+            return self.bearer_identity(header)
+        return self.session_identity()
+
+    def bearer_identity(self, header: str) -> Identity:
+        scheme, _, token = header.partition(" ")
+        try:
+            if scheme.lower() != "bearer" or not token.strip():
+                raise InvalidToken(f"authorization scheme {scheme[:20]!r}")
+            identity = identity_from_claims(self.verifier.claims(token.strip()),
+                                            self.settings.tenant_claim, self.settings.user_claim)
+        except InvalidToken as exc:
+            self.refusals.refused(str(exc).split(":")[0], str(exc))
+            raise Unauthenticated() from None
+        wanted = request.headers.get("X-Workspace")
+        if wanted:
+            if wanted not in identity.workspaces:
+                raise WorkspaceNotAllowed()
+            identity = dataclasses.replace(identity, namespace=wanted)
+        return identity
+
+    def session_identity(self) -> Identity:
+        user, signed_in_at = session.get("uid"), session.get("at")
+        if not user or not isinstance(signed_in_at, (int, float)):
+            raise Unauthenticated()
+        age = time.time() - signed_in_at
+        if age > self.settings.session_lifetime_s or age < -SESSION_SKEW_S:
+            session.clear()
+            raise Unauthenticated()
+        workspaces = tuple(session.get("wss") or ())
+        if session.get("ws") not in workspaces:
+            raise Unauthenticated()
+        return Identity(user=user, namespace=session["ws"], display=session.get("name") or user,
+                        workspaces=workspaces)
+
+    def login(self):
+        session["next"] = safe_next(request.args.get("next"))
+        return self.client.authorize_redirect(url_for("auth.callback", _external=True))
+
+    def callback(self):
+        from authlib.integrations.base_client import OAuthError
+        from joserfc.errors import JoseError
+        try:
+            token = self.client.authorize_access_token(leeway=60)
+            if not token.get("userinfo"):
+                raise InvalidToken("no ID token in the token response")
+            identity = identity_from_claims(dict(token["userinfo"]), self.settings.tenant_claim,
+                                            self.settings.user_claim)
+        except (OAuthError, JoseError, InvalidToken, requests.RequestException) as exc:
+            log.warning("sign-in refused: %s: %.200s", type(exc).__name__, exc)
+            return render_template("signed_out.html", failed=True), 401
+        back = session.get("next") or url_for("pages.index")
+        session.clear()  # a fresh session: nothing from before sign-in carries over
+        session.update(uid=identity.user, name=identity.display, wss=list(identity.workspaces),
+                       ws=identity.namespace, at=int(time.time()))
+        return redirect(back)
+
+
+@bp.get("/login")
+def login():
+    """Start the sign-in (oidc: off to the issuer; dev: straight back)."""
+    return current_app.extensions["auth"].login()
+
+
+@bp.get("/auth/callback")
+def callback():
+    """The issuer's answer: verify it, then keep the identity in the session."""
+    return current_app.extensions["auth"].callback()
+
+
+@bp.post("/logout")
+def logout():
+    """Forget the sign-in (CSRF-checked, so another site cannot sign a user out)."""
+    session.clear()
+    return redirect(url_for("auth.signed_out"), code=303)
+
+
+@bp.get("/signed-out")
+def signed_out():
+    return render_template("signed_out.html")
+
+
+@bp.post("/workspace")
+def choose_workspace():
+    """Switch the browser's workspace to another one its signed claims list."""
+    wanted = request.form.get("workspace", "")
+    if current_app.extensions["auth"].name != "oidc" or wanted not in current_identity().workspaces:
+        return render_template("error.html", code="workspace_not_allowed",
+                               message="That workspace is not one of yours."), 403
+    session["ws"] = wanted
+    return redirect(url_for("pages.index"), code=303)
+
+
+@bp.get("/api/v1/whoami")
+def whoami():
+    """The caller's identity (the page also asks it to tell "signed out" from "offline")."""
+    identity = current_identity()
+    return jsonify(user=identity.user, display=identity.display, workspace=identity.namespace,
+                   workspaces=list(identity.workspaces))

@@ -27,9 +27,8 @@ SECRET_KEY_FILE = "secret_key"
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-def load_secret_key(data_dir: Path) -> str:
+def load_secret_key(data_dir: Path, configured: str | None = None) -> str:
     """SECRET_KEY, or the key kept under data_dir (created on first use, readable by us only)."""
-    configured = os.environ.get("SECRET_KEY")
     if configured:
         return configured
     path = Path(data_dir) / SECRET_KEY_FILE
@@ -50,10 +49,10 @@ def load_secret_key(data_dir: Path) -> str:
     raise RuntimeError(f"{path} is empty; delete it or set SECRET_KEY")
 
 
-def init_app(app: Flask, data_dir: Path) -> None:
+def init_app(app: Flask, data_dir: Path, secret_key: str | None = None) -> None:
     """Set the secret key; expose `csrf_token()` to templates. (The cookie's flags are set with
     the other edge rules in blueprints/edge.py.)"""
-    app.secret_key = load_secret_key(data_dir)
+    app.secret_key = load_secret_key(data_dir, secret_key)
     app.jinja_env.globals["csrf_token"] = token
 
 

@@ -37,8 +37,25 @@ class Settings:
     #: How long a silent database link is trusted before its connections count as dead (TCP user
     #: timeout, keepalives, connect timeout): a vanished primary or a cut network is noticed.
     db_link_timeout_s: float = 30.0
-    #: "dev": one local user in namespace "default".
+    # Authentication (README "Authentication").
+    #: "dev": one local user in namespace "default" (loopback only); "oidc": real users.
     auth_mode: str = "dev"
+    #: Lets `dev` mode serve a non-loopback HOST (everyone who can reach it is the dev user).
+    dev_auth_allow_network: bool = False
+    #: Exact issuer URL; discovery at <issuer>/.well-known/openid-configuration.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = field(default=None, repr=False)
+    #: The `aud` bearer tokens must contain; unset: the client id.
+    oidc_audience: str | None = None
+    #: Signed claim listing the workspaces a user may use (a string or a list of strings).
+    tenant_claim: str = "namespace"
+    #: Signed claim naming the user.
+    user_claim: str = "sub"
+    #: Signs the session cookie (required in oidc mode; dev mode keeps one under data_dir).
+    secret_key: str | None = field(default=None, repr=False)
+    #: Absolute lifetime of a browser sign-in, however active the session is.
+    session_lifetime_s: float = 8 * 3600.0
     #: "sandbox" (local stand-in, the zero-setup default) or "kubernetes".
     cluster_backend: str = "sandbox"
     #: The template catalog: a directory of template YAML files (README "Templates").

@@ -24,6 +24,36 @@
     flash.timer = setTimeout(function () { box.hidden = true; }, 6000);
   }
 
+  // -- signed out: htmx answers 401; streams and sockets only fail, so they ask /api/v1/whoami
+  // to tell "signed out" (401: show the link, stop reconnecting) from "offline" (retry).
+  var isSignedOut = false;
+
+  function signedOut() {
+    isSignedOut = true;
+    document.body.classList.add("is-signed-out");
+    var box = byId("signed-out");
+    if (!box) return;
+    var link = box.querySelector("a");
+    if (link) link.href = "/login?next=" + encodeURIComponent(location.pathname + location.search);
+    box.hidden = false;
+  }
+
+  function checkSignedIn() {
+    if (isSignedOut) return;
+    fetch("/api/v1/whoami", { credentials: "same-origin" }).then(function (response) {
+      if (response.status === 401) signedOut();
+    }).catch(function () { /* offline: the stream's own retry handles it */ });
+  }
+
+  document.addEventListener("htmx:responseError", function (evt) {
+    if (evt.detail.xhr && evt.detail.xhr.status === 401) signedOut();
+  });
+
+  document.addEventListener("change", function (evt) {
+    var form = evt.target.closest && evt.target.closest("[data-workspace-picker]");
+    if (form) form.submit();
+  });
+
   // -- dismissals (client-local: seed 000, "dismissals stay client-local in v1") --------------
   function dismissed() {
     var match = document.cookie.match(/(?:^|;\s*)dock_dismissed=([^;]*)/);
@@ -193,6 +223,7 @@
       }
       if (elt.dataset.optimisticLabel) bridgeCancel(elt, false);
       var status = done.detail.xhr ? done.detail.xhr.status : 0;
+      if (status === 401) { signedOut(); return; }
       var said = serverMessage(done.detail.xhr);
       if (said && status !== 403) { flash(said); return; }
       flash(status === 403 ? "This page is out of date: reload it and try again."
@@ -303,7 +334,11 @@
       document.body.dataset.streamOpen = "1";
     };
     // EventSource reconnects by itself; the server re-bootstraps every new connection.
-    source.onerror = function () { document.body.classList.add("is-offline"); };
+    source.onerror = function () {
+      document.body.classList.add("is-offline");
+      checkSignedIn();
+      if (isSignedOut) source.close();
+    };
     window.addEventListener("pagehide", function () { source.close(); });
   }
 
@@ -360,6 +395,8 @@
       if (pane) delete pane.dataset.live;
       if (timeline.socket !== socket || finished) return;
       timeline.socket = null;
+      checkSignedIn();
+      if (isSignedOut) return;
       var delay = Math.min(10000, 250 * Math.pow(2, timeline.attempts++));
       timeline.timer = setTimeout(function () {
         if (timeline.url === url) openTimelineSocket(url);

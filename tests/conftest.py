@@ -195,3 +195,19 @@ def insert_task(sql_conn):
             {k: v for k, v in values.items() if not isinstance(v, sql.Composable)}).fetchone()
         return row
     return factory
+
+
+@pytest.fixture
+def issuer():
+    """A token issuer serving a real discovery document and JWKS on 127.0.0.1."""
+    from tests.issuer import TokenIssuer
+    running = TokenIssuer()
+    yield running
+    running.stop()
+
+
+def oidc_settings(issuer_url: str) -> dict:
+    """Settings for AUTH_MODE=oidc against a test issuer (tests/issuer.py)."""
+    from tests.issuer import AUDIENCE
+    return {"auth_mode": "oidc", "oidc_issuer": issuer_url, "oidc_client_id": AUDIENCE,
+            "oidc_client_secret": "test-client-secret", "secret_key": "test-secret-key-" * 4}

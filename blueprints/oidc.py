@@ -1,0 +1,162 @@
+"""OpenID Connect for `AUTH_MODE=oidc`: the issuer's discovery, bearer-token verification, and
+signed claims turned into an Identity.
+
+All JOSE work is PyJWT's (PyJWKClient holds the issuer's key set); the browser login is Authlib's
+(blueprints/auth.py). The rules, each one fail-closed:
+- the issuer is configured, https (plain http only for a loopback host), and its discovery
+  document names exactly that issuer; its `jwks_uri` follows the same scheme rule;
+- a bearer token is at most 8 KiB, names a `kid` that is in the issuer's set (never "try every
+  key"; an unknown kid refreshes the set at most once a minute), is signed with RS256, ES256 or
+  EdDSA (the key's own algorithm), carries exactly our `iss`, an `aud` containing our audience,
+  and `exp` (with `nbf`, 60 s leeway). `jku`, `x5u` and embedded `jwk` headers are never read;
+- the user and the workspaces come only from signed claims (USER_CLAIM, TENANT_CLAIM).
+"""
+import ipaddress
+import logging
+import re
+import time
+from urllib.parse import urlsplit
+
+import jwt
+import requests
+
+from engine.identity import Identity
+
+log = logging.getLogger(__name__)
+
+#: Asymmetric algorithms only: a shared-secret (HS*) or `none` token is never accepted.
+ALGORITHMS = ("RS256", "ES256", "EdDSA")
+LEEWAY_S = 60
+MAX_TOKEN_BYTES = 8 * 1024
+#: An unknown `kid` refreshes the key set at most this often (rotation without a restart,
+#: without letting forged kids hammer the issuer).
+JWKS_REFRESH_COOLDOWN_S = 60.0
+#: The key set is re-read this often even when every kid is known.
+JWKS_LIFESPAN_S = 300.0
+HTTP_TIMEOUT_S = 10.0
+#: Workspace names a claim may carry: they become namespaces in URLs, rows and cluster names.
+WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+#: Reasons for a refused token are logged at most once per interval each (attackers can send many).
+REFUSAL_LOG_INTERVAL_S = 60.0
+
+
+class InvalidToken(Exception):
+    """A bearer token we refuse. The message is the reason for the log, never for the client."""
+
+
+class ConfigurationError(RuntimeError):
+    """A setting that makes oidc mode unsafe or unusable; boot stops with this one line."""
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """`localhost` or a loopback IP address."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def require_safe_url(name: str, url: str) -> None:
+    """https, or http to a loopback host (a local test issuer); anything else stops boot."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and is_loopback_host(parts.hostname):
+        return
+    raise ConfigurationError(f"{name} must be an https URL (http only for loopback): {url!r}")
+
+
+def discover(issuer: str) -> dict:
+    """The issuer's discovery document, checked to name exactly this issuer and a safe jwks_uri."""
+    require_safe_url("OIDC_ISSUER", issuer)
+    url = issuer.rstrip("/") + "/.well-known/openid-configuration"
+    try:
+        response = requests.get(url, timeout=HTTP_TIMEOUT_S, allow_redirects=False)
+        response.raise_for_status()
+        metadata = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise ConfigurationError(f"OIDC discovery failed at {url}: {exc}") from None
+    if not isinstance(metadata, dict) or metadata.get("issuer") != issuer:
+        raise ConfigurationError(f"OIDC discovery at {url} names issuer "
+                                 f"{metadata.get('issuer') if isinstance(metadata, dict) else None!r}, "
+                                 f"not OIDC_ISSUER {issuer!r}")
+    for key in ("jwks_uri", "authorization_endpoint", "token_endpoint"):
+        if not isinstance(metadata.get(key), str):
+            raise ConfigurationError(f"OIDC discovery at {url} has no {key}")
+        require_safe_url(key, metadata[key])
+    return metadata
+
+
+class RefusalLog:
+    """Logs why tokens are refused, each reason at most once per interval with a count."""
+
+    def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S):
+        self.interval_s = interval_s
+        self.last: dict[str, float] = {}
+        self.suppressed: dict[str, int] = {}
+
+    def refused(self, kind: str, detail: str) -> None:
+        now = time.monotonic()
+        if now - self.last.get(kind, -self.interval_s) < self.interval_s:
+            self.suppressed[kind] = self.suppressed.get(kind, 0) + 1
+            return
+        self.last[kind] = now
+        more = self.suppressed.pop(kind, 0)
+        log.warning("bearer token refused: %s: %.200r%s", kind, detail,
+                    f" ({more} more since last logged)" if more else "")
+
+
+class BearerVerifier:
+    """Verifies bearer JWTs against one issuer's key set; returns their claims."""
+
+    def __init__(self, issuer: str, jwks_uri: str, audience: str):
+        self.issuer, self.audience = issuer, audience
+        self.keys = jwt.PyJWKClient(jwks_uri, lifespan=JWKS_LIFESPAN_S, timeout=HTTP_TIMEOUT_S,
+                                    cooldown_duration=JWKS_REFRESH_COOLDOWN_S)
+
+    def claims(self, token: str) -> dict:
+        """The verified claims of `token`; InvalidToken (with the reason) otherwise."""
+        if len(token) > MAX_TOKEN_BYTES:
+            raise InvalidToken(f"token of {len(token)} bytes")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise InvalidToken(f"malformed: {exc}") from None
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise InvalidToken("no kid")
+        if header.get("alg") not in ALGORITHMS:
+            raise InvalidToken(f"algorithm {header.get('alg')!r}")
+        try:
+            # Only the key the kid names; PyJWK binds the algorithm to that key, so the header's
+            # alg cannot switch an RSA key to another family.
+            key = self.keys.get_signing_key(kid)
+        except jwt.PyJWKClientError as exc:
+            raise InvalidToken(f"key: {exc}") from None
+        try:
+            return jwt.decode(token, key=key, algorithms=list(ALGORITHMS), audience=self.audience,
+                              issuer=self.issuer, leeway=LEEWAY_S,
+                              options={"require": ["exp", "iss", "aud"]})
+        except jwt.PyJWTError as exc:
+            raise InvalidToken(f"{type(exc).__name__}: {exc}") from None
+
+
+def identity_from_claims(claims: dict, tenant_claim: str, user_claim: str) -> Identity:
+    """The Identity signed claims describe, in their first workspace; InvalidToken without a user
+    or a workspace (a token that states no workspace is refused, never given a default)."""
+    user = claims.get(user_claim)
+    if not isinstance(user, str) or not user.strip():
+        raise InvalidToken(f"no {user_claim} claim")
+    raw = claims.get(tenant_claim)
+    names = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    workspaces = tuple(dict.fromkeys(
+        name for name in names if isinstance(name, str) and WORKSPACE_NAME.fullmatch(name)))
+    if not workspaces:
+        raise InvalidToken(f"no usable workspace in the {tenant_claim} claim")
+    display = next((claims[key] for key in ("preferred_username", "email")
+                    if isinstance(claims.get(key), str) and claims[key].strip()), user)
+    return Identity(user=user, namespace=workspaces[0], display=display, workspaces=workspaces)
