@@ -4,15 +4,18 @@ cluster) driven by headless Chromium (Debian's `chromium`, through Playwright's
 
 Screenshots land in test-artifacts/e2e/ (not committed).
 """
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, free_port, wait_for
 
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "e2e"
@@ -60,12 +63,71 @@ def browser():
         browser.close()
 
 
-@pytest.fixture
-def server(start_server, tmp_path):
-    """Factory: the real server (gunicorn, two gevent workers) with e2e sandbox cadences."""
+#: The test provider's users (oidc mode): alice works in two workspaces, bob in a third.
+PROVIDER_USERS = [{"sub": "alice", "namespace": ["team-a", "team-b"],
+                   "preferred_username": "alice"},
+                  {"sub": "bob", "namespace": "team-c", "preferred_username": "bob"}]
+CLIENT_ID = "deploy-engine"
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory):
+    """A real OpenID Connect provider (oidc-provider-mock) on 127.0.0.1 for the session."""
+    port = free_port()
+    argv = [sys.executable, "-m", "oidc_provider_mock", "--host", "127.0.0.1", "--port",
+            str(port), "--require-nonce"]
+    for user in PROVIDER_USERS:
+        argv += ["--user-claims", json.dumps(user)]
+    log = open(tmp_path_factory.mktemp("oidc") / "provider.log", "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        assert proc.poll() is None, "the OIDC provider exited"
+        try:
+            return requests.get(url + "/.well-known/openid-configuration", timeout=1).ok
+        except requests.RequestException:
+            return False
+    wait_for(up, 30, interval=0.1, message="the OIDC provider")
+    yield url
+    os.killpg(proc.pid, 9)
+    proc.wait(10)
+    log.close()
+
+
+def sign_in(session: requests.Session, base: str, provider: str, user: str) -> None:
+    """The browser's Authorization Code flow, walked by an HTTP client (the API helpers use it)."""
+    to_provider = session.get(f"{base}/login", allow_redirects=False, timeout=10)
+    assert to_provider.status_code == 302 and to_provider.headers["Location"].startswith(provider)
+    back = session.post(to_provider.headers["Location"], data={"sub": user},
+                        allow_redirects=False, timeout=10)
+    assert back.status_code == 302, back.text
+    landed = session.get(back.headers["Location"], allow_redirects=False, timeout=10)
+    assert landed.status_code == 302, landed.text
+
+
+@pytest.fixture(params=["dev", "oidc"])
+def server(request, start_server, tmp_path):
+    """Factory: the real server (gunicorn, two gevent workers) with e2e sandbox cadences, in each
+    auth mode (oidc: signed in to the test provider as alice)."""
+    return server_factory(request, start_server, tmp_path, request.param)
+
+
+def server_factory(request, start_server, tmp_path, mode: str):
     def factory(**env):
-        return start_server("gunicorn", workers=2,
-                            env={**SERVER_ENV, "DATA_DIR": str(tmp_path / "data"), **env})
+        auth = {}
+        if mode == "oidc":
+            provider = request.getfixturevalue("oidc_provider")
+            auth = {"AUTH_MODE": "oidc", "OIDC_ISSUER": provider, "OIDC_CLIENT_ID": CLIENT_ID,
+                    "OIDC_CLIENT_SECRET": "e2e-client-secret", "SECRET_KEY": "e2e-" * 16}
+        srv = start_server("gunicorn", workers=2, env={
+            **SERVER_ENV, "DATA_DIR": str(tmp_path / "data"), **auth, **env})
+        srv.auth_mode = mode
+        srv.session = requests.Session()
+        if mode == "oidc":
+            srv.provider = provider
+            sign_in(srv.session, srv.base, provider, "alice")
+        return srv
     return factory
 
 
@@ -151,40 +213,53 @@ def open_page(browser, shots):
     """Factory: a fresh browser context (its own cookies) showing one project."""
     contexts = []
 
-    def factory(srv, project: str, viewport=WIDE, query: str = "") -> Page:
+    def factory(srv, project: str, viewport=WIDE, query: str = "", user: str = "alice") -> Page:
         # The helpers' wait_for_function evaluates strings in the page, which the app's CSP
         # (rightly) forbids; the app's own scripts are checked under the real policy in
         # test_page_security.py::test_the_pages_work_under_their_content_security_policy.
         context = browser.new_context(viewport=viewport, bypass_csp=True)
         context.add_init_script(RECORDER)
         contexts.append(context)
-        return Page(context.new_page(), srv.base, project, shots).open(query)
+        page = context.new_page()
+        if srv.auth_mode == "oidc":
+            browser_sign_in(page, srv, user, f"/projects/{project}")
+        return Page(page, srv.base, project, shots).open(query)
 
     yield factory
     for context in contexts:
         context.close()
 
 
+def browser_sign_in(page, srv, user: str, path: str) -> None:
+    """Open `path` anonymously: the server sends the browser to the provider, whose form signs
+    `user` in and sends it back to `path`."""
+    page.goto(srv.base + path)
+    page.wait_for_url(srv.provider + "/**")
+    page.fill("input[name=sub]", user)
+    page.click("button[type=submit]:not([value=deny])")
+    page.wait_for_url(srv.base + path)
+
+
 @pytest.fixture
 def api():
     """Factory: arrange through the JSON API (create, read) of a running server."""
     class Api:
-        def __init__(self, base):
-            self.base = base
+        def __init__(self, srv):
+            self.base, self.session = srv.base, srv.session
 
         def create(self, project: str, source: dict, **body) -> dict:
-            r = requests.post(f"{self.base}/api/v1/tasks",
+            r = self.session.post(f"{self.base}/api/v1/tasks",
                               json={"projectId": project, "source": source, **body}, timeout=10)
             assert r.status_code == 201, r.text
             return r.json()
 
         def get(self, task_id: str) -> dict:
-            r = requests.get(f"{self.base}/api/v1/tasks/{task_id}", timeout=10)
+            r = self.session.get(f"{self.base}/api/v1/tasks/{task_id}", timeout=10)
             assert r.status_code == 200, r.text
             return r.json()
 
         def list(self, project: str) -> list[dict]:
-            r = requests.get(f"{self.base}/api/v1/tasks", params={"projectId": project}, timeout=10)
+            r = self.session.get(f"{self.base}/api/v1/tasks", params={"projectId": project}, timeout=10)
             return r.json()["items"]
 
         def wait(self, task_id: str, *statuses: str, timeout: float = 20.0) -> dict:

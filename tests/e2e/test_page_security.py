@@ -7,9 +7,15 @@ import pytest
 import requests
 import websocket
 
-from tests.e2e.conftest import image
+from tests.e2e.conftest import image, server_factory
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def server(request, start_server, tmp_path):
+    """CSRF, Origin and project checks do not depend on the auth mode: dev mode only."""
+    return server_factory(request, start_server, tmp_path, "dev")
 
 
 def session_with_token(base: str, project: str) -> tuple[requests.Session, str]:
@@ -23,8 +29,8 @@ def session_with_token(base: str, project: str) -> tuple[requests.Session, str]:
 
 def test_page_writes_need_the_sessions_csrf_token(server, api):
     srv = server()
-    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
-    api(srv.base).wait(task["id"], "applying")
+    task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
+    api(srv).wait(task["id"], "applying")
     session, token = session_with_token(srv.base, "shop")
     url = f"{srv.base}/tasks/{task['id']}/cancel"
 
@@ -33,14 +39,14 @@ def test_page_writes_need_the_sessions_csrf_token(server, api):
     # Another browser's token is no good either: it is bound to that browser's session.
     _, other_token = session_with_token(srv.base, "shop")
     assert session.post(url, headers={"X-CSRF-Token": other_token}, timeout=10).status_code == 403
-    assert api(srv.base).get(task["id"])["cancelRequestedAt"] is None
+    assert api(srv).get(task["id"])["cancelRequestedAt"] is None
 
     answer = session.post(url, headers={"X-CSRF-Token": token}, timeout=10)
     assert answer.status_code == 200
     # The answer is this task's chip, reading cancelling (or already cancelled).
     assert f'id="chip-{task["id"]}"' in answer.text
     assert "Cancelling…" in answer.text or "Cancelled" in answer.text
-    api(srv.base).wait(task["id"], "cancelled")
+    api(srv).wait(task["id"], "cancelled")
     # Both workers share the key that signs the session: the token works on either of them.
     served = set()
     for _ in range(60):
@@ -55,7 +61,7 @@ def test_page_writes_need_the_sessions_csrf_token(server, api):
 
 def test_websocket_handshakes_check_origin(server, api):
     srv = server()
-    task = api(srv.base).create("shop", image("web"))
+    task = api(srv).create("shop", image("web"))
     url = f"ws://127.0.0.1:{srv.port}/ws/tasks/{task['id']}/timeline"
     for origin in ("http://evil.example", "null", f"http://127.0.0.1:{srv.port + 1}"):
         with pytest.raises(websocket.WebSocketBadStatusException) as refused:
@@ -82,7 +88,7 @@ def test_websocket_handshakes_check_origin(server, api):
         seqs = [f["seq"] for f in frames if f.get("seq")]
         assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
         # Then live: every new event arrives once, as its own frame.
-        api(srv.base).wait(task["id"], "completed")
+        api(srv).wait(task["id"], "completed")
         live = []
         while not any("Completed" in f.get("html", "") for f in live):
             live.append(json.loads(ws.recv()))
@@ -94,8 +100,8 @@ def test_websocket_handshakes_check_origin(server, api):
 
 def test_gets_never_change_state(server, api, sql_conn):
     srv = server()
-    failed = api(srv.base).create("shop", image("web", marker="sandbox-apply-error"))
-    api(srv.base).wait(failed["id"], "failed")
+    failed = api(srv).create("shop", image("web", marker="sandbox-apply-error"))
+    api(srv).wait(failed["id"], "failed")
 
     def state():
         return sql_conn.execute(
@@ -116,8 +122,8 @@ def test_gets_never_change_state(server, api, sql_conn):
 
 def test_the_project_stream_is_scoped_to_its_project(server, api):
     srv = server()
-    mine = api(srv.base).create("shop", image("mine"))
-    theirs = api(srv.base).create("other", image("theirs"))
+    mine = api(srv).create("shop", image("mine"))
+    theirs = api(srv).create("other", image("theirs"))
     seen = []
     with requests.get(f"{srv.base}/projects/shop/stream", stream=True, timeout=20) as stream:
         lines = stream.iter_lines(decode_unicode=True)
@@ -125,8 +131,8 @@ def test_the_project_stream_is_scoped_to_its_project(server, api):
         for line in lines:
             seen.append(line)
             if later is None and mine["id"] in line:
-                later = api(srv.base).create("other", image("later"))
-                api(srv.base).create("shop", image("mine-too"))
+                later = api(srv).create("other", image("later"))
+                api(srv).create("shop", image("mine-too"))
             if later is not None and "mine-too" in line:
                 break
     text = "\n".join(seen)

@@ -78,7 +78,7 @@ def _cancel_flow(ui, api, srv, task_id, click):
     labels = [label for _, label in shown]
     assert "Cancelling…" in labels, shown
     assert labels.index("Cancelling…") < labels.index("Cancelled")
-    assert api(srv.base).get(task_id)["status"] == "cancelled"
+    assert api(srv).get(task_id)["status"] == "cancelled"
     chip = ui.chip(task_id)
     assert "needs-attention" not in chip.get_attribute("class")  # cancelled needs no attention
     assert chip.locator("[data-action=redeploy]").count() == 1
@@ -87,7 +87,7 @@ def _cancel_flow(ui, api, srv, task_id, click):
 
 def test_cancel_from_the_dock_chip(server, open_page, api):
     srv = server()
-    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     ui.wait_chip(task["id"], "applying")
     ui.shot("applying")
@@ -100,7 +100,7 @@ def test_cancel_from_the_dock_chip(server, open_page, api):
 
 def test_cancel_from_the_timeline_header(server, open_page, api):
     srv = server()
-    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     head = ui.open_timeline(task["id"])
     ui.wait_chip(task["id"], "applying")
@@ -117,7 +117,7 @@ def test_cancel_from_the_timeline_header(server, open_page, api):
 
 def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_page, api):
     srv = server()
-    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     node = ui.page.locator(f"#ph-{task['id']}")
     node.wait_for()
@@ -127,7 +127,7 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     from datetime import datetime
 
     from tests.conftest import wait_for
-    settled = wait_for(lambda: (s := api(srv.base).get(task["id"]))["phase"] == "verify" and s,
+    settled = wait_for(lambda: (s := api(srv).get(task["id"]))["phase"] == "verify" and s,
                        15, message="verify")
     version = int(datetime.fromisoformat(settled["updatedAt"]).timestamp() * 1_000_000)
     ui.page.wait_for_selector(f"#ph-{task['id']}[data-version='{version}'] [data-drag]",
@@ -138,7 +138,7 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     ui.page.mouse.down()
     ui.page.mouse.move(grip["x"] + 164, grip["y"] + 94, steps=8)
     ui.page.mouse.up()
-    moved = api(srv.base)
+    moved = api(srv)
     snap = moved.wait(task["id"], "applying")
     canvas = wait_for(lambda: moved.get(task["id"])["canvas"], 15, message="canvas saved")
     assert canvas["x"] > 100 and canvas["y"] > 60
@@ -154,7 +154,7 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
 def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
         server, open_page, api):
     srv = server()
-    failed = api(srv.base).create("shop", image("web", marker="sandbox-apply-error"))
+    failed = api(srv).create("shop", image("web", marker="sandbox-apply-error"))
     ui = open_page(srv, "shop")
     chip = ui.wait_chip(failed["id"], "failed")
     assert "needs-attention" in chip.get_attribute("class")
@@ -166,7 +166,7 @@ def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
     chip.locator("[data-action=redeploy]").click()  # nothing was applied: no dialog
     ui.page.wait_for_selector(f"#chip-{failed['id']}.is-superseded")
     assert not dialogs and not ui.page.locator("#confirm-dialog").is_visible()
-    clone = next(t for t in api(srv.base).list("shop") if t["id"] != failed["id"])
+    clone = next(t for t in api(srv).list("shop") if t["id"] != failed["id"])
     assert clone["retriedFromTaskId"] == failed["id"]
     ui.chip(clone["id"]).wait_for()
     superseded = ui.chip(failed["id"])
@@ -193,7 +193,7 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
     srv = server()
     source = {**image("web", marker="sandbox-apply-error"),
               "env": {"LOG_LEVEL": "debug", "API_TOKEN": "tok-very-secret-1"}}
-    failed = api(srv.base).create("shop", source)
+    failed = api(srv).create("shop", source)
     ui = open_page(srv, "shop")
     ui.wait_chip(failed["id"], "failed")
     head = ui.open_timeline(failed["id"])
@@ -222,7 +222,7 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
     clone_id = ui.page.get_attribute("#timeline-pane", "data-task-id")
     ui.wait_chip(clone_id, "completed")
     ui.shot("edited-clone-completed")
-    clone = api(srv.base).get(clone_id)
+    clone = api(srv).get(clone_id)
     assert clone["retriedFromTaskId"] == failed["id"]
     assert clone["projectId"] == "shop"
     assert clone["source"]["image"] == "nginx:1.27"
@@ -235,10 +235,10 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
 def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
         server, open_page, api):
     srv = server(READINESS_TIMEOUT_S="2")
-    failed = api(srv.base).create("shop", image("db", marker="sandbox-never-ready"))
+    failed = api(srv).create("shop", image("db", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     chip = ui.wait_chip(failed["id"], "failed")
-    assert api(srv.base).get(failed["id"])["hasAppliedResources"]
+    assert api(srv).get(failed["id"])["hasAppliedResources"]
     dialog = ui.page.locator("#confirm-dialog")
 
     chip.locator("[data-action=redeploy]").click()
@@ -249,7 +249,7 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     dialog.locator("button[value=cancel]").click()
     dialog.wait_for(state="hidden")
     ui.page.wait_for_timeout(500)
-    assert len(api(srv.base).list("shop")) == 1  # kept: nothing was created
+    assert len(api(srv).list("shop")) == 1  # kept: nothing was created
 
     # The same guard on the timeline header and on the edit pane.
     head = ui.open_timeline(failed["id"])
@@ -265,7 +265,7 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     dialog.wait_for(state="visible")
     dialog.locator("[data-confirm-ok]").click()
     ui.page.wait_for_selector(f"#chip-{failed['id']}.is-superseded")
-    assert len(api(srv.base).list("shop")) == 2
+    assert len(api(srv).list("shop")) == 2
     ui.assert_no_errors()
 
 
@@ -275,9 +275,9 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
 def test_a_blocked_template_is_answered_through_the_form(server, open_page, api):
     srv = server()
     # Arranged through the API: a template missing its required password parks blocked.
-    task = api(srv.base).create("shop", {"kind": "template", "template": "postgresql",
+    task = api(srv).create("shop", {"kind": "template", "template": "postgresql",
                                          "args": {"database": "orders"}})
-    api(srv.base).wait(task["id"], "blocked")
+    api(srv).wait(task["id"], "blocked")
     ui = open_page(srv, "shop")
     chip = ui.wait_chip(task["id"], "blocked")
     assert "Waiting for your input" in chip.inner_text()
@@ -298,7 +298,7 @@ def test_a_blocked_template_is_answered_through_the_form(server, open_page, api)
     ui.shot("blocked-answered-completed")
     statuses_seen = statuses(ui.shown(task["id"]))
     assert statuses_seen[0] == "blocked" and statuses_seen[-1] == "completed"
-    snap = api(srv.base).get(task["id"])
+    snap = api(srv).get(task["id"])
     assert "pw-never-stored-42" not in str(snap) and "pw-never-stored-42" not in ui.page.content()
     assert snap["source"]["args"].get("database") == "orders"  # untouched inputs are kept
     ui.assert_no_errors()
@@ -315,14 +315,14 @@ def test_two_browsers_on_one_project_see_each_others_actions_live(server, open_p
     assert "running" in statuses(bob.shown(task_id)) or "applying" in statuses(bob.shown(task_id))
     bob.page.wait_for_selector("[data-resource='Deployment/site']")
     # Bob cancels a slow one; Alice sees it cancelled.
-    slow = api(srv.base).create("team", image("batch", marker="sandbox-never-ready"))
+    slow = api(srv).create("team", image("batch", marker="sandbox-never-ready"))
     alice.wait_chip(slow["id"], "applying")
     bob.wait_chip(slow["id"], "applying").locator("[data-action=cancel]").click()
     alice.wait_chip(slow["id"], "cancelled")
     bob.wait_chip(slow["id"], "cancelled")
     alice.shot("alice-sees-bobs-cancel")
     # Another project's tasks never show here.
-    other = api(srv.base).create("elsewhere", image("x"))
+    other = api(srv).create("elsewhere", image("x"))
     alice.page.wait_for_timeout(800)
     assert alice.chip(other["id"]).count() == 0
     alice.assert_no_errors()
@@ -331,7 +331,7 @@ def test_two_browsers_on_one_project_see_each_others_actions_live(server, open_p
 
 def test_the_page_rebootstraps_after_its_streams_reconnect(server, open_page, api):
     srv = server()
-    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     ui.open_timeline(task["id"])
     events = ui.page.locator(f"#tl-events-{task['id']} li")
@@ -359,7 +359,7 @@ def test_the_page_rebootstraps_after_its_streams_reconnect(server, open_page, ap
 
 def test_the_page_is_usable_at_a_narrow_viewport(server, open_page, api):
     srv = server()
-    failed = api(srv.base).create("mobile", image("old", marker="sandbox-apply-error"))
+    failed = api(srv).create("mobile", image("old", marker="sandbox-apply-error"))
     ui = open_page(srv, "mobile", viewport=NARROW)
     ui.wait_chip(failed["id"], "failed")
     ui.shot("narrow-failed")
@@ -372,7 +372,7 @@ def test_the_page_is_usable_at_a_narrow_viewport(server, open_page, api):
     assert ui.chip(task_id).is_visible()  # the dock stays at hand
     assert ui.page.locator(f"#tl-head-{task_id}").is_visible()
     ui.shot("narrow-completed")
-    slow = api(srv.base).create("mobile", image("slow", marker="sandbox-never-ready"))
+    slow = api(srv).create("mobile", image("slow", marker="sandbox-never-ready"))
     ui.wait_chip(slow["id"], "applying").locator("[data-action=cancel]").click()
     ui.wait_chip(slow["id"], "cancelled")
     ui.shot("narrow-cancelled")
@@ -381,7 +381,7 @@ def test_the_page_is_usable_at_a_narrow_viewport(server, open_page, api):
 
 def test_the_landing_page_lists_projects(server, open_page, api):
     srv = server()
-    api(srv.base).create("alpha", image("a"))
+    api(srv).create("alpha", image("a"))
     ui = open_page(srv, "alpha")
     ui.page.goto(srv.base + "/")
     assert ui.page.locator("a", has_text=re.compile("^alpha$")).count() == 1

@@ -10,7 +10,7 @@ import pytest
 from engine.integrations import Integrations
 from engine.integrations.devbox import ExecResult
 from engine.integrations.gateway import GatewayClient
-from tests.conftest import wait_for
+from tests.conftest import oidc_settings, wait_for
 from tests.fakes import FakeDevbox, FakeGatewayServer, Reply
 from tests.helpers import assert_nowhere, canary, dump_database
 
@@ -491,3 +491,23 @@ def test_sensitive_keys_sent_with_input_are_recorded_and_kept_from_the_model(
     resumed = json.dumps(gateway.requests[1].body["messages"])
     assert "GREETING: sensitive, not shown" in resumed
     assert_nowhere([secret], resumed, dump_database(sql_conn))
+
+
+def test_devbox_calls_carry_the_tasks_workspace_never_a_header(
+        make_app, issuer, cluster, devbox, gateway):
+    """AUTH_MODE=oidc: the devbox is addressed (and its JWT minted) with the task row's
+    workspace; identity headers the client adds change nothing."""
+    client = GatewayClient(gateway.url, "fake-model", "gw-key", retries=0, idle_timeout_s=10)
+    http = make_app(**oidc_settings(issuer.url), overrides={"integrations": Integrations(
+        cluster=lambda kubeconfig: cluster, cluster_label="fake", devbox=devbox,
+        gateway=client)}).test_client()
+    gateway.script(Reply(text=plan_answer("web"), chunk_chars=50))
+    headers = {**issuer.bearer(workspaces=("team-a", "team-b")), "X-Workspace": "team-b",
+               "X-Namespace": "team-a", "X-User-Id": "root", "X-Forwarded-User": "root"}
+    created = http.post("/api/v1/tasks", headers=headers,
+                        json={"projectId": "demo", "source": PROMPT})
+    assert created.status_code == 201, created.get_json()
+    task_id = created.get_json()["id"]
+    wait_for(lambda: http.get(f"/api/v1/tasks/{task_id}", headers=headers).get_json()["status"]
+             in ("completed", "failed"), timeout=20, message="the prompt task to finish")
+    assert devbox.calls and {call.namespace for call in devbox.calls} == {"team-b"}

@@ -21,9 +21,10 @@ END = ("end", None)
 class EventStream:
     """An SSE client reading frames into a queue from its own greenlet."""
 
-    def __init__(self, base: str, project: str = "demo"):
-        self.response = requests.get(base + STREAM.format(project=project), stream=True,
-                                     timeout=(5, 60))
+    def __init__(self, base: str, project: str = "demo", path: str | None = None,
+                 headers: dict | None = None):
+        self.response = requests.get(base + (path or STREAM.format(project=project)),
+                                     stream=True, timeout=(5, 60), headers=headers)
         assert self.response.status_code == 200, self.response.text
         assert self.response.headers["Content-Type"].startswith("text/event-stream")
         self.served_by = self.response.headers["X-Served-By"]
@@ -80,8 +81,8 @@ def _parse(frame: str):
             event = value.strip()
         elif key == "data":
             data.append(value.strip())
-    if event is None:
-        return None
+    if event is None:  # the page's stream: unnamed frames of HTML fragments
+        return ("message", "\n".join(data)) if data else None
     return event, json.loads("\n".join(data))
 
 
