@@ -39,7 +39,10 @@ log = logging.getLogger(__name__)
 AUTH_MODES = {"dev", "oidc"}
 DEV_IDENTITY = Identity(user="dev", namespace="default", display="dev user",
                         workspaces=("default",))
-PUBLIC_ENDPOINTS = {"auth.login", "auth.callback", "auth.signed_out", "healthz", "static"}
+#: Reachable without a sign-in (sign-out too: a session that just expired can still end cleanly;
+#: it stays CSRF-checked).
+PUBLIC_ENDPOINTS = {"auth.login", "auth.callback", "auth.logout", "auth.signed_out", "healthz",
+                    "static"}
 SCOPES = "openid profile email"
 #: A session signed in "in the future" by more than this is refused (clock skew between hosts).
 SESSION_SKEW_S = 60
@@ -65,7 +68,8 @@ def current_identity() -> Identity:
 
 
 def configure(settings: Settings) -> "DevAuth | OidcAuth":
-    """The auth mode the settings describe; ConfigurationError (one line) when unsafe or incomplete."""
+    """The auth mode the settings describe; ConfigurationError (one line) when unsafe or
+    incomplete."""
     if settings.auth_mode == "dev":
         if not is_loopback_host(settings.host) and not settings.dev_auth_allow_network:
             raise ConfigurationError(

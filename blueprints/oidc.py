@@ -80,9 +80,9 @@ def discover(issuer: str) -> dict:
         metadata = response.json()
     except (requests.RequestException, ValueError) as exc:
         raise ConfigurationError(f"OIDC discovery failed at {url}: {exc}") from None
-    if not isinstance(metadata, dict) or metadata.get("issuer") != issuer:
-        raise ConfigurationError(f"OIDC discovery at {url} names issuer "
-                                 f"{metadata.get('issuer') if isinstance(metadata, dict) else None!r}, "
+    named = metadata.get("issuer") if isinstance(metadata, dict) else None
+    if named != issuer:
+        raise ConfigurationError(f"OIDC discovery at {url} names issuer {named!r}, "
                                  f"not OIDC_ISSUER {issuer!r}")
     for key in ("jwks_uri", "authorization_endpoint", "token_endpoint"):
         if not isinstance(metadata.get(key), str):

@@ -3,6 +3,7 @@ over HTTP on 127.0.0.1 by gevent's WSGIServer, and tokens minted with PyJWT. Cou
 so tests can see when the server refreshed the key set."""
 import json
 import time
+from urllib.parse import parse_qs
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -36,6 +37,10 @@ class TokenIssuer:
     def __init__(self):
         self.keys = {f"{alg.lower()}-1": (alg, new_key(alg)) for alg in ("RS256", "ES256", "EdDSA")}
         self.jwks_fetches = 0
+        self.token_requests: list[dict] = []
+        self.id_token_claims: dict = {}
+        self.id_token_kid = "rs256-1"
+        self.id_token_key = None
         self.server = WSGIServer(("127.0.0.1", 0), self.wsgi, log=None)
         self.server.start()
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -46,6 +51,17 @@ class TokenIssuer:
             body = {"issuer": self.url, "jwks_uri": self.url + "/jwks",
                     "authorization_endpoint": self.url + "/authorize",
                     "token_endpoint": self.url + "/token"}
+        elif path == "/token":
+            # The Authorization Code exchange: records the form (PKCE verifier, code) and answers
+            # with the ID token a test prepared (`id_token_claims`, header `id_token_kid`, signed
+            # with that key of ours or with `id_token_key`).
+            size = int(environ.get("CONTENT_LENGTH") or 0)
+            self.token_requests.append(parse_qs(environ["wsgi.input"].read(size).decode()))
+            body = {"access_token": "opaque-access-token", "token_type": "Bearer",
+                    "expires_in": 300,
+                    "id_token": self.token(claims=self.id_token_claims, kid=self.id_token_kid,
+                                           key=self.id_token_key,
+                                           alg="RS256" if self.id_token_key else None)}
         elif path == "/jwks":
             self.jwks_fetches += 1
             body = {"keys": [public_jwk(key, kid) for kid, (_, key) in self.keys.items()]}

@@ -65,12 +65,12 @@ def api_routes(task_id):
             ("GET", f"/api/v1/tasks/{task_id}/events", None),
             ("POST", f"/api/v1/tasks/{task_id}/input", {"inputs": {"A": "b"}}),
             ("PATCH", f"/api/v1/tasks/{task_id}/canvas", {"x": 1, "y": 2}),
-            ("POST", f"/api/v1/tools/explain_deployment", {"taskId": task_id}),
-            ("POST", f"/api/v1/tools/submit_deployment_inputs",
+            ("POST", "/api/v1/tools/explain_deployment", {"taskId": task_id}),
+            ("POST", "/api/v1/tools/submit_deployment_inputs",
              {"taskId": task_id, "inputs": {"A": "b"}}),
-            ("POST", f"/api/v1/tools/redeploy_deployment", {"taskId": task_id}),
+            ("POST", "/api/v1/tools/redeploy_deployment", {"taskId": task_id}),
             ("POST", f"/api/v1/tasks/{task_id}/cancel", None),
-            ("POST", f"/api/v1/tools/cancel_deployment", {"taskId": task_id})]
+            ("POST", "/api/v1/tools/cancel_deployment", {"taskId": task_id})]
 
 
 def page_routes(task_id):

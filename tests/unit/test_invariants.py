@@ -122,3 +122,21 @@ def test_test_modules_import_helpers_and_conftest_never_another_test_module():
     for path in paths:
         leaked = imported_test_modules(path.read_text())
         assert not leaked, f"{path.relative_to(ROOT)} imports the test module(s) {leaked}"
+
+
+IDENTITY_HEADER = re.compile(r"""["'](X-User[\w-]*|X-Forwarded-(User|Email|Groups)|X-Namespace|"""
+                             r"""X-Auth-Request-[\w-]+|Remote-User|X-Remote-User)["']""", re.I)
+
+
+def test_identity_comes_only_from_the_auth_seam():
+    """No module reads a client-supplied identity header, and only blueprints/auth.py reads
+    `X-Workspace` (a choice among signed workspaces) or builds an Identity."""
+    assert IDENTITY_HEADER.search('request.headers.get("X-Forwarded-User")')  # the detector works
+    for folder in ("blueprints", "engine", "app.py", "wsgi.py"):
+        paths = [ROOT / folder] if folder.endswith(".py") else (ROOT / folder).rglob("*.py")
+        for path in paths:
+            text = path.read_text()
+            name = path.relative_to(ROOT).as_posix()
+            assert not IDENTITY_HEADER.search(text), f"{name} reads an identity header"
+            if name not in ("blueprints/auth.py", "blueprints/oidc.py", "engine/identity.py"):
+                assert "X-Workspace" not in text and not re.search(r"\bIdentity\(", text), name
