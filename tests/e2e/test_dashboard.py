@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import NARROW, WIDE, image
+from tests.e2e.conftest import NARROW, WIDE, image, server_factory
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def server(request, start_server, tmp_path):
+    """The dashboard's states and layout do not depend on the auth mode: dev mode only (the
+    project page suite runs in both)."""
+    return server_factory(request, start_server, tmp_path, "dev")
 
 FULL_HD = {"width": 1920, "height": 1080}
 LONG_TITLE = "a-very-long-deployment-name-" * 7 + "end"  # 199 characters, no space to wrap at
@@ -54,10 +61,10 @@ def no_overflow(ui) -> dict:
 def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(server, open_page, api, sql_conn,
                                                                viewport):
     srv = server()
-    long_task = api(srv.base).create("busy", image(LONG_TITLE[:63].rstrip("-"), marker=""))
+    long_task = api(srv).create("busy", image(LONG_TITLE[:63].rstrip("-"), marker=""))
     sql_conn.execute("UPDATE deploy_tasks SET source = source || jsonb_build_object('name', %s::text)"
                      " WHERE id = %s", (LONG_TITLE, long_task["id"]))
-    api(srv.base).wait(long_task["id"], "completed", "failed")
+    api(srv).wait(long_task["id"], "completed", "failed")
     # The long title alone.
     ui = open_page(srv, "busy", viewport=viewport)
     ui.shot("long-title")
@@ -134,7 +141,7 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
 
 def test_cancel_leaves_no_step_in_progress(server, open_page, api):
     srv = server()
-    task = api(srv.base).create("shop", image("api", marker="sandbox-never-ready"))
+    task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     head = ui.open_timeline(task["id"])
     steps = ui.page.locator(f"#tl-steps-{task['id']}")
@@ -156,8 +163,8 @@ def test_cancel_leaves_no_step_in_progress(server, open_page, api):
 
 def test_a_failure_reads_in_plain_words_with_the_raw_detail_behind_a_toggle(server, open_page, api):
     srv = server()
-    failed = api(srv.base).create("shop", image("api", marker="sandbox-apply-error"))
-    api(srv.base).wait(failed["id"], "failed")
+    failed = api(srv).create("shop", image("api", marker="sandbox-apply-error"))
+    api(srv).wait(failed["id"], "failed")
     ui = open_page(srv, "shop")
     chip = ui.wait_chip(failed["id"], "failed")
     assert "The cluster refused Deployment/api." in chip.locator(".chip-failure").inner_text()
@@ -188,9 +195,9 @@ def test_a_failure_reads_in_plain_words_with_the_raw_detail_behind_a_toggle(serv
 
 def test_keyboard_walk_chips_timeline_and_deploy_pane(server, open_page, api):
     srv = server()
-    ids = [api(srv.base).create("keys", image(f"k{i}"))["id"] for i in range(3)]
+    ids = [api(srv).create("keys", image(f"k{i}"))["id"] for i in range(3)]
     for task_id in ids:
-        api(srv.base).wait(task_id, "completed")
+        api(srv).wait(task_id, "completed")
     ui = open_page(srv, "keys")
     page = ui.page
     newest, middle = ids[2], ids[1]
@@ -262,11 +269,11 @@ def serious_violations(page) -> list[dict]:
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
 def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
     srv = server()
-    blocked = api(srv.base).create("shop", {"kind": "template", "template": "postgresql",
+    blocked = api(srv).create("shop", {"kind": "template", "template": "postgresql",
                                             "args": {"database": "orders"}})
-    done = api(srv.base).create("shop", image("web"))
-    api(srv.base).wait(blocked["id"], "blocked")
-    api(srv.base).wait(done["id"], "completed")
+    done = api(srv).create("shop", image("web"))
+    api(srv).wait(blocked["id"], "blocked")
+    api(srv).wait(done["id"], "completed")
     ui = open_page(srv, "shop", viewport=viewport)
     found = {}
     ui.page.goto(srv.base + "/")
@@ -295,10 +302,10 @@ def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
 def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
         server, open_page, api):
     srv = server()
-    web = api(srv.base).create("shop", image("web"))
-    worker = api(srv.base).create("shop", image("worker"))
-    api(srv.base).wait(web["id"], "completed")
-    api(srv.base).wait(worker["id"], "completed")
+    web = api(srv).create("shop", image("web"))
+    worker = api(srv).create("shop", image("worker"))
+    api(srv).wait(web["id"], "completed")
+    api(srv).wait(worker["id"], "completed")
     ui = open_page(srv, "shop")
     group = ui.page.locator(".app-group[data-app=web]")
     assert group.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.resource)") == \
