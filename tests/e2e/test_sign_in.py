@@ -16,7 +16,7 @@ def oidc_server(request, start_server, tmp_path):
 def test_sign_in_switch_workspace_and_sign_out(oidc_server, browser, api, shots):
     srv = oidc_server()
     task = api(srv).create("shop", image("web"))  # alice, in her first workspace (team-a)
-    alice = browser.new_context().new_page()
+    alice = browser.new_context(bypass_csp=True).new_page()
     browser_sign_in(alice, srv, "alice", "/projects/shop")
     alice.wait_for_selector(f"#chip-{task['id']}")
     assert alice.locator(".topbar [data-user]").inner_text() == "alice"
@@ -34,7 +34,7 @@ def test_sign_in_switch_workspace_and_sign_out(oidc_server, browser, api, shots)
     alice.wait_for_function("document.body.dataset.streamOpen === '1'")
     assert alice.locator(f"#chip-{task['id']}").count() == 0
 
-    bob = browser.new_context().new_page()
+    bob = browser.new_context(bypass_csp=True).new_page()
     browser_sign_in(bob, srv, "bob", "/projects/shop")
     bob.wait_for_function("document.body.dataset.streamOpen === '1'")
     assert bob.locator("[data-workspace]").inner_text() == "workspace team-c"
@@ -51,7 +51,7 @@ def test_sign_in_switch_workspace_and_sign_out(oidc_server, browser, api, shots)
 def test_a_page_whose_session_ended_shows_signed_out(oidc_server, browser, api, shots):
     srv = oidc_server()
     task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
-    context = browser.new_context()
+    context = browser.new_context(bypass_csp=True)
     page = context.new_page()
     browser_sign_in(page, srv, "alice", "/projects/shop")
     page.wait_for_selector(f"#chip-{task['id']}[data-status=applying]")
