@@ -13,13 +13,14 @@ import requests
 import websocket
 from gevent.pywsgi import WSGIServer
 
-from tests.conftest import IMAGE_SOURCE, oidc_settings
+from tests.conftest import IMAGE_SOURCE, free_port, oidc_settings
 from tests.integration.test_streams import EventStream
 
 @pytest.fixture
 def site(make_app, issuer):
-    app = make_app(**oidc_settings(issuer.url))
-    server = WSGIServer(("127.0.0.1", 0), app, log=None)
+    port = free_port()  # the app knows its own origin (the websocket Origin check)
+    app = make_app(**oidc_settings(issuer.url), port=port)
+    server = WSGIServer(("127.0.0.1", port), app, log=None)
     server.start()
     yield f"http://127.0.0.1:{server.server_port}"
     app.extensions["engine"].shutdown()
