@@ -39,10 +39,10 @@ log = logging.getLogger(__name__)
 AUTH_MODES = {"dev", "oidc"}
 DEV_IDENTITY = Identity(user="dev", namespace="default", display="dev user",
                         workspaces=("default",))
-#: Reachable without a sign-in (sign-out too: a session that just expired can still end cleanly;
-#: it stays CSRF-checked).
+#: Reachable without a sign-in: the sign-in itself, sign-out (a session that just expired can
+#: still end cleanly; it stays CSRF-checked), the probes, the metrics scrape (its own token).
 PUBLIC_ENDPOINTS = {"auth.login", "auth.callback", "auth.logout", "auth.signed_out", "healthz",
-                    "static"}
+                    "readyz", "metrics", "static"}
 SCOPES = "openid profile email"
 #: A session signed in "in the future" by more than this is refused (clock skew between hosts).
 SESSION_SKEW_S = 60
