@@ -1,4 +1,5 @@
 """Helpers shared by test modules (tests import these, never each other)."""
+import json
 import os
 import socket
 import subprocess
@@ -6,8 +7,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import gevent
 import psycopg
 import requests
+from gevent.queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,3 +169,76 @@ def at(seconds: float) -> datetime:
 
 def iso(seconds: float | None) -> str | None:
     return None if seconds is None else at(seconds).isoformat()
+
+
+# -- SSE client (the project streams) --------------------------------------------------------
+STREAM = "/api/v1/projects/{project}/tasks/stream"
+END = ("end", None)
+
+
+class EventStream:
+    """An SSE client reading frames into a queue from its own greenlet."""
+
+    def __init__(self, base: str, project: str = "demo", path: str | None = None,
+                 headers: dict | None = None):
+        self.response = requests.get(base + (path or STREAM.format(project=project)),
+                                     stream=True, timeout=(5, 60), headers=headers)
+        assert self.response.status_code == 200, self.response.text
+        assert self.response.headers["Content-Type"].startswith("text/event-stream")
+        self.served_by = self.response.headers["X-Served-By"]
+        self.frames: Queue = Queue()
+        self._reader = gevent.spawn(self._read)
+
+    def _read(self):
+        buffer = ""
+        try:
+            for chunk in self.response.iter_content(chunk_size=None):
+                buffer += chunk.decode()
+                while "\n\n" in buffer:
+                    frame, buffer = buffer.split("\n\n", 1)
+                    parsed = _parse(frame)
+                    if parsed is not None:
+                        self.frames.put(parsed)
+        finally:
+            self.frames.put(END)
+
+    def next(self, timeout: float = 20.0) -> tuple[str, dict]:
+        """The next (event, data) frame; fails the test after `timeout` seconds."""
+        try:
+            frame = self.frames.get(timeout=timeout)
+        except Empty:
+            raise AssertionError(f"no stream frame within {timeout}s")
+        assert frame != END, "the stream ended"
+        return frame
+
+    def until(self, predicate, timeout: float = 30.0) -> list[tuple[str, dict]]:
+        """Frames up to and including the first one `predicate` accepts."""
+        seen = []
+        deadline = gevent.get_hub().loop.now() + timeout
+        while True:
+            remaining = deadline - gevent.get_hub().loop.now()
+            if remaining <= 0:
+                raise AssertionError(f"no matching frame within {timeout}s; saw {seen}")
+            frame = self.next(timeout=remaining)
+            seen.append(frame)
+            if predicate(*frame):
+                return seen
+
+    def close(self):
+        self._reader.kill(block=True, timeout=5)
+        self.response.close()
+
+
+def _parse(frame: str):
+    event, data = None, []
+    for line in frame.splitlines():
+        if line.startswith(":"):
+            continue  # keepalive comment
+        key, _, value = line.partition(":")
+        if key == "event":
+            event = value.strip()
+        elif key == "data":
+            data.append(value.strip())
+    if event is None:  # the page's stream: unnamed frames of HTML fragments
+        return ("message", "\n".join(data)) if data else None
+    return event, json.loads("\n".join(data))

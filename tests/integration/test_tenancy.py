@@ -14,7 +14,7 @@ import websocket
 from gevent.pywsgi import WSGIServer
 
 from tests.conftest import IMAGE_SOURCE, free_port, oidc_settings
-from tests.integration.test_streams import EventStream
+from tests.helpers import EventStream
 
 @pytest.fixture
 def site(make_app, issuer):
