@@ -14,11 +14,15 @@ from flask import Blueprint, current_app, jsonify, render_template_string, url_f
 from marshmallow import fields, validate
 
 from blueprints import responses, schemas
+from blueprints.edge import CONTENT_SECURITY_POLICY
 from engine.errors import DomainError
 
 bp = Blueprint("openapi", __name__)
 
-REDOC = "vendor/redoc-3.0.1/redoc.standalone.js"
+#: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL and
+#: its attribution logo comes from Redocly's CDN (an image only; scripts stay 'self').
+DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+    "img-src 'self' data:;", "img-src 'self' data: https://cdn.redoc.ly; font-src 'self' data:;")
 #: Codes the API gives HTTP errors itself (blueprints/api.py http_error), and idempotency's.
 EXTRA_CODES = ["not_found", "method_not_allowed", "body_too_large", "unsupported_media_type",
                "http_error", "idempotency_key_reused", "idempotency_key_in_flight"]
@@ -45,7 +49,7 @@ def _json(schema, description: str) -> dict:
 
 def _errors(*statuses: int) -> dict:
     words = {400: "invalid request", 404: "not found", 409: "conflict with the task's state",
-             413: "body too large", 415: "not JSON", 422: "idempotency key reused",
+             403: "operators only", 413: "body too large", 415: "not JSON", 422: "idempotency key reused",
              503: "shutting down"}
     return {str(s): _json("Error", words[s]) for s in statuses}
 
@@ -147,6 +151,19 @@ OPERATIONS = {
                                   "text}) and `turn_done` ({turn, chars}) per model turn; "
                                   "`end` when the task finishes"),
                       **_errors(404)}}},
+    "auth.whoami": {"get": {
+        "operationId": "whoAmI", "tags": ["meta"], "summary": "The caller's identity",
+        "responses": {"200": _json({"type": "object", "properties": {
+            "user": {"type": "string"}, "display": {"type": "string"},
+            "workspace": {"type": "string"},
+            "workspaces": {"type": "array", "items": {"type": "string"}}}},
+            "who is calling, in which workspace")}}},
+    "ops.admin_streaks": {"get": {
+        "operationId": "listFailureStreaks", "tags": ["operations"],
+        "summary": "What keeps failing right now (operators only), the longest-running first",
+        "responses": {"200": _json({"type": "object", "properties": {"items": {
+            "type": "array", "items": {"type": "object"}}}}, "the current failure streaks"),
+                      **_errors(403)}}},
     "openapi.openapi_json": {"get": {
         "operationId": "getOpenApi", "tags": ["meta"], "summary": "This document",
         "responses": {"200": _json({"type": "object"}, "the OpenAPI document")}}},
@@ -239,13 +256,16 @@ def openapi_json():
 
 DOCS_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Deployment task engine API</title>
-<meta name="viewport" content="width=device-width, initial-scale=1"></head>
-<body><redoc spec-url="{{ spec }}"></redoc><script src="{{ redoc }}"></script></body></html>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,"></head>
+<body><div id="api-docs" data-spec-url="{{ spec }}"></div>
+<script type="module" src="{{ start }}"></script></body></html>
 """
 
 
 @bp.get("/api/docs")
 def docs():
     """The document rendered for people (Redoc, served from static/vendor: no CDN)."""
-    return render_template_string(DOCS_PAGE, spec=url_for("openapi.openapi_json"),
-                                  redoc=url_for("static", filename=REDOC))
+    page = render_template_string(DOCS_PAGE, spec=url_for("openapi.openapi_json"),
+                                  start=url_for("static", filename="api-docs.js"))
+    return page, 200, {"Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}

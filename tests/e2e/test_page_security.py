@@ -174,3 +174,41 @@ def test_the_pages_work_under_their_content_security_policy(server, browser):
         assert any("Content Security Policy" in e for e in errors), errors
     finally:
         context.close()
+
+
+def test_the_api_docs_render_their_operations_under_their_content_security_policy(
+        server, browser):
+    srv = server()
+    spec = requests.get(f"{srv.base}/api/v1/openapi.json", timeout=10).json()
+    assert "paths" in spec, spec
+    operation_ids = [op["operationId"] for path in spec["paths"].values()
+                     for op in path.values() if isinstance(op, dict) and "operationId" in op]
+    assert operation_ids
+    context = browser.new_context()  # no bypass: the policy the server sends is enforced
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The test machine has no internet: Redoc's attribution logo (its CDN) is answered locally.
+    page.route("https://cdn.redoc.ly/**", lambda route: route.fulfill(
+        content_type="image/svg+xml", body='<svg xmlns="http://www.w3.org/2000/svg"/>'))
+    try:
+        response = page.goto(f"{srv.base}/api/docs")
+        csp = response.headers["content-security-policy"]
+        # This page's own policy: the site's, plus a data: font and Redocly's logo image.
+        assert "script-src 'self';" in csp and "'unsafe-eval'" not in csp
+        assert "frame-ancestors 'none'" in csp and "font-src 'self' data:;" in csp
+        # Redoc fetched the document and rendered every operation (not only its shell).
+        for operation_id in operation_ids:  # each operation is listed under its tag
+            page.wait_for_selector(f"a[href$='/{operation_id.lower()}']", state="attached",
+                                   timeout=20_000)
+        page.wait_for_load_state("networkidle")
+        assert errors == []
+        # The detector works: an inline script is refused, and that shows up as an error.
+        try:
+            page.add_script_tag(content="window.inlineRan = true")
+        except Exception:
+            pass
+        assert any("Content Security Policy" in e for e in errors), errors
+    finally:
+        context.close()
