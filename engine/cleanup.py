@@ -14,7 +14,8 @@ from gevent.pool import Pool
 
 from engine import idempotency, runtimes
 from engine.abort import SHUTDOWN, Aborted, AbortSignal
-from engine.cleanup_jobs import MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger, enqueue_purges
+from engine.cleanup_jobs import (MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger, enqueue_purges,
+                                 streak_subject)
 from engine.config import Settings
 from engine.db import Database
 from engine.integrations import Integrations
@@ -134,7 +135,8 @@ class CleanupWorker:
         retention_s = s.retention_days * 86400
         if self._draining:
             # Continue a purge drain the reaper started, one bounded batch per pass.
-            enqueue_purges(self.db, retention_s=retention_s, limit=s.purge_batch, now=now)
+            enqueue_purges(self.db, retention_s=retention_s, limit=s.purge_batch,
+                           streaks=self.streaks, now=now)
         purged = self._purge_without_devbox(retention_s, now)
         if self.devbox is not None and not self._stopping:
             with_devbox = self.db.all(
@@ -221,17 +223,17 @@ class CleanupWorker:
             handler(job, attempt.abort, now)
         except PreconditionGone as exc:
             self._finish([job], JobState.CANCELLED, now, note=f"cancelled: {exc}")
-            self.streaks.succeeded(f"cleanup:{job['trigger']}", now=now)
+            self.streaks.succeeded(streak_subject(job["trigger"]), now=now)
         except Exception as exc:
             if not isinstance(exc, (StopUnconfirmed, Aborted)) and not _is_integration_error(exc):
                 log.debug("cleanup job %s crashed", job["id"], exc_info=True)
             self._retry(job, _describe(exc, attempt.abort), now)
             if not _is_integration_error(exc):
-                self.streaks.failed(f"cleanup:{job['trigger']}", _describe(exc, attempt.abort),
+                self.streaks.failed(streak_subject(job["trigger"]), _describe(exc, attempt.abort),
                                     now=now)
         else:
             self._finish([job], JobState.SUCCEEDED, now)
-            self.streaks.succeeded(f"cleanup:{job['trigger']}", now=now)
+            self.streaks.succeeded(streak_subject(job["trigger"]), now=now)
         finally:
             self._done(attempt)
 

@@ -14,6 +14,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from engine.db import Database
+from engine.streaks import Streaks
 
 log = logging.getLogger(__name__)
 
@@ -100,31 +101,45 @@ def enqueue_devbox_delete(db: Database, devbox_id: str, *, namespace: str, task_
                    task_id=task_id, namespace=namespace, needs_devbox=True, now=now)
 
 
+def streak_subject(trigger: Trigger | str) -> str:
+    """The failure-streak subject of a trigger's jobs (one name for the worker and the reaper)."""
+    if trigger == Trigger.RETENTION_PURGE:
+        return "retention_purge"
+    return f"cleanup:{trigger}"
+
+
 def enqueue_devbox_pauses(db: Database, *, limit: int = DEVBOX_PAUSE_BATCH,
-                          grace_s: float = DEVBOX_PAUSE_GRACE_S,
+                          grace_s: float = DEVBOX_PAUSE_GRACE_S, streaks: Streaks | None = None,
                           now: datetime | None = None) -> int:
     """Reaper: a pause job per finished task whose devbox was never paused; how many."""
     rows = db.all("cleanup_job_enqueue_devbox_pauses", limit=limit, grace_s=grace_s,
                   cooldown_s=FAILED_JOB_COOLDOWN_S, now=now)
-    _report_refailing(Trigger.DEVBOX_PAUSE, rows)
+    _report_refailing(Trigger.DEVBOX_PAUSE, rows, streaks, now)
     return len(rows)
 
 
 def enqueue_purges(db: Database, *, retention_s: float, limit: int,
-                   now: datetime | None = None) -> int:
+                   streaks: Streaks | None = None, now: datetime | None = None) -> int:
     """A purge job per finished task past retention (oldest first); how many. The reaper starts a
     drain with a few; the worker goes on with a batch per pass while it finds more."""
     rows = db.all("cleanup_job_enqueue_purges", retention_s=retention_s, limit=limit,
                   cooldown_s=FAILED_JOB_COOLDOWN_S, now=now)
-    _report_refailing(Trigger.RETENTION_PURGE, rows)
+    _report_refailing(Trigger.RETENTION_PURGE, rows, streaks, now)
     return len(rows)
 
 
-def _report_refailing(trigger: Trigger, rows: list[dict]) -> None:
-    """A fresh job minted where an earlier one failed for good is a persistent failure: say so.
-    The failed jobs keep their errors (cleanup_jobs, state 'failed'); this is the place a failure
-    streak of subject f"cleanup:{trigger}" is recorded."""
+def _report_refailing(trigger: Trigger, rows: list[dict], streaks: Streaks | None,
+                      now: datetime | None) -> None:
+    """A fresh job minted where an earlier one failed for good is a persistent failure: say so,
+    and record it in the trigger's failure streak (integration errors, e.g. a devbox outage, do
+    not count per attempt, so without this the streak would never show it). The failed jobs
+    keep their errors (cleanup_jobs, state 'failed'); the trigger's first success ends the
+    streak."""
     again = sum(1 for r in rows if r["after_failure"])
     if again:
         log.warning("%s: %d job(s) enqueued again after an earlier job failed %d attempts "
                     "(see cleanup_jobs in state failed)", trigger, again, MAX_ATTEMPTS)
+        if streaks is not None:
+            streaks.failed(streak_subject(trigger),
+                           f"{again} job(s) failed {MAX_ATTEMPTS} attempts and were enqueued "
+                           f"again (see cleanup_jobs in state failed)", now=now)

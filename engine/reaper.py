@@ -8,6 +8,7 @@ from engine import cleanup_jobs, metrics, runtimes
 from engine.config import Settings
 from engine.db import Database
 from engine.status import Status
+from engine.streaks import Streaks
 from engine.transitions import Guard, transition
 
 log = logging.getLogger(__name__)
@@ -30,9 +31,11 @@ class _Sweep:
 
 
 class Reaper:
-    def __init__(self, db: Database, settings: Settings):
+    def __init__(self, db: Database, settings: Settings, streaks: Streaks | None = None):
         self.db = db
         self.settings = settings
+        #: Where a cleanup re-enqueued after failing for good is recorded (persistent failure).
+        self.streaks = streaks
 
     def sweeps(self) -> list[_Sweep]:
         """The sweeps, in the order they run (a pending cancel outranks a failure)."""
@@ -77,11 +80,13 @@ class Reaper:
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
         # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py runs them).
         with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):
-            resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(self.db, now=now)
+            resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(
+                self.db, streaks=self.streaks, now=now)
         with metrics.timed(metrics.SWEEP_DURATION, sweep="purge"):
             resolved["purge"] = cleanup_jobs.enqueue_purges(
                 self.db, retention_s=self.settings.retention_days * 86400,
-                limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch), now=now)
+                limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch),
+                streaks=self.streaks, now=now)
         with metrics.timed(metrics.SWEEP_DURATION, sweep="orphaned_runtimes"):
             resolved["orphaned_runtimes"] = runtimes.judge_orphaned_elsewhere(
                 self.db, lease_ttl_s=self.settings.lease_ttl_s, now=now)

@@ -55,7 +55,7 @@ class EngineRuntime:
         self.fanout = Fanout(db, streaks=self.streaks)
         #: Unpersisted frames (streamed model tokens) for this process's viewers.
         self.live = LiveFeed()
-        self.reaper = Reaper(db, settings)
+        self.reaper = Reaper(db, settings, self.streaks)
         #: Durable cleanup jobs, this process's local runtime groups, startup reconciliation.
         self.cleanup = CleanupWorker(db, settings, self.integrations, self.owner,
                                      streaks=self.streaks)

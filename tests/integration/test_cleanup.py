@@ -168,11 +168,16 @@ def test_failed_attempts_wait_the_exact_ladder_then_fail_for_good(engine, devbox
 
     # After the cool-down the sweep mints a fresh job (its own 8 attempts): never stranded.
     devbox.fail_ops.clear()
+    assert streak(sql_conn, "cleanup:devbox_pause") is None
     assert engine.reaper.sweep(now=cooled)["pause_devboxes"] == 1
+    # The pause that failed for good and is tried again is a persistent failure's streak ...
+    assert streak(sql_conn, "cleanup:devbox_pause")["last_failure_at"] == cooled
     engine.cleanup.run_once(now=cooled)
     assert [(j["state"], j["attempts"]) for j in jobs(sql_conn)] == \
         [("failed", MAX_ATTEMPTS), ("succeeded", 1)]
     assert devbox.boxes["box-ladder"] == "paused"
+    # ... which the first successful pause ends.
+    assert streak(sql_conn, "cleanup:devbox_pause") is None
 
 
 def test_a_purge_that_failed_for_good_is_enqueued_again_after_the_cool_down(
@@ -193,11 +198,24 @@ def test_a_purge_that_failed_for_good_is_enqueued_again_after_the_cool_down(
     cooled = t + timedelta(seconds=cleanup_jobs.FAILED_JOB_COOLDOWN_S)
     devbox.fail_ops.clear()  # the outage ends
     caplog.set_level(logging.WARNING, logger="engine.cleanup_jobs")
+    # The devbox outage's attempts were integration errors (no streak per attempt)...
+    assert streak(sql_conn, "retention_purge") is None
     assert engine.reaper.sweep(now=cooled)["purge"] == 1
     assert any("retention_purge: 1 job(s) enqueued again" in r.getMessage() for r in caplog.records)
+    # ... the re-enqueue is what makes the persistent failure visible as a streak.
+    row = streak(sql_conn, "retention_purge")
+    assert row["consecutive_failures"] == 1 and row["first_failure_at"] == cooled
+    assert f"failed {MAX_ATTEMPTS} attempts and were enqueued again" in row["last_error"]
     engine.cleanup.run_once(now=cooled)
     assert client.get(f"/api/v1/tasks/{task['id']}").status_code == 404
     assert [j["state"] for j in jobs(sql_conn)] == ["failed", "succeeded"]
+    # The first successful purge ends the streak.
+    assert streak(sql_conn, "retention_purge") is None
+
+
+def streak(sql_conn, subject: str) -> dict | None:
+    return sql_conn.execute("SELECT * FROM failure_streaks WHERE subject = %s",
+                            (subject,)).fetchone()
 
 
 def test_a_stale_worker_cannot_overwrite_a_newer_attempt(engine, sql_conn):
