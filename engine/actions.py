@@ -53,9 +53,10 @@ def identity_kind(source: dict) -> tuple:
     return (source.get("kind"), source.get("template") if source.get("kind") == "template" else None)
 
 
-def check_template_args(catalog, source: dict) -> None:
-    """A template source's args against the template's declared inputs, before any task exists:
-    UnknownTemplate, or InvalidRequest naming each unknown or mistyped argument (never a value).
+def check_template_args(catalog, source: dict, inputs: dict | None = None) -> None:
+    """A template source's args and the top-level inputs against the template's declared inputs,
+    before any task exists: UnknownTemplate, or InvalidRequest naming each unknown or mistyped
+    value by its field (`source.args.<name>`, `inputs.<name>`; never a value).
 
     Missing required inputs are not an error here: the run asks for them (blocked).
     """
@@ -66,18 +67,33 @@ def check_template_args(catalog, source: dict) -> None:
     except TemplateNotFound:
         raise UnknownTemplate(f"no template named {source.get('template')!r} in the catalog")
     declared = {d.name: d for d in template.inputs}
+    fields: dict = {}
+    messages = []
+    for path, values in ((("source", "args"), source.get("args") or {}),
+                         (("inputs",), inputs or {})):
+        errors = _input_errors(template.name, declared, values)
+        if errors:
+            where = fields
+            for key in path[:-1]:
+                where = where.setdefault(key, {})
+            where[path[-1]] = errors
+            messages += [f"{'.'.join(path)}.{k}: {v[0]}" for k, v in sorted(errors.items())]
+    if messages:
+        raise InvalidRequest("; ".join(messages), fields=fields)
+
+
+def _input_errors(template_name: str, declared: dict, values: dict) -> dict:
+    """{name: [reason]} for each value that is not a declared input or does not fit its type."""
     errors = {}
-    for name, value in (source.get("args") or {}).items():
+    for name, value in values.items():
         if name not in declared:
-            errors[name] = [f"not an input of template {template.name}"]
+            errors[name] = [f"not an input of template {template_name}"]
         elif value is not None and value != "":
             try:
                 declared[name].coerce(value)
             except ValueError as exc:
                 errors[name] = [str(exc)]
-    if errors:
-        message = "; ".join(f"source.args.{k}: {v[0]}" for k, v in sorted(errors.items()))
-        raise InvalidRequest(message, fields={"source": {"args": errors}})
+    return errors
 
 
 def refuse_short_secrets(memory: dict, sensitive: set[str], *, source: dict | None,
@@ -138,7 +154,7 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
             identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
         project_id = target
     if runtime.integrations.templates is not None:
-        check_template_args(runtime.integrations.templates, source)
+        check_template_args(runtime.integrations.templates, source, inputs)
         # A template's declarations name secrets the shared predicate cannot guess from a name.
         sensitive_keys += runtime.integrations.templates.declared_sensitive_keys(source, inputs)
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)

@@ -218,3 +218,31 @@ def test_template_args_are_checked_against_the_declarations_at_create(client, sq
     # Positive control: the declared args, typed right, create a task.
     ok = client.post("/api/v1/tasks", json=template_source(image="nginx:1.27", port="8080"))
     assert ok.status_code == 201, ok.get_json()
+
+
+def test_template_inputs_are_checked_against_the_declarations_at_create(client, sql_conn):
+    before = rows(sql_conn)
+    # Positive control first: declared inputs, typed right, create a task.
+    ok = client.post("/api/v1/tasks", json={**template_source(image="nginx:1.27"),
+                                            "inputs": {"port": "8080", "replicas": "2"}})
+    assert ok.status_code == 201, ok.get_json()
+    assert rows(sql_conn)[0] == before[0] + 1
+
+    unknown = client.post("/api/v1/tasks", json={**template_source(image="nginx:1.27"),
+                                                 "inputs": {"colour": "red"}})
+    mistyped = client.post("/api/v1/tasks", json={**template_source(image="nginx:1.27"),
+                                                  "inputs": {"port": "eighty"}})
+    both = client.post("/api/v1/tools/create_deployment",
+                       json={**template_source(image="nginx:1.27", port="eighty"),
+                             "inputs": {"replicas": "many"}})
+    assert (unknown.status_code, unknown.get_json()["code"]) == (400, "invalid_request")
+    assert unknown.get_json()["fields"] == {
+        "inputs": {"colour": ["not an input of template webapp"]}}
+    assert "inputs.colour" in unknown.get_json()["message"]
+    assert (mistyped.status_code, mistyped.get_json()["fields"]) == (
+        400, {"inputs": {"port": ["must be an integer"]}})
+    assert "eighty" not in mistyped.get_json()["message"]
+    assert both.status_code == 400
+    assert set(both.get_json()["fields"]) == {"source", "inputs"}
+    assert "replicas" in both.get_json()["fields"]["inputs"]
+    assert rows(sql_conn)[0] == before[0] + 1  # nothing more was created
