@@ -23,9 +23,11 @@ bp = Blueprint("openapi", __name__)
 #: its attribution logo comes from Redocly's CDN (an image only; scripts stay 'self').
 DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
     "img-src 'self' data:;", "img-src 'self' data: https://cdn.redoc.ly; font-src 'self' data:;")
-#: Codes the API gives HTTP errors itself (blueprints/api.py http_error), and idempotency's.
+#: Codes the API gives HTTP errors itself (blueprints/api.py http_error), idempotency's and
+#: the auth gate's.
 EXTRA_CODES = ["not_found", "method_not_allowed", "body_too_large", "unsupported_media_type",
-               "http_error", "idempotency_key_reused", "idempotency_key_in_flight"]
+               "http_error", "idempotency_key_reused", "idempotency_key_in_flight",
+               "unauthenticated", "workspace_not_allowed"]
 
 TASK_ID = {"in": "path", "name": "task_id", "required": True,
            "schema": {"type": "string", "format": "uuid"}}
@@ -48,7 +50,8 @@ def _json(schema, description: str) -> dict:
 
 
 def _errors(*statuses: int) -> dict:
-    words = {400: "invalid request", 404: "not found", 409: "conflict with the task's state",
+    words = {400: "invalid request", 401: "not signed in", 403: "not allowed",
+             404: "not found", 409: "conflict with the task's state",
              403: "operators only", 413: "body too large", 415: "not JSON", 422: "idempotency key reused",
              503: "shutting down"}
     return {str(s): _json("Error", words[s]) for s in statuses}
@@ -163,6 +166,25 @@ OPERATIONS = {
         "summary": "What keeps failing right now (operators only), the longest-running first",
         "responses": {"200": _json({"type": "object", "properties": {"items": {
             "type": "array", "items": {"type": "object"}}}}, "the current failure streaks"),
+                      **_errors(403)}}},
+    "auth.whoami": {"get": {
+        "operationId": "whoAmI", "tags": ["meta"],
+        "summary": "The caller's identity and the workspaces it may use",
+        "responses": {"200": _json({"type": "object", "required": ["user", "workspace"],
+                                    "properties": {
+                                        "user": {"type": "string"},
+                                        "display": {"type": ["string", "null"]},
+                                        "workspace": {"type": "string"},
+                                        "workspaces": {"type": "array",
+                                                       "items": {"type": "string"}}}},
+                                   "who is asking")}}},
+    "ops.admin_streaks": {"get": {
+        "operationId": "listFailureStreaks", "tags": ["operators"],
+        "summary": "What keeps failing right now (failure streaks), the longest-running first",
+        "responses": {"200": _json({"type": "object", "required": ["items"],
+                                    "properties": {"items": {"type": "array",
+                                                             "items": {"type": "object"}}}},
+                                   "the open streaks"),
                       **_errors(403)}}},
     "openapi.openapi_json": {"get": {
         "operationId": "getOpenApi", "tags": ["meta"], "summary": "This document",
