@@ -45,15 +45,18 @@ def index():
     return render_template("index.html", projects=projects)
 
 
-@bp.get("/projects")
-def open_project():
-    """Go to the project named in ?id= (the landing page's form)."""
-    project_id = (request.args.get("id") or "").strip().lower()
+@bp.post("/projects")
+def start_project():
+    """The landing page's new-project form: record the project in the workspace, then open it.
+    The id is checked by the API's rule; a bad one re-renders the landing page with a message."""
+    project_id = request.form.get("id", "")
     try:
         schemas.PROJECT_ID(project_id)
     except ValidationError:
-        return redirect(url_for(".index", invalid=project_id[:63]))
-    return redirect(url_for(".project", project_id=project_id))
+        projects = read_projects(runtime().db, current_identity().namespace)
+        return render_template("index.html", projects=projects, invalid=project_id[:63]), 400
+    actions.start_project(runtime(), current_identity(), project_id)
+    return redirect(url_for(".project", project_id=project_id), code=303)
 
 
 @bp.get("/projects/<project_id>")

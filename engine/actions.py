@@ -29,6 +29,13 @@ def get_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
     return row
 
 
+def start_project(runtime: EngineRuntime, identity: Identity, project_id: str) -> None:
+    """Record a project the caller started, so the landing page lists it before any deployment
+    (the id is validated by the caller, with the API's rule)."""
+    runtime.db.execute("project_start", namespace=identity.namespace, project_id=project_id,
+                       user=identity.user)
+
+
 def strip_source(source: dict, inputs: dict, declared: list[str]) -> tuple[dict, dict, list[str]]:
     """(persistable source, in-memory inputs, sensitive key names): secrets leave the source."""
     kept = dict(source)

@@ -746,47 +746,8 @@
     }
   });
 
-  // -- projects this browser opened: the landing page lists them even before a deployment ----
-  var RECENT_KEY = "recentProjects";
-
-  function recentProjects() {
-    try { return JSON.parse(localStorage.getItem(RECENT_KEY) || "[]"); } catch (e) { return []; }
-  }
-
-  function rememberProject() {
-    var main = document.querySelector("main[data-project]");
-    if (!main) return;
-    var ids = recentProjects().filter(function (id) { return id !== main.dataset.project; });
-    ids.unshift(main.dataset.project);
-    try { localStorage.setItem(RECENT_KEY, JSON.stringify(ids.slice(0, 20))); } catch (e) { /* private mode */ }
-  }
-
-  function listRecentProjects() {
-    var list = document.querySelector("ul[data-projects]");
-    if (!list) return;
-    var shown = new Set(Array.from(list.querySelectorAll("a[data-project-link]")).map(function (a) {
-      return a.textContent;
-    }));
-    recentProjects().forEach(function (id) {
-      if (shown.has(id) || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(id)) return;
-      var empty = list.querySelector(".empty");
-      if (empty) empty.remove();
-      var li = document.createElement("li");
-      var a = document.createElement("a");
-      a.href = "/projects/" + id;
-      a.textContent = id;
-      a.dataset.projectLink = "";
-      var note = document.createElement("span");
-      note.textContent = "no deployments yet";
-      li.append(a, note);
-      list.appendChild(li);
-    });
-  }
-
   function start() {
     showClusterTarget();
-    rememberProject();
-    listRecentProjects();
     connectProjectStream();
     syncTimelineSocket();
     refreshDock();

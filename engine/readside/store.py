@@ -292,5 +292,6 @@ def read_task_row(db, namespace: str, task_id) -> dict | None:
 
 
 def read_projects(db, namespace: str) -> list[dict]:
-    """The namespace's projects with task counts, most recently active first."""
-    return db.all("task_list_projects", namespace=namespace)
+    """The namespace's projects (started ones and those with tasks) with task counts, most
+    recently active first."""
+    return db.all("project_list", namespace=namespace)

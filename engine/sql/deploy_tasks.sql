@@ -121,14 +121,6 @@ WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s
 ORDER BY t.created_at DESC, t.id DESC
 LIMIT %(limit)s;
 
--- task_list_projects --
--- The projects of a namespace with their task counts, most recently active first.
-SELECT project_id, count(*) AS tasks,
-       count(*) FILTER (WHERE status IN ('queued', 'running', 'blocked', 'applying')) AS active,
-       max(created_at) AS last_created_at
-FROM deploy_tasks WHERE namespace = %(namespace)s
-GROUP BY project_id ORDER BY max(created_at) DESC LIMIT 200;
-
 -- task_merge_artifacts_if_held --
 -- Merge keys into the artifact summary, for the holder of the lease, and notify.
 WITH changed AS (

@@ -106,14 +106,16 @@ def test_gets_never_change_state(server, api, sql_conn):
     def state():
         return sql_conn.execute(
             "SELECT t::text AS row, (SELECT count(*) FROM deploy_task_events e"
-            " WHERE e.task_id = t.id) AS events FROM deploy_tasks t ORDER BY id").fetchall()
+            " WHERE e.task_id = t.id) AS events FROM deploy_tasks t ORDER BY id").fetchall() + \
+            sql_conn.execute("SELECT p::text AS row FROM projects p ORDER BY project_id").fetchall()
 
     before = state()
     session = requests.Session()
     hx = {"HX-Request": "true"}
     for path in ("/", "/projects/shop", f"/projects/shop?task={failed['id']}&deploy=image",
                  f"/tasks/{failed['id']}/timeline", f"/tasks/{failed['id']}/edit",
-                 "/projects/shop/deploy/image", "/panes/close", "/projects?id=shop"):
+                 "/projects/shop/deploy/image", "/panes/close",
+                 "/projects/never-started"):
         assert session.get(srv.base + path, headers=hx, timeout=10).status_code == 200, path
     with session.get(f"{srv.base}/projects/shop/stream", stream=True, timeout=10) as stream:
         next(stream.iter_lines())
