@@ -450,8 +450,10 @@
       var data = JSON.parse(evt.data);
       var pre = out();
       if (!pre) return;
+      // The text box follows like the pane: only a reader at its bottom is carried along.
+      var atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
       pre.appendChild(document.createTextNode(data.text));
-      pre.scrollTop = pre.scrollHeight;
+      if (atBottom) pre.scrollTop = pre.scrollHeight;
       followLog();
     });
     source.addEventListener("end", function () {

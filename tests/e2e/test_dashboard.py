@@ -139,6 +139,74 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
     ui.assert_no_errors()
 
 
+#: The streamed-text box's scroll state, read in the page.
+LOG_STATE = ("(sel) => { const p = document.querySelector(sel); return {top: p.scrollTop,"
+             " gap: p.scrollHeight - p.scrollTop - p.clientHeight,"
+             " over: p.scrollHeight - p.clientHeight, chars: p.textContent.length}; }")
+
+
+def test_the_log_stops_following_while_the_reader_is_scrolled_up(server, open_page):
+    srv = server(SANDBOX_GATEWAY_DELAY_S="0.15")  # about 100 chunks: text arrives for ~15 s
+    ui = open_page(srv, "ai-log", viewport={"width": 1280, "height": 600})
+    ui.page.click("[data-deploy=prompt]")
+    ui.page.wait_for_selector("#pane.is-open[data-kind=prompt]")
+    ui.page.fill("#f-prompt", "a small web page that says hello")
+    ui.page.click("#pane button[type=submit]")
+    ui.page.wait_for_selector("#timeline-pane.is-open[data-gateway-stream]")
+    task_id = ui.page.get_attribute("#timeline-pane", "data-task-id")
+    log = f"#tl-model-{task_id}"
+
+    def state() -> dict:
+        return ui.page.evaluate(LOG_STATE, log)
+
+    def more_text_after(before: dict) -> dict:
+        """Wait until new lines arrived (more text, a taller box); the state then."""
+        ui.page.wait_for_function(
+            f"([sel, chars, over]) => {{ const s = ({LOG_STATE})(sel);"
+            " return s.chars >= chars + 48 && s.over > over; }",
+            arg=[log, before["chars"], before["over"]], timeout=20_000)
+        return state()
+
+    # Following: once the text overflows its box, every new line keeps the box at its bottom.
+    ui.page.wait_for_function(f"(sel) => ({LOG_STATE})(sel).over > 60", arg=log, timeout=20_000)
+    followed = more_text_after(state())
+    assert followed["gap"] < 2, followed
+
+    # The reader scrolls up: new lines arrive and the position is kept.
+    ui.page.hover(log)
+    ui.page.mouse.wheel(0, -5000)
+    ui.page.wait_for_function(f"(sel) => ({LOG_STATE})(sel).top === 0", arg=log)
+    kept = more_text_after(state())
+    assert kept["top"] == 0 and kept["gap"] > 40, kept
+    ui.shot("log-scrolled-up")
+
+    # Back at the bottom, following resumes.
+    ui.page.mouse.wheel(0, 100_000)
+    ui.page.wait_for_function(f"(sel) => ({LOG_STATE})(sel).gap < 2", arg=log)
+    resumed = more_text_after(state())
+    assert resumed["gap"] < 2, resumed
+    ui.wait_chip(task_id, "completed", timeout=60_000)
+    ui.assert_no_errors()
+
+
+def test_the_dock_shows_the_newest_first_whatever_the_titles(server, open_page, api):
+    srv = server()
+    created = {name: api(srv.base).create("order", image(name))["id"]
+               for name in ("app-2", "app-10", "app-3")}  # titles sort apart from creation
+
+    def dock() -> list[str]:
+        return ui.page.eval_on_selector_all("#dock-chips [data-task-id]",
+                                            "chips => chips.map(c => c.dataset.taskId)")
+
+    ui = open_page(srv, "order")
+    assert dock() == [created["app-3"], created["app-10"], created["app-2"]]
+    # A task created while the page is open goes first too (the live insert keeps the order).
+    created["app-11"] = api(srv.base).create("order", image("app-11"))["id"]
+    ui.chip(created["app-11"]).wait_for()
+    assert dock() == [created[n] for n in ("app-11", "app-3", "app-10", "app-2")]
+    ui.assert_no_errors()
+
+
 def test_cancel_leaves_no_step_in_progress(server, open_page, api):
     srv = server()
     task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
@@ -231,18 +299,27 @@ def test_keyboard_walk_chips_timeline_and_deploy_pane(server, open_page, api):
     ui.assert_no_errors()
 
 
-def test_the_landing_page_lists_an_empty_project_and_checks_ids_without_console_errors(
+def test_the_landing_page_lists_a_started_project_and_checks_ids_without_console_errors(
         server, open_page, api):
     srv = server()
-    ui = open_page(srv, "empty-one", viewport=NARROW)  # opened, never deployed into
+    ui = open_page(srv, "looked-at", viewport=NARROW)  # only looked at: that records nothing
     ui.page.goto(srv.base + "/")
-    ui.page.fill("#project-id", "demo")
-    assert ui.page.evaluate("document.querySelector('#project-id').validity.valid")
     ui.page.fill("#project-id", "-bad")
     assert ui.page.evaluate("document.querySelector('#project-id').validity.patternMismatch")
+    ui.page.fill("#project-id", "empty-one")
+    assert ui.page.evaluate("document.querySelector('#project-id').validity.valid")
+    ui.page.click("form.open-project button[type=submit]")
+    ui.page.wait_for_url(srv.base + "/projects/empty-one")
+    ui.page.goto(srv.base + "/")
     assert ui.page.locator("a[href='/projects/empty-one']").count() == 1
+    assert ui.page.locator("a[href='/projects/looked-at']").count() == 0
     ui.shot("landing")
+    # Kept by the server for the workspace, not by this browser: a fresh one sees it too.
+    other = open_page(srv, "elsewhere", viewport=NARROW)
+    other.page.goto(srv.base + "/")
+    assert other.page.locator("a[href='/projects/empty-one']").count() == 1
     ui.assert_no_errors()
+    other.assert_no_errors()
 
 
 #: axe-core 4.11.0 from the npm registry (package axe-core, axe.min.js, MPL-2.0), test-only.
