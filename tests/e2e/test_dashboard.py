@@ -191,7 +191,7 @@ def test_the_log_stops_following_while_the_reader_is_scrolled_up(server, open_pa
 
 def test_the_dock_shows_the_newest_first_whatever_the_titles(server, open_page, api):
     srv = server()
-    created = {name: api(srv.base).create("order", image(name))["id"]
+    created = {name: api(srv).create("order", image(name))["id"]
                for name in ("app-2", "app-10", "app-3")}  # titles sort apart from creation
 
     def dock() -> list[str]:
@@ -201,7 +201,7 @@ def test_the_dock_shows_the_newest_first_whatever_the_titles(server, open_page, 
     ui = open_page(srv, "order")
     assert dock() == [created["app-3"], created["app-10"], created["app-2"]]
     # A task created while the page is open goes first too (the live insert keeps the order).
-    created["app-11"] = api(srv.base).create("order", image("app-11"))["id"]
+    created["app-11"] = api(srv).create("order", image("app-11"))["id"]
     ui.chip(created["app-11"]).wait_for()
     assert dock() == [created[n] for n in ("app-11", "app-3", "app-10", "app-2")]
     ui.assert_no_errors()

@@ -27,7 +27,7 @@ def test_sign_in_switch_workspace_and_sign_out(oidc_server, browser, api, shots)
     picker.select_option("team-b")  # submits itself
     alice.wait_for_url(srv.base + "/")
     assert alice.locator("[data-workspace-picker] select").input_value() == "team-b"
-    # what the server lists for the workspace (the page's "recent" list is this browser's own)
+    # what the server lists for the workspace
     landing = alice.context.request.get(srv.base + "/").text()
     assert "data-project-link" not in landing and 'href="/projects/shop"' not in landing
     alice.goto(srv.base + "/projects/shop")

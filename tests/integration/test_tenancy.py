@@ -104,6 +104,10 @@ def test_two_workspaces_never_see_each_other(site, issuer):
     assert theirs not in bob.call("GET", "/projects/demo").text
     assert 'href="/projects/demo"' in alice.call("GET", "/").text
     assert 'href="/projects/demo"' not in bob.call("GET", "/").text
+    started = bob.action("/projects", {"id": "bobs-start"})  # the landing page's form
+    assert started.status_code == 200 and started.url.endswith("/projects/bobs-start")
+    assert 'href="/projects/bobs-start"' in bob.call("GET", "/").text
+    assert 'href="/projects/bobs-start"' not in alice.call("GET", "/").text
     for method, path in page_routes(theirs):
         response = bob.action(path) if method == "POST" else bob.call(method, path)
         assert response.status_code == 404, (method, path, response.status_code)
