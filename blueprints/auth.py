@@ -6,7 +6,7 @@ For every blueprint (and any new endpoint):
   (X-User-Id, X-Forwarded-User, X-Namespace, ...) are never read.
 - `init_app()` installs a gate before EVERY request, so a new route is protected without doing
   anything; the few public ones are PUBLIC_ENDPOINTS. When the gate refuses, the view never runs:
-  /api/... (and any request that sent a bearer token) gets 401 JSON {"code": "unauthenticated"}
+  /api/... and /mcp (and any request that sent a bearer token) get 401 JSON {"code": "unauthenticated"}
   with WWW-Authenticate; htmx requests, event streams and websocket handshakes get a bare 401
   (the page shows "signed out" with a link); a page is redirected to /login.
 
@@ -43,6 +43,8 @@ DEV_IDENTITY = Identity(user="dev", namespace="default", display="dev user",
 #: still end cleanly; it stays CSRF-checked), the probes, the metrics scrape (its own token).
 PUBLIC_ENDPOINTS = {"auth.login", "auth.callback", "auth.logout", "auth.signed_out", "healthz",
                     "readyz", "metrics", "static"}
+#: Paths of machine clients: refused with JSON and WWW-Authenticate, never a sign-in page.
+MACHINE_PATHS = ("/api/", "/mcp")
 SCOPES = "openid profile email"
 #: A session signed in "in the future" by more than this is refused (clock skew between hosts).
 SESSION_SKEW_S = 60
@@ -108,7 +110,8 @@ def gate():
 
 def refusal():
     """The 401 (or sign-in redirect) this kind of request gets."""
-    if request.path.startswith("/api/") or "Authorization" in request.headers:
+    # Machine clients (the API, the MCP endpoint) get the JSON 401 and its bearer challenge.
+    if request.path.startswith(MACHINE_PATHS) or "Authorization" in request.headers:
         response = jsonify(code="unauthenticated",
                            message="sign in, or send a valid bearer token")
         response.status_code = 401

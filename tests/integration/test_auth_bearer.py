@@ -230,3 +230,16 @@ def test_a_rotated_key_is_picked_up_by_one_refresh_once_the_cooldown_allows(issu
     verifier.keys.cooldown_duration = 0
     assert verifier.claims(rotated)["sub"] == "alice"
     assert issuer.jwks_fetches == 2
+
+
+def test_probes_and_the_metrics_scrape_are_outside_the_gate(make_app, issuer):
+    client = make_app(**oidc_settings(issuer.url), metrics_token="scrape-token-1234").test_client()
+    # Positive control: the same app refuses an anonymous API call.
+    assert client.get("/api/v1/tasks").status_code == 401
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    # The scrape answers to its own token, not to a sign-in or a bearer JWT.
+    assert client.get("/metrics", headers={
+        "Authorization": "Bearer scrape-token-1234"}).status_code == 200
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=issuer.bearer()).status_code == 401

@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import IMAGE_SOURCE, ROOT, oidc_settings, wait_for
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -141,3 +141,32 @@ def test_wait_for_deployment_wakes_on_the_change_not_on_a_timer(client, cluster,
     assert answer["isError"] is False
     assert answer["structuredContent"]["outcome"] == "terminal"
     assert answer["structuredContent"]["snapshot"]["status"] == "cancelled"
+
+
+def test_in_oidc_mode_mcp_needs_a_bearer_token_and_scopes_tools_to_its_workspace(make_app, issuer):
+    client = make_app(**oidc_settings(issuer.url)).test_client()
+    team_a = issuer.bearer(workspaces=("team-a",))
+    # Positive control first: a valid token initializes, lists the tools and calls one.
+    session = rpc(client, INIT, headers=team_a)
+    assert session.status_code == 200, session.get_data(as_text=True)
+    session_id = session.headers["Mcp-Session-Id"]
+    listed = rpc(client, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session_id, team_a)
+    assert "create_deployment" in {t["name"] for t in listed.get_json()["result"]["tools"]}
+    called = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "create_deployment",
+        "arguments": {"projectId": "demo", "source": IMAGE_SOURCE}}}, session_id, team_a)
+    result = called.get_json()["result"]
+    assert result["isError"] is False, result
+    task_id = result["structuredContent"]["id"]
+    # The task lives in the token's workspace: team-a sees it, team-b does not.
+    assert client.get(f"/api/v1/tasks/{task_id}", headers=team_a).status_code == 200
+    team_b = issuer.bearer(user="bob", workspaces=("team-b",))
+    assert client.get(f"/api/v1/tasks/{task_id}", headers=team_b).status_code == 404
+
+    # No token: the JSON 401 with the bearer challenge (an MCP client's cue to authorize).
+    for message, sid in ((INIT, None), ({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                                        session_id)):
+        refused = rpc(client, message, sid)
+        assert refused.status_code == 401
+        assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+        assert refused.get_json()["code"] == "unauthenticated"
