@@ -26,7 +26,8 @@ RETRY_DELAYS_S = (60.0, 300.0, 900.0, 3600.0, 10800.0, 21600.0, 43200.0)
 #: A job failed for good (MAX_ATTEMPTS) is re-minted by the reaper's sweep after this long (the
 #: ladder's longest delay): a devbox outage of any length never strands a purge or a pause.
 FAILED_JOB_COOLDOWN_S = 43200.0
-#: A finished task's runner pauses its own devbox; the reaper steps in after this grace.
+#: A finished task's runner pauses its own devbox; the reaper steps in after this grace (the
+#: default of the DEVBOX_PAUSE_GRACE_S setting).
 DEVBOX_PAUSE_GRACE_S = 60.0
 DEVBOX_PAUSE_BATCH = 50
 #: Purges one reaper sweep enqueues: enough to start a drain that the worker continues a batch

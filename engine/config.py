@@ -75,6 +75,8 @@ class Settings:
     # Cleanup (seed 001; README "Cleanup and retention").
     #: How often the cleanup worker looks for due jobs (it loops at once while batches are full).
     cleanup_interval_s: float = 5.0
+    #: A finished task's runner pauses its own devbox; the reaper enqueues the pause after this.
+    devbox_pause_grace_s: float = 60.0
     #: Finished tasks past retention one reaper sweep enqueues, and one worker pass purges.
     purge_batch: int = 300
     #: Graceful window between SIGTERM and SIGKILL when stopping a local process group.

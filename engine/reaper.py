@@ -81,7 +81,8 @@ class Reaper:
         # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py runs them).
         with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):
             resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(
-                self.db, streaks=self.streaks, now=now)
+                self.db, grace_s=self.settings.devbox_pause_grace_s, streaks=self.streaks,
+                now=now)
         with metrics.timed(metrics.SWEEP_DURATION, sweep="purge"):
             resolved["purge"] = cleanup_jobs.enqueue_purges(
                 self.db, retention_s=self.settings.retention_days * 86400,

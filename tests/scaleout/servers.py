@@ -210,6 +210,8 @@ def host_env(*, database_url: str, listen_url: str, pooler: str, datadir: Path,
         "PYTHONUNBUFFERED": "1", "GRACEFUL_TIMEOUT": "10",
         # Short cadences: a dead host's leases are resolved within LEASE_TTL_S + REAPER_INTERVAL_S.
         "LEASE_TTL_S": "5", "LEASE_RENEW_INTERVAL_S": "1", "REAPER_INTERVAL_S": "1",
+        # A dead host's devbox is paused by a live host DEVBOX_PAUSE_GRACE_S after its run ended.
+        "DEVBOX_PAUSE_GRACE_S": "1", "CLEANUP_INTERVAL_S": "5",
         "DB_LINK_TIMEOUT_S": "3", "SHUTDOWN_GRACE_S": "2",
         "SANDBOX_APPLY_DELAY_S": "0.05", "SANDBOX_READY_DELAY_S": "0.3", "READINESS_POLL_S": "0.1",
         # The hosts serve on their namespace's address, not on loopback.

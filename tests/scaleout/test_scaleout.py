@@ -22,6 +22,12 @@ CROSS_PROCESS_CANCEL_TARGET_S = 0.250
 CANCEL_BOUND_S = 1.0
 #: The sandbox never turns these ready: the run sits in applying/verify until stopped.
 NEVER_READY = {**IMAGE_SOURCE, "image": "nginx:sandbox-never-ready"}
+#: An AI run (devbox + gateway) the sandbox never turns ready: its plan's Deployment is named
+#: from these words. Its devbox is recorded as a task runtime of the host that runs it.
+PROMPT_NEVER_READY = {"kind": "prompt", "prompt": "sandbox never ready"}
+#: tests/scaleout/servers.py host_env: the reaper leaves a finished task's devbox to its runner
+#: this long, and the cleanup worker looks for due jobs this often.
+DEVBOX_PAUSE_GRACE_S, CLEANUP_INTERVAL_S = 1.0, 5.0
 LEASED = ("running", "applying")
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -279,8 +285,11 @@ def test_a_host_cut_off_from_postgresql_loses_its_leases_and_writes_nothing_afte
 def test_killing_every_process_of_host_a_leaves_its_runs_to_a_live_reaper(hosts):
     a = hosts["a"]
     with hosts.connect() as conn:
-        ids = create_many(a, "kill", 6)
+        ids = create_many(a, "kill", 6) + [ai_run := create(a, "kill", PROMPT_NEVER_READY)]
         wait_rows(conn, ids, verifying, 60, "A's runs to be verifying")
+        [devbox] = runtimes_of(conn, ids)  # what the AI runner recorded before using its devbox
+        assert (str(devbox["task_id"]), devbox["kind"], devbox["host"], devbox["status"]) == \
+            (ai_run, "devbox", "a", "running")
         a.kill()
         killed_at = time.time()
         orphans = rows(conn, ids)
@@ -304,6 +313,37 @@ def test_killing_every_process_of_host_a_leaves_its_runs_to_a_live_reaper(hosts)
                         f"(bound LEASE_TTL_S + REAPER_INTERVAL_S = "
                         f"{LEASE_TTL_S + REAPER_INTERVAL_S:g} s)")
         assert max(takeover) <= LEASE_TTL_S + REAPER_INTERVAL_S + 1.0
+
+        # A's runtime row is judged by a live host: a pause job the reaper enqueued once the
+        # runner's grace ran out, run by the cleanup worker of B or C, paused the devbox (A's
+        # in-memory sandbox devbox died with A: the worker finds it gone, nothing left running).
+        bound = DEVBOX_PAUSE_GRACE_S + 2 * REAPER_INTERVAL_S + CLEANUP_INTERVAL_S + 5.0
+        job = wait_for(lambda: pause_job(conn, ai_run, devbox["remote_id"]), bound,
+                       message="a live host to pause the dead host's devbox")
+        paused = rows(conn, [ai_run])[ai_run]
+        assert job["claimed_by"].split(":")[0] in ("b", "c"), job["claimed_by"]
+        assert paused["devbox_id"] == devbox["remote_id"]
+        assert paused["devbox_paused_at"] >= resolved[ai_run]["finished_at"]
+        # The row stays the durable handle of the devbox (its delete comes with the purge).
+        [kept] = runtimes_of(conn, [ai_run])
+        assert (kept["id"], kept["host"]) == (devbox["id"], "a")
+        measured.record(hosts.mode, "dead host's devbox paused by a live host",
+                        f"{paused['devbox_paused_at'].timestamp() - killed_at:.2f} s after SIGKILL "
+                        f"by {job['claimed_by'].split(':')[0]} (grace DEVBOX_PAUSE_GRACE_S = "
+                        f"{DEVBOX_PAUSE_GRACE_S:g} s)")
+
+
+def runtimes_of(conn, ids) -> list[dict]:
+    return conn.execute("SELECT * FROM task_runtimes "
+                        "WHERE task_id = ANY(%s::uuid[]) ORDER BY created_at",
+                        ([str(i) for i in ids],)).fetchall()
+
+
+def pause_job(conn, task_id, devbox_id) -> dict | None:
+    """The devbox pause job of the task, once it succeeded."""
+    return conn.execute("SELECT * FROM cleanup_jobs "
+                        "WHERE operation_id = %s AND state = 'succeeded'",
+                        (f"devbox_pause:{task_id}:{devbox_id}",)).fetchone()
 
 
 class Load:
