@@ -15,14 +15,16 @@ from blueprints import csrf, schemas
 from blueprints.auth import current_identity
 from blueprints.forms import (KIND_TITLES, flatten_errors, available_kinds, input_fields, pane_context,
                               source_from_form)
-from blueprints.fragments import fragments_response, task_fragments, timeline_context
+from blueprints.fragments import (fragments_response, render_chip, task_fragments,
+                                  timeline_context)
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from blueprints.views import (ONE_CLICK_KINDS, dismissed_ids, now, valid_project,
                               view_from_store)
 from engine import actions
 from engine.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
 from engine.readside import dto, presentation
-from engine.readside.store import TaskStore, read_board, read_projects, read_task_row
+from engine.readside.store import (BOARD_LIMIT, TaskStore, read_board, read_projects,
+                                   read_task_row)
 
 bp = Blueprint("pages", __name__)
 csrf.protect(bp)
@@ -63,9 +65,7 @@ def start_project():
 def project(project_id):
     """The project page: canvas, dock, timeline pane (?task=), deploy pane (?deploy=)."""
     valid_project(project_id)
-    identity = current_identity()
-    store = TaskStore(project_id, dismissed=dismissed_ids())
-    store.bootstrap(read_board(runtime().db, identity.namespace, project_id), now())
+    store, older = _board_page(project_id)
     chips = [view_from_store(store, i["id"]) for i in store.chips()]
     placeholders = [view_from_store(store, i["id"]) for i in store.placeholders()]
     timeline_ctx = None
@@ -79,8 +79,17 @@ def project(project_id):
     return render_template("project.html", project_id=project_id, chips=chips,
                            placeholders=placeholders, cards=store.resource_cards(),
                            timeline_ctx=timeline_ctx, pane=pane, kinds=available_kinds(),
-                           titles=KIND_TITLES,
+                           titles=KIND_TITLES, older=older,
                            cluster_label=runtime().integrations.cluster_label)
+
+
+def _board_page(project_id: str, before: dict | None = None) -> tuple[TaskStore, str | None]:
+    """A page of the project's board in a store, and the cursor of the next (older) page, or None
+    when this page is the last."""
+    page = read_board(runtime().db, current_identity().namespace, project_id, before=before)
+    store = TaskStore(project_id, dismissed=dismissed_ids())
+    store.bootstrap(page, now())
+    return store, dto.projection_cursor(page[-1]) if len(page) == BOARD_LIMIT else None
 
 
 # -- routes: partials ----------------------------------------------------------------------------
@@ -105,6 +114,20 @@ def timeline(task_id):
     if not request.headers.get("HX-Request"):
         return redirect(url_for(".project", project_id=row["project_id"], task=str(task_id)))
     return render_template("partials/timeline.html", **timeline_context(row))
+
+
+@bp.get("/projects/<project_id>/dock/older")
+def older_chips(project_id):
+    """The dock's next page (the "Show older" control, htmx): the chips older than ?before=, and
+    the control again for the page after, or the note that there is none."""
+    valid_project(project_id)
+    if not request.headers.get("HX-Request"):
+        return redirect(url_for(".project", project_id=project_id))
+    created_at, task_id = dto.decode_cursor(request.args.get("before", ""))
+    store, older = _board_page(project_id, before={"createdAt": created_at, "id": task_id})
+    chips = [render_chip(view_from_store(store, i["id"])) for i in store.chips()]
+    return fragments_response(*chips, render_template(
+        "partials/dock_older.html", project_id=project_id, older=older, paged=True))
 
 
 @bp.get("/projects/<project_id>/deploy/<kind>")

@@ -119,7 +119,16 @@ def event(row: dict) -> dict:
 
 
 def encode_cursor(row: dict) -> str:
-    raw = json.dumps([row["created_at"].isoformat(), str(row["id"])])
+    return _cursor(row["created_at"].isoformat(), row["id"])
+
+
+def projection_cursor(item: dict) -> str:
+    """The list cursor after a projection (what encode_cursor writes for its row)."""
+    return _cursor(item["createdAt"], item["id"])
+
+
+def _cursor(created_at: str, task_id) -> str:
+    raw = json.dumps([created_at, str(task_id)])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
