@@ -27,8 +27,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import (api, auth, cluster_access, csrf, edge, gateway_stream, mcp, openapi,
-                            ops, pages, streams, tools, ws)
+    from blueprints import (api, auth, cluster_access, csrf, edge, errors, gateway_stream, mcp,
+                            openapi, ops, pages, streams, tools, ws)
     import commands
     from engine import migrations
     from engine.db import Database, resolve_database_url
@@ -86,7 +86,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(tools.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(mcp.bp)
-    app.register_error_handler(DomainError, api.domain_error)
+    app.register_error_handler(DomainError, errors.domain_error)
     app.register_blueprint(streams.bp)
     app.register_blueprint(gateway_stream.bp)
     # The UI: server-rendered pages (CSRF-checked htmx writes) and the timeline websocket.
@@ -99,7 +99,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
         if request.path.startswith("/api/"):
-            return api.http_error(exc)
+            return errors.http_error(exc)
         return exc
 
     @app.after_request

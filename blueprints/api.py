@@ -1,13 +1,16 @@
-"""The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx."""
+"""The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx
+(blueprints/errors.py)."""
 from flask import Blueprint, Response, current_app, jsonify, request
-from werkzeug.exceptions import HTTPException
 
 from blueprints import schemas
 from blueprints.auth import current_identity
+from blueprints.errors import error_body, http_status
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
 from engine import actions, idempotency
 from engine.errors import DomainError, TaskNotFound
 from engine.readside import dto
+from engine.readside.store import read_task_page
+from engine.readside.timeline import read_events
 from engine.readside.wait import wait_until_settled
 from engine.untrusted import load_json
 
@@ -24,7 +27,7 @@ def answered(call) -> tuple[dict, int]:
     try:
         return call()
     except DomainError as exc:
-        return error_body(exc), exc.http_status
+        return error_body(exc), http_status(exc)
 
 
 def idempotent(call) -> Response:
@@ -79,12 +82,10 @@ def list_tasks():
         **{k: v for k, v in request.args.items() if k != "status"},
         **({"status": request.args.getlist("status")} if "status" in request.args else {}),
     })
-    created_at, task_id = dto.decode_cursor(args["cursor"]) if "cursor" in args else (None, None)
-    rows = runtime().db.all(
-        "task_list_page", namespace=current_identity().namespace,
-        project_id=args.get("projectId"), statuses=args.get("status"),
-        cursor_created_at=created_at, cursor_id=task_id, limit=args["limit"] + 1,
-    )
+    rows = read_task_page(runtime().db, current_identity().namespace,
+                          project_id=args.get("projectId"), statuses=args.get("status"),
+                          cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
+                          limit=args["limit"] + 1)
     more = len(rows) > args["limit"]
     rows = rows[:args["limit"]]
     return jsonify({"items": [dto.snapshot(r) for r in rows],
@@ -116,10 +117,10 @@ def list_events(task_id):
     args = load(schemas.ListEvents, request.args.to_dict())
     identity = current_identity()
     actions.get_task(runtime(), identity, task_id)
-    rows = runtime().db.all("event_list_for_task", task_id=task_id, namespace=identity.namespace,
-                            after_seq=args["after"], limit=args["limit"])
-    return jsonify({"items": [dto.event(r) for r in rows],
-                    "nextCursor": str(rows[-1]["seq"]) if len(rows) == args["limit"] else None})
+    events = read_events(runtime().db, identity.namespace, task_id, after_seq=args["after"],
+                         limit=args["limit"])
+    return jsonify({"items": events,
+                    "nextCursor": str(events[-1]["seq"]) if len(events) == args["limit"] else None})
 
 
 @bp.post("/tasks/<uuid:task_id>/input")
@@ -154,25 +155,3 @@ def patch_canvas(task_id):
     """Save the placeholder's canvas placement (never touches status)."""
     body = load(schemas.CanvasPatch, json_body())
     return jsonify(dto.snapshot(actions.set_canvas(runtime(), current_identity(), task_id, body)))
-
-
-def error_body(exc: DomainError) -> dict:
-    """{code, message, fields?, snapshot?}: the API's one error body."""
-    body = {"code": exc.code, "message": exc.message}
-    if exc.snapshot is not None:
-        body["snapshot"] = exc.snapshot
-    if getattr(exc, "fields", None):
-        body["fields"] = exc.fields
-    return body
-
-
-def domain_error(exc: DomainError):
-    """Every domain error as JSON with its stable code (registered app-wide)."""
-    return jsonify(error_body(exc)), exc.http_status
-
-
-def http_error(exc: HTTPException):
-    """Every other HTTP error under /api as JSON with a stable code."""
-    code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large",
-            415: "unsupported_media_type"}.get(exc.code, "http_error")
-    return jsonify({"code": code, "message": exc.description}), exc.code

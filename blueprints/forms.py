@@ -53,12 +53,11 @@ def available_kinds() -> list[str]:
 def template_catalog() -> list[dict]:
     """The template catalog's summaries (name, title, description, inputs), or [] when the catalog
     is absent or cannot be read: the template pane then degrades to its plain form."""
-    catalog = getattr(runtime().integrations, "templates", None)
+    catalog = runtime().integrations.templates
     if catalog is None:
         return []
     try:
-        listed = catalog.templates() if hasattr(catalog, "templates") else catalog.list()
-        return [t.summary() if hasattr(t, "summary") else dict(t) for t in listed]
+        return [template.summary() for template in catalog.templates()]
     except Exception:
         log.warning("template catalog unavailable for the deploy pane", exc_info=True)
         return []

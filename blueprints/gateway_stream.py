@@ -14,6 +14,8 @@ from blueprints.auth import current_identity
 from blueprints.streams import KEEPALIVE_S, sse
 from engine import actions
 from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from engine.readside.store import read_task
+from engine.readside.timeline import read_events
 from engine.status import TERMINAL, Status
 
 bp = Blueprint("gateway_stream", __name__)
@@ -60,8 +62,8 @@ class GatewayView:
         """Frames for the persisted gateway events this viewer has not seen."""
         frames = []
         while True:
-            rows = runtime.db.all("event_list_for_task", task_id=task_id, namespace=namespace,
-                                  after_seq=self.after_seq, limit=EVENT_PAGE)
+            rows = read_events(runtime.db, namespace, task_id, after_seq=self.after_seq,
+                               limit=EVENT_PAGE)
             for row in rows:
                 self.after_seq = row["seq"]
                 if row["kind"] == "gateway":
@@ -125,7 +127,7 @@ def gateway_stream(task_id):
                             yield frame
                     else:
                         break
-                current = runtime.db.one("task_get", task_id=task_id, namespace=namespace)
+                current = read_task(runtime.db, namespace, task_id)
                 if current is None:  # purged
                     yield sse("end", {"status": None})
                     return

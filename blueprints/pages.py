@@ -13,6 +13,7 @@ from marshmallow import ValidationError
 
 from blueprints import csrf, schemas
 from blueprints.auth import current_identity
+from blueprints.errors import http_status
 from blueprints.forms import (KIND_TITLES, flatten_errors, available_kinds, input_fields, pane_context,
                               source_from_form)
 from blueprints.fragments import (fragments_response, render_chip, task_fragments,
@@ -308,4 +309,4 @@ def _shown(value) -> str:
 @bp.errorhandler(DomainError)
 def domain_error(exc: DomainError):
     """Domain errors on pages render as a small HTML message with their status."""
-    return render_template("error.html", message=exc.message, code=exc.code), exc.http_status
+    return render_template("error.html", message=exc.message, code=exc.code), http_status(exc)

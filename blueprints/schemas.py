@@ -8,6 +8,7 @@ from marshmallow import Schema, ValidationError, fields, pre_load, validate, val
 
 from engine.runners.database import ENGINES as DATABASE_ENGINES
 from engine.untrusted import unstorable_paths
+from engine.status import Status
 
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
@@ -178,8 +179,7 @@ class ListTasks(RequestSchema):
     """Query parameters of the task list."""
 
     projectId = fields.String(validate=PROJECT_ID)
-    status = fields.List(fields.String(validate=validate.OneOf(
-        ["queued", "running", "blocked", "applying", "completed", "failed", "cancelled"])))
+    status = fields.List(fields.String(validate=validate.OneOf([s.value for s in Status])))
     cursor = fields.String(validate=validate.Length(max=200))
     limit = fields.Integer(validate=validate.Range(1, 200), load_default=50)
 

@@ -8,13 +8,13 @@ socket (see Viewer: one non-blocking send when idle, else through the viewer's o
 STACK_NOTES). A viewer that falls a whole queue behind re-bootstraps instead of buffering without
 bound.
 """
-import _socket
 import json
 import logging
 import struct
 from uuid import UUID
 
 import gevent
+import gevent.socket
 from flask import render_template
 from gevent.event import Event
 from gevent.queue import Full, Queue
@@ -70,11 +70,10 @@ class Viewer:
     socket still has one writer at a time and frames are never interleaved.
     """
 
-    def __init__(self, ws):
+    def __init__(self, out: "FrameSocket"):
         self.queue: Queue = Queue(VIEWER_QUEUE_SIZE)
-        inner = getattr(getattr(ws, "sock", None), "_sock", None)
-        #: The OS-level socket under gevent's wrapper (already non-blocking), if we can reach it.
-        self.direct = inner if isinstance(inner, _socket.socket) else None
+        #: Where the channel writes when this viewer is idle (None: always through the queue).
+        self.direct = out if out.can_try else None
         #: The viewer's greenlet is writing (its bootstrap first): the channel must queue.
         self.busy = True
         #: Event seqs its bootstrap sent; a batch overlapping them goes through the queue.
@@ -85,9 +84,7 @@ class Viewer:
         if (joined is not None and self.direct is not None and not self.busy and not self.broken
                 and self.queue.empty() and self.sent.isdisjoint(seqs)):
             try:
-                written = self.direct.send(joined)
-            except BlockingIOError:
-                written = 0
+                written = self.direct.try_send(joined)
             except OSError:
                 self.broken = True  # the peer is gone; its greenlet notices and leaves
                 return
@@ -149,10 +146,21 @@ class Channel:
             self.subscription.close()
             self.hub.drop(self)
 
+    def _read_news(self) -> list[dict]:
+        """The events after the timeline's settled seq (late commits included), page by page."""
+        after, events = self.timeline.settled_seq(), []
+        while True:
+            page = timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id,
+                                         after_seq=after)
+            events += page
+            if len(page) < timelines.MAX_EVENTS:
+                return events
+            after = page[-1]["seq"]
+
     def _refresh(self) -> None:
         runtime = self.hub.runtime
         # Both reads at once (two pool connections): they are most of the time before the fanout.
-        reading = gevent.spawn(timelines.read_events, runtime.db, self.namespace, self.task_id)
+        reading = gevent.spawn(self._read_news)
         row = read_task_row(runtime.db, self.namespace, self.task_id)
         events = reading.get()
         if row is None:  # purged: the notification is the removal
@@ -217,7 +225,7 @@ def render_event(task_id, entry, step) -> str:
     return html
 
 
-def bootstrap(raw: "SendAll", namespace: str, task_id: UUID) -> set[int]:
+def bootstrap(raw: "FrameSocket", namespace: str, task_id: UUID) -> set[int]:
     """Send reset, sections and every event so far, one frame each; the seqs sent."""
     db = runtime().db
     row = read_task_row(db, namespace, task_id)
@@ -238,13 +246,30 @@ def bootstrap(raw: "SendAll", namespace: str, task_id: UUID) -> set[int]:
     return sent
 
 
-class SendAll:
-    """Writes pre-encoded frames to the websocket's socket whole (sendall)."""
+class FrameSocket:
+    """Pre-encoded frames onto a websocket's connection.
+
+    simple-websocket (1.1.0) only sends frames it encodes itself, through a plain `sock.send` that
+    can write part of a large frame (STACK_NOTES; upstream simple-websocket#45), and has no way to
+    send encoded bytes or to write without waiting. So the frames go to `ws.sock`, the connection
+    flask-sock gives it (a gevent socket): `sendall` for whole frames, and one `send` with
+    `timeout=0.0`, which gevent documents as "try once, never wait" (it raises instead).
+    """
 
     def __init__(self, ws):
         self.ws = ws
+        #: One attempt without yielding needs gevent's socket (its `send` takes a timeout).
+        self.can_try = isinstance(getattr(ws, "sock", None), gevent.socket.socket)
 
     def send(self, data: bytes) -> None:
+        """Write `data` whole (yields while the peer is slow)."""
         if not self.ws.connected:
             raise ConnectionClosed()
         self.ws.sock.sendall(data)
+
+    def try_send(self, data: bytes) -> int:
+        """Write what fits now, without yielding; how many bytes. OSError: the peer is gone."""
+        try:
+            return self.ws.sock.send(data, 0, timeout=0.0)
+        except BlockingIOError:
+            return 0

@@ -10,14 +10,16 @@ from flask import Blueprint, jsonify
 from marshmallow import fields, validate
 
 from blueprints import schemas
-from blueprints.api import answered, error_body, idempotency_secret
+from blueprints.api import answered, idempotency_secret
 from blueprints.auth import current_identity
+from blueprints.errors import UnknownTool, error_body, http_status
 from blueprints.jsonschema import schema_of
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
 from engine import actions, idempotency
 from engine.errors import DomainError, InvalidRequest
 from engine.readside import dto
 from engine.readside.explain import explain
+from engine.readside.timeline import read_event_tail, read_events
 from engine.readside.wait import MAX_WAIT_S, wait_until_settled
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
@@ -111,12 +113,9 @@ def _submit(args):
 def _explain(args):
     identity = current_identity()
     row = actions.get_task(runtime(), identity, args["taskId"])
-    events = runtime().db.all("event_list_for_task", task_id=row["id"],
-                              namespace=identity.namespace, after_seq=0, limit=1000)
-    tail = runtime().db.all("event_list_tail_for_task", task_id=row["id"],
-                            namespace=identity.namespace, limit=500)
-    return explain(dto.snapshot(row), [dto.event(e) for e in events],
-                   [dto.event(e) for e in tail]), 200
+    events = read_events(runtime().db, identity.namespace, row["id"])
+    tail = read_event_tail(runtime().db, identity.namespace, row["id"], limit=500)
+    return explain(dto.snapshot(row), events, tail), 200
 
 
 def _wait(args):
@@ -166,7 +165,7 @@ def invoke(tool: Tool, arguments) -> tuple[dict, int, bool]:
     try:
         key = idempotency.parse_key(key)
     except DomainError as exc:
-        return error_body(exc), exc.http_status, False
+        return error_body(exc), http_status(exc), False
     identity = current_identity()
     asked = idempotency.Request(identity.namespace, identity.user, "TOOL", tool.name,
                                 {k: v for k, v in arguments.items() if k != "idempotencyKey"})
@@ -174,7 +173,7 @@ def invoke(tool: Tool, arguments) -> tuple[dict, int, bool]:
         return idempotency.run_once(runtime().db, idempotency_secret(), key, asked,
                                     lambda: answered(call))
     except DomainError as exc:  # the key reused or in flight
-        return error_body(exc), exc.http_status, False
+        return error_body(exc), http_status(exc), False
 
 
 @bp.post("/<name>")
@@ -189,11 +188,3 @@ def call_tool(name):
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
-
-
-class UnknownTool(DomainError):
-    """No tool has that name."""
-
-    code = "unknown_tool"
-    http_status = 404
-

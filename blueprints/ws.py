@@ -17,7 +17,7 @@ from simple_websocket import ConnectionClosed
 from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.request_helpers import runtime
-from blueprints.timeline_hub import (BYE, GONE, PING, RESET, SendAll, TimelineHub, Viewer,
+from blueprints.timeline_hub import (BYE, GONE, PING, RESET, FrameSocket, TimelineHub, Viewer,
                                      bootstrap, frame)
 from engine.readside.store import read_task_row
 
@@ -49,8 +49,8 @@ def check_handshake():
 def timeline_socket(ws, task_id):
     """Stream a task's timeline: reset, sections, its events, then every new one."""
     namespace = current_identity().namespace
-    raw = SendAll(ws)
-    viewer = Viewer(ws)
+    raw = FrameSocket(ws)
+    viewer = Viewer(raw)
     channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
     try:
         viewer.sent = sent = bootstrap(raw, namespace, task_id)

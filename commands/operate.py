@@ -14,6 +14,7 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
+from blueprints.errors import http_status
 from engine import operations
 from engine.errors import DomainError
 from engine.status import Status
@@ -55,7 +56,7 @@ def _cell(value) -> str:
 def fail(exc: DomainError) -> None:
     """A domain error as a message on stderr and its exit code."""
     click.echo(f"error: {exc.message}", err=True)
-    sys.exit(EXIT_NOT_FOUND if exc.http_status == 404 else EXIT_NOT_ALLOWED)
+    sys.exit(EXIT_NOT_FOUND if http_status(exc) == 404 else EXIT_NOT_ALLOWED)
 
 
 TASK_COLUMNS = [("id", "ID"), ("namespace", "NAMESPACE"), ("projectId", "PROJECT"),

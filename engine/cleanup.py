@@ -21,6 +21,7 @@ from engine.db import Database
 from engine.integrations import Integrations
 from engine.integrations.base import IntegrationError, NotFound
 from engine.processes import HOST, StopUnconfirmed
+from engine.status import TERMINAL, Status
 from engine.streaks import Streaks
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ class CleanupWorker:
             return  # purged: its purge deleted the devbox first
         if row["devbox_id"] != snap["devboxId"] or row["devbox_paused_at"] is not None:
             return  # already paused (by its runner) or no longer this task's devbox
-        if row["status"] not in ("completed", "failed", "cancelled"):
+        if Status(row["status"]) not in TERMINAL:
             raise PreconditionGone(f"task is {row['status']}")
         if row["devbox_in_use"]:
             raise PreconditionGone("an active task uses this devbox")

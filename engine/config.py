@@ -3,6 +3,8 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from engine.integrations.base import ENGINE_NAME
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -106,7 +108,7 @@ class Settings:
     #: Longest silence tolerated inside a streamed answer.
     gateway_idle_timeout_s: float = 120.0
     # Kubernetes backend (README "Real cluster"): used when cluster_backend is "kubernetes".
-    kube_field_manager: str = "deploy-task-engine"
+    kube_field_manager: str = ENGINE_NAME
     #: Per-attempt read timeout of one API call (connect: at most 10 s).
     kube_request_timeout_s: float = 30.0
     #: Attempts after the first, on 429, 5xx and connection errors.

@@ -1,11 +1,11 @@
-"""Domain errors. Each subclass's docstring is its message; the API maps them to HTTP in one place."""
+"""Domain errors. Each subclass's docstring is its message and `code` its stable name;
+blueprints/errors.py maps them to HTTP statuses in one place."""
 
 
 class DomainError(Exception):
     """Something went wrong."""
 
     code = "error"
-    http_status = 400
 
     def __init__(self, message: str | None = None, *, snapshot: dict | None = None):
         self.message = message or (self.__doc__ or "").strip()
@@ -17,63 +17,54 @@ class TaskNotFound(DomainError):
     """No such task in this workspace."""
 
     code = "task_not_found"
-    http_status = 404
 
 
 class PredecessorNotFound(DomainError):
     """The task to redeploy does not exist or has been purged."""
 
     code = "predecessor_not_found"
-    http_status = 404
 
 
 class IllegalTransition(DomainError):
     """That status change is not in the transition table."""
 
     code = "illegal_transition"
-    http_status = 409
 
 
 class TaskAlreadyFinished(DomainError):
     """The task has already finished."""
 
     code = "task_already_finished"
-    http_status = 409
 
 
 class TaskNotBlocked(DomainError):
     """The task is not waiting for inputs."""
 
     code = "task_not_blocked"
-    http_status = 409
 
 
 class PredecessorNotRedeployable(DomainError):
     """Only a failed or cancelled task can be redeployed."""
 
     code = "predecessor_not_redeployable"
-    http_status = 409
 
 
 class RedeployAlreadyActive(DomainError):
     """Another redeploy of this task is already active."""
 
     code = "redeploy_already_active"
-    http_status = 409
 
 
 class ShuttingDown(DomainError):
     """This server is shutting down; retry on another one."""
 
     code = "shutting_down"
-    http_status = 503
 
 
 class InvalidRequest(DomainError):
     """The request is not valid."""
 
     code = "invalid_request"
-    http_status = 400
 
     def __init__(self, message: str | None = None, *, fields: dict | None = None):
         super().__init__(message)
@@ -119,32 +110,27 @@ class KubeconfigRequired(DomainError):
     """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
 
     code = "kubeconfig_required"
-    http_status = 400
 
 
 class LeaseLost(DomainError):
     """This process no longer holds the task's lease; the write was fenced off."""
 
     code = "lease_lost"
-    http_status = 409
 
 
 class IdempotencyKeyReused(DomainError):
     """This Idempotency-Key was already used for a different request."""
 
     code = "idempotency_key_reused"
-    http_status = 422
 
 
 class IdempotencyKeyInFlight(DomainError):
     """A request with this Idempotency-Key is still being processed; retry shortly."""
 
     code = "idempotency_key_in_flight"
-    http_status = 409
 
 
 class OperatorOnly(DomainError):
     """Only an operator may see this."""
 
     code = "operator_only"
-    http_status = 403

@@ -24,14 +24,12 @@ class CleanupJobNotRetryable(DomainError):
     same operation is open)."""
 
     code = "cleanup_job_not_retryable"
-    http_status = 409
 
 
 class CleanupJobNotFound(DomainError):
     """No such cleanup job."""
 
     code = "cleanup_job_not_found"
-    http_status = 404
 
 
 def list_tasks(runtime: EngineRuntime, *, namespace: str | None = None,

@@ -7,7 +7,7 @@ from datetime import datetime
 from engine import cleanup_jobs, metrics, runtimes
 from engine.config import Settings
 from engine.db import Database
-from engine.status import Status
+from engine.status import LEASED, Status
 from engine.streaks import Streaks
 from engine.transitions import Guard, transition
 
@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 #: Rows one sweep resolves at most; the rest wait for the next tick.
 SWEEP_BATCH = 500
-LEASED_SOURCES = [Status.RUNNING, Status.APPLYING]
+LEASED_SOURCES = sorted(LEASED)
 
 
 @dataclass(frozen=True)

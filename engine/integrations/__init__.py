@@ -1,8 +1,8 @@
 """The integrations boundary: stateless, abort-aware adapters. Tests inject fakes here."""
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
-from engine.integrations.base import Cluster, Devbox
+from engine.integrations.base import Cluster, Devbox, Gateway, Templates
 
 
 @dataclass
@@ -15,6 +15,6 @@ class Integrations:
     #: The devbox API (server credential only); None where no devbox is configured.
     devbox: Devbox | None = None
     #: The OpenAI-compatible gateway; None where none is configured.
-    gateway: Any = None
+    gateway: Gateway | None = None
     #: The template catalog.
-    templates: Any = None
+    templates: Templates | None = None

@@ -1,8 +1,16 @@
 """Types shared by every integration and runner (no storage, no Flask)."""
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.abort import AbortSignal
+
+if TYPE_CHECKING:
+    from engine.integrations.templates import Template
+
+#: The name this engine signs its work with: the server-side apply field manager, the
+#: `app.kubernetes.io/managed-by` label and its own label prefix, the devbox token issuer.
+ENGINE_NAME = "deploy-task-engine"
 
 
 @dataclass(frozen=True)
@@ -113,3 +121,28 @@ class Devbox(Protocol):
 
     def delete(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
         """Delete (idempotent)."""
+
+
+class Gateway(Protocol):
+    """An OpenAI-compatible chat-completions gateway (engine/integrations/gateway.py)."""
+
+    def stream_chat(self, messages: list[dict], *, session_id: str,
+                    abort: AbortSignal) -> Iterator[str]:
+        """The answer's content, piece by piece, as the model streams it."""
+
+
+class Templates(Protocol):
+    """The template catalog (engine/integrations/templates.py)."""
+
+    def templates(self) -> "list[Template]":
+        """Every template, with its declared inputs."""
+
+    def get(self, name: str) -> "Template":
+        """One template by name."""
+
+    def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
+        """The names a template source declares sensitive."""
+
+    def instantiate(self, manifests: list[dict], *, cluster: Cluster,
+                    abort: AbortSignal) -> list[AppliedResource]:
+        """Apply every document of one instance as a single provider call."""

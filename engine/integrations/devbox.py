@@ -21,10 +21,10 @@ import requests
 
 from engine import secrets
 from engine.abort import AbortSignal
-from engine.integrations.base import IntegrationError, NotFound, upstream_text
+from engine.integrations.base import ENGINE_NAME, IntegrationError, NotFound, upstream_text
 
 #: Who the tokens say minted them, and whom they are for.
-TOKEN_ISSUER = "deploy-task-engine"
+TOKEN_ISSUER = ENGINE_NAME
 TOKEN_AUDIENCE = "devbox-api"
 #: A token is minted per call; this short life bounds a leaked one.
 TOKEN_TTL_S = 300

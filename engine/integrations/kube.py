@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from engine.abort import AbortSignal
 from engine.integrations.base import (ApplyError, AppliedResource, IntegrationError, NotFound,
                                       Readiness, ResourceRef, UnknownKind, upstream_text)
+from engine.integrations.base import ENGINE_NAME
 from engine.integrations.kubeconfig import (InvalidKubeconfig, KubeTarget, NetworkPolicy,
                                             check_kubeconfig, parse_kubeconfig, pool_manager)
 from engine.untrusted import load_json
@@ -31,7 +32,7 @@ from engine.untrusted import load_json
 __all__ = ["InvalidKubeconfig", "KubeBackend", "KubeCluster", "KubeTarget", "NetworkPolicy",
            "RetryPolicy", "check_kubeconfig", "parse_kubeconfig", "retry_after_seconds"]
 
-DEFAULT_FIELD_MANAGER = "deploy-task-engine"
+DEFAULT_FIELD_MANAGER = ENGINE_NAME
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DEFAULT_MAX_RETRIES = 4
 #: First backoff step; each retry doubles it (with jitter) up to RETRY_BACKOFF_MAX_S.

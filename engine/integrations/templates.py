@@ -20,6 +20,7 @@ from secrets import token_hex
 from engine import manifests, secrets
 from engine.abort import CANCEL, AbortSignal
 from engine.integrations.base import (
+    ENGINE_NAME,
     AppliedResource,
     ApplyError,
     Cluster,
@@ -38,8 +39,8 @@ PLACEHOLDER = manifests.TEMPLATE_PLACEHOLDER
 INSTANCE_PLACEHOLDER = "${instance}"
 #: Random bytes of an instance name's suffix (6 hex characters).
 INSTANCE_SUFFIX_BYTES = 3
-MANAGED_BY = "deploy-task-engine"
-TEMPLATE_LABEL = "deploy-task-engine/template"
+MANAGED_BY = ENGINE_NAME
+TEMPLATE_LABEL = f"{ENGINE_NAME}/template"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 

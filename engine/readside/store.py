@@ -291,6 +291,19 @@ def read_task_row(db, namespace: str, task_id) -> dict | None:
     return db.one("task_get_projection", task_id=task_id, namespace=namespace)
 
 
+def read_task(db, namespace: str, task_id) -> dict | None:
+    """One task's row, or None (purged, or not in this namespace)."""
+    return db.one("task_get", task_id=task_id, namespace=namespace)
+
+
+def read_task_page(db, namespace: str, *, project_id: str | None, statuses: list[str] | None,
+                   cursor: tuple | None, limit: int) -> list[dict]:
+    """Up to `limit` task rows, newest first, after `cursor` ((created_at, id), or None)."""
+    created_at, task_id = cursor or (None, None)
+    return db.all("task_list_page", namespace=namespace, project_id=project_id,
+                  statuses=statuses, cursor_created_at=created_at, cursor_id=task_id, limit=limit)
+
+
 def read_projects(db, namespace: str) -> list[dict]:
     """The namespace's projects (started ones and those with tasks) with task counts, most
     recently active first."""

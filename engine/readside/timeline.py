@@ -5,6 +5,7 @@ built once from a bootstrap read, then fed one event at a time as the stream del
 live frame carries exactly one entry and the one step it changed.
 """
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from engine.readside import dto, presentation
 from engine.status import Status
@@ -15,6 +16,10 @@ STEP_LABELS = {"render": "Render manifests", "plan": "Plan", "apply": "Apply res
                "instantiate": "Instantiate template", "allocate": "Allocate identities"}
 #: Most events a timeline reads (the bootstrap page size).
 MAX_EVENTS = 1000
+#: Sequence numbers come from one global sequence, so an event can commit after events with later
+#: numbers (its transaction took its number first). Events are appended by single short
+#: statements: one whose transaction began this long before the newest event has committed.
+LATE_COMMIT_WINDOW = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,17 @@ class Timeline:
             self.steps[key] = changed
         return line, changed
 
+    def settled_seq(self, window: timedelta = LATE_COMMIT_WINDOW) -> int:
+        """A seq to read on after: every event this timeline lacks has a later one (so a live
+        reader re-reads the last `window` of events, never the whole history)."""
+        if not self.entries or not self.entries[-1].at:
+            return 0
+        horizon = datetime.fromisoformat(self.entries[-1].at) - window
+        for line in reversed(self.entries):
+            if line.at and datetime.fromisoformat(line.at) < horizon:
+                return line.seq
+        return 0
+
     def __contains__(self, seq: int) -> bool:
         return seq in self._seen
 
@@ -167,8 +183,15 @@ def outcome(snapshot: dict) -> Outcome | None:
     return Outcome(extent=extent, applied=list(applied), not_applied=list(not_applied))
 
 
-def read_events(db, namespace: str, task_id) -> list[dict]:
-    """A task's events, oldest first (`dto.event` shape), through the named query."""
-    rows = db.all("event_list_for_task", task_id=task_id, namespace=namespace, after_seq=0,
-                  limit=MAX_EVENTS)
+def read_events(db, namespace: str, task_id, *, after_seq: int = 0,
+                limit: int = MAX_EVENTS) -> list[dict]:
+    """A task's events after `after_seq`, oldest first (`dto.event` shape)."""
+    rows = db.all("event_list_for_task", task_id=task_id, namespace=namespace,
+                  after_seq=after_seq, limit=limit)
+    return [dto.event(r) for r in rows]
+
+
+def read_event_tail(db, namespace: str, task_id, *, limit: int) -> list[dict]:
+    """A task's last `limit` events, newest first (`dto.event` shape)."""
+    rows = db.all("event_list_tail_for_task", task_id=task_id, namespace=namespace, limit=limit)
     return [dto.event(r) for r in rows]

@@ -1,9 +1,58 @@
-"""What a runner is handed besides its TaskHandle (all in memory; nothing here is persisted)."""
+"""What a runner is handed: its TaskHandle (the only way to its task) and a RunContext (all in
+memory; nothing here is persisted). The handle is a protocol here because runners import no
+storage; engine/handle.py implements it, every write fenced on the lease."""
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
+from engine.abort import AbortSignal
 from engine.integrations.base import Cluster
+from engine.status import Status
+
+if TYPE_CHECKING:
+    from engine.integrations import Integrations
+    from engine.secrets import StreamScrubber
+
+
+class LocalProcess(Protocol):
+    """A process group a runner started through its handle."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, abort: AbortSignal) -> int:
+        """The leader's exit code; on an abort the group is stopped and Aborted raised."""
+
+    def stop(self) -> bool:
+        """Stop the whole group and release its runtime row; whether the stop was confirmed."""
+
+
+class TaskHandle(Protocol):
+    """What a runner may do to its task while it holds the lease (engine/handle.py)."""
+
+    task_id: UUID
+    abort: AbortSignal
+    #: The terminal or parked status this run reached through the handle, if any.
+    outcome: Status | None
+
+    def add_secret_values(self, values) -> None: ...
+    def stream_scrubber(self) -> "StreamScrubber": ...
+    def publish(self, kind: str, payload: dict) -> None: ...
+    def checkpoint(self) -> None: ...
+    def emit_event(self, kind: str, payload: dict | None = None) -> None: ...
+    def update_timeline(self, step: str, state: str, detail: str | None = None,
+                        **extra) -> None: ...
+    def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None: ...
+    def set_artifacts(self, **patch) -> None: ...
+    def strip_source_keys(self, field: str, names: list[str]) -> None: ...
+    def start_local_process(self, argv: list[str], *, label: str | None = None,
+                            resume: dict | None = None, **popen_kwargs) -> LocalProcess: ...
+    def record_devbox(self, devbox_id: str) -> None: ...
+    def devbox_paused(self, devbox_id: str) -> None: ...
+    def request_inputs(self, inputs: list[dict], message: str | None = None) -> None: ...
+    def complete(self) -> None: ...
+    def fail(self, reason: str, message: str) -> None: ...
+    def acknowledge_cancel(self) -> None: ...
 
 
 @dataclass
@@ -20,7 +69,7 @@ class RunContext:
     result_identities: dict = field(default_factory=dict)
     cluster: Cluster | None = None
     #: The whole integrations boundary (devbox, gateway, templates), for runners that need more.
-    integrations: Any = None
+    integrations: "Integrations | None" = None
     #: The Kubernetes namespace the resources go to.
     target_namespace: str = "default"
     readiness_timeout_s: float = 600.0

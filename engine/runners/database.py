@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from secrets import token_urlsafe
 from urllib.parse import quote
 
+from engine.integrations.base import ENGINE_NAME
 from engine.runners import direct
-from engine.runners.context import RunContext
+from engine.runners.context import RunContext, TaskHandle
 
 PASSWORD_BYTES = 24
 DATA_VOLUME_SIZE = "1Gi"
-ENGINE_LABEL = "deploy-task-engine/database-engine"
+ENGINE_LABEL = f"{ENGINE_NAME}/database-engine"
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ ENGINES: dict[str, Engine] = {
 }
 
 
-def run(handle, ctx: RunContext) -> None:
+def run(handle: TaskHandle, ctx: RunContext) -> None:
     """The direct runner over this database's manifests, its password held only in memory."""
     if direct.blocked_on_recorded_secrets(handle, ctx):
         return  # a redeploy of a database whose password was given re-asks it, never rotates it

@@ -1,21 +1,21 @@
 """The direct runner: render manifests for an image source, apply them one by one, verify."""
 import time
 
-from engine.integrations.base import ApplyError, IntegrationError, ResourceRef
-from engine.runners.context import RunContext
+from engine.integrations.base import ENGINE_NAME, ApplyError, IntegrationError, ResourceRef
+from engine.runners.context import RunContext, TaskHandle
 from engine.status import Status
 
-FIELD_MANAGER = "deploy-task-engine"
+FIELD_MANAGER = ENGINE_NAME
 
 
-def run(handle, ctx: RunContext) -> None:
+def run(handle: TaskHandle, ctx: RunContext) -> None:
     """The image source: ask again for recorded secrets this run lacks, then render, apply and
     verify."""
     if not blocked_on_recorded_secrets(handle, ctx):
         apply_and_verify(handle, ctx, render)
 
 
-def blocked_on_recorded_secrets(handle, ctx: RunContext) -> bool:
+def blocked_on_recorded_secrets(handle: TaskHandle, ctx: RunContext) -> bool:
     """Park the task blocked when a secret recorded on it (a redeploy's, or one submitted before)
     has no value in this run's memory: never deploy without it, never invent it. True if parked."""
     missing = [k for k in ctx.sensitive_keys if k not in ctx.inputs]
@@ -53,7 +53,7 @@ def with_endpoint(applied: dict, manifest: dict, namespace: str | None) -> dict:
     return {**applied, "endpoint": found} if found else applied
 
 
-def apply_and_verify(handle, ctx: RunContext, render_manifests) -> None:
+def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> None:
     """Render with `render_manifests(ctx)`, apply document by document (checkpoint before each),
     then wait for readiness."""
     handle.update_timeline("render", "started")
@@ -84,7 +84,7 @@ def apply_and_verify(handle, ctx: RunContext, render_manifests) -> None:
     verify(handle, ctx, manifests)
 
 
-def verify(handle, ctx: RunContext, manifests: list[dict]) -> None:
+def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
     """Wait for every required result resource: completed when all are ready, failed on the
     readiness timeout with the resources kept (ADR 0028)."""
     handle.set_state(phase="verify")

@@ -17,7 +17,7 @@ from engine.integrations.base import IntegrationError, NotFound, ResourceRef
 from engine.integrations.templates import (InstantiationError, InvalidInputs, Template,
                                            TemplateApplyError, TemplateError)
 from engine.runners import direct
-from engine.runners.context import RunContext
+from engine.runners.context import RunContext, TaskHandle
 from engine.status import Status
 
 #: The result identity a template instance is known by (seed 000: v1 resultIdentities).
@@ -26,7 +26,7 @@ INSTANCE_NAME = "templateInstanceName"
 ARGS = "args"
 
 
-def run(handle, ctx: RunContext) -> None:
+def run(handle: TaskHandle, ctx: RunContext) -> None:
     """Deploy one instance of a catalog template."""
     catalog = ctx.integrations.templates
     template_name = ctx.source["template"]
@@ -79,7 +79,7 @@ def run(handle, ctx: RunContext) -> None:
     direct.verify(handle, ctx, manifests)
 
 
-def _inputs(handle, ctx: RunContext, template: Template) -> dict | None:
+def _inputs(handle: TaskHandle, ctx: RunContext, template: Template) -> dict | None:
     """The typed input values, or None when the task was parked blocked or failed."""
     persisted = dict(ctx.source.get(ARGS) or {})
     recorded = set(ctx.sensitive_keys)
@@ -121,7 +121,7 @@ def _inputs(handle, ctx: RunContext, template: Template) -> dict | None:
     return values
 
 
-def _delete_partial(handle, ctx: RunContext, exc: TemplateApplyError) -> None:
+def _delete_partial(handle: TaskHandle, ctx: RunContext, exc: TemplateApplyError) -> None:
     """Delete what the failed instantiation applied, newest first (already gone counts as done)."""
     handle.update_timeline("cleanup", "started", f"{len(exc.applied)} partial resources")
     deleted, kept = [], []

@@ -24,10 +24,26 @@ SELECT * FROM deploy_tasks WHERE id = %(task_id)s AND namespace = %(namespace)s;
 -- One task whatever its namespace (operator tools only; every request path is namespace-scoped).
 SELECT * FROM deploy_tasks WHERE id = %(task_id)s;
 
+-- task_get_devbox_state --
+-- What a devbox pause job re-checks: the task's status and devbox, and whether an active task
+-- shares that devbox.
+SELECT t.id, t.status, t.devbox_id, t.devbox_paused_at,
+       EXISTS (SELECT 1 FROM deploy_tasks a
+               WHERE a.devbox_id = t.devbox_id AND a.id <> t.id
+                 AND a.status IN ('queued', 'running', 'blocked', 'applying')) AS devbox_in_use
+FROM deploy_tasks t WHERE t.id = %(task_id)s;
+
 -- task_get_lease_state --
 -- The lease facts a process needs to decide whether its local runner must stop.
 SELECT id, status, lease_owner, lease_epoch, cancel_requested_at
 FROM deploy_tasks WHERE id = %(task_id)s;
+
+-- task_get_projection --
+-- One task of a namespace with the id of its newest clone (what a stream upsert sends).
+SELECT t.*, (SELECT s.id FROM deploy_tasks s
+             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
+FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
 -- task_get_successor --
 -- The newest task cloned from a predecessor, if any.
@@ -61,6 +77,12 @@ WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
   AND (%(statuses)s::task_status[] IS NULL OR status = ANY(%(statuses)s::task_status[]))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
+
+-- task_list_ids_active_with_devbox --
+-- Active tasks that reference a devbox (a devbox delete must not pull it from under them).
+SELECT id FROM deploy_tasks
+WHERE devbox_id = %(devbox_id)s AND status IN ('queued', 'running', 'blocked', 'applying')
+LIMIT 5;
 
 -- task_list_ids_cancel_overdue --
 -- Leased tasks whose cancel request is older than the acknowledgement deadline.
@@ -121,6 +143,12 @@ WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s
 ORDER BY t.created_at DESC, t.id DESC
 LIMIT %(limit)s;
 
+-- task_mark_devbox_paused --
+-- Record that the task's devbox was paused (by its runner, the reaper or a cleanup job).
+UPDATE deploy_tasks SET devbox_paused_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(task_id)s AND devbox_id = %(devbox_id)s AND devbox_paused_at IS NULL
+RETURNING id;
+
 -- task_merge_artifacts_if_held --
 -- Merge keys into the artifact summary, for the holder of the lease, and notify.
 WITH changed AS (
@@ -172,6 +200,37 @@ SELECT m.*, pg_notify('deploy_tasks', json_build_object(
     'namespace', m.namespace, 'project', m.project_id, 'task', m.id)::text) AS notified
 FROM marked m;
 
+-- task_set_canvas --
+-- Save where a task's placeholder sits on the canvas (never touches status), and notify.
+WITH changed AS (
+    UPDATE deploy_tasks SET canvas = %(canvas)s, updated_at = now()
+    WHERE id = %(task_id)s AND namespace = %(namespace)s
+    RETURNING *
+)
+SELECT c.*, pg_notify('deploy_tasks', json_build_object(
+    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+FROM changed c;
+
+-- task_set_devbox_if_held --
+-- Record the task's devbox (so the engine can pause it if the runner dies), for the lease holder,
+-- with its task_runtimes row (a remote runtime: kept until its deletion is confirmed). The owner
+-- id starts with the host name (engine/runtime.py).
+WITH task AS (
+    UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
+    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+      AND status IN ('running', 'applying')
+    RETURNING id, namespace
+), tracked AS (
+    INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, remote_id)
+    SELECT id, namespace, 'devbox', 'remote', 'devbox', split_part(%(owner)s, ':', 1), %(owner)s,
+           %(devbox_id)s
+    FROM task
+    ON CONFLICT (remote_id) WHERE kind = 'devbox' DO UPDATE
+    SET task_id = EXCLUDED.task_id, namespace = EXCLUDED.namespace, host = EXCLUDED.host,
+        owner = EXCLUDED.owner, updated_at = now()
+)
+SELECT id FROM task;
+
 -- task_set_phase_if_held --
 -- Set the phase (not the status), for the holder of the lease, and notify.
 WITH changed AS (
@@ -201,17 +260,6 @@ WITH changed AS (
     RETURNING id, namespace, project_id
 )
 SELECT c.id, pg_notify('deploy_tasks', json_build_object(
-    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
-FROM changed c;
-
--- task_set_canvas --
--- Save where a task's placeholder sits on the canvas (never touches status), and notify.
-WITH changed AS (
-    UPDATE deploy_tasks SET canvas = %(canvas)s, updated_at = now()
-    WHERE id = %(task_id)s AND namespace = %(namespace)s
-    RETURNING *
-)
-SELECT c.*, pg_notify('deploy_tasks', json_build_object(
     'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
 FROM changed c;
 
@@ -278,51 +326,3 @@ WITH clock AS (
 SELECT m.*, pg_notify('deploy_tasks', json_build_object(
     'namespace', m.namespace, 'project', m.project_id, 'task', m.id)::text) AS notified
 FROM moved m;
-
--- task_get_projection --
--- One task of a namespace with the id of its newest clone (what a stream upsert sends).
-SELECT t.*, (SELECT s.id FROM deploy_tasks s
-             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
-             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
-FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
-
--- task_set_devbox_if_held --
--- Record the task's devbox (so the engine can pause it if the runner dies), for the lease holder,
--- with its task_runtimes row (a remote runtime: kept until its deletion is confirmed). The owner
--- id starts with the host name (engine/runtime.py).
-WITH task AS (
-    UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
-    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
-      AND status IN ('running', 'applying')
-    RETURNING id, namespace
-), tracked AS (
-    INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, remote_id)
-    SELECT id, namespace, 'devbox', 'remote', 'devbox', split_part(%(owner)s, ':', 1), %(owner)s,
-           %(devbox_id)s
-    FROM task
-    ON CONFLICT (remote_id) WHERE kind = 'devbox' DO UPDATE
-    SET task_id = EXCLUDED.task_id, namespace = EXCLUDED.namespace, host = EXCLUDED.host,
-        owner = EXCLUDED.owner, updated_at = now()
-)
-SELECT id FROM task;
-
--- task_mark_devbox_paused --
--- Record that the task's devbox was paused (by its runner, the reaper or a cleanup job).
-UPDATE deploy_tasks SET devbox_paused_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(task_id)s AND devbox_id = %(devbox_id)s AND devbox_paused_at IS NULL
-RETURNING id;
-
--- task_get_devbox_state --
--- What a devbox pause job re-checks: the task's status and devbox, and whether an active task
--- shares that devbox.
-SELECT t.id, t.status, t.devbox_id, t.devbox_paused_at,
-       EXISTS (SELECT 1 FROM deploy_tasks a
-               WHERE a.devbox_id = t.devbox_id AND a.id <> t.id
-                 AND a.status IN ('queued', 'running', 'blocked', 'applying')) AS devbox_in_use
-FROM deploy_tasks t WHERE t.id = %(task_id)s;
-
--- task_list_ids_active_with_devbox --
--- Active tasks that reference a devbox (a devbox delete must not pull it from under them).
-SELECT id FROM deploy_tasks
-WHERE devbox_id = %(devbox_id)s AND status IN ('queued', 'running', 'blocked', 'applying')
-LIMIT 5;

@@ -4,11 +4,15 @@ import re
 from pathlib import Path
 
 from engine.sql import queries
+from engine.status import ACTIVE, LEASED, TERMINAL
 
 ROOT = Path(__file__).resolve().parents[2]
 STORAGE = ("engine.db", "engine.migrations", "engine.sql", "engine.transitions", "engine.leases",
            "engine.cleanup", "engine.cleanup_jobs", "engine.runtimes", "engine.handle",
            "engine.runtime", "psycopg", "psycopg_pool")
+#: `status IN ('a', 'b')`, also `t.status` and `%(to)s::task_status IN (...)`.
+STATUS_SET = re.compile(r"status\s+IN\s*\(([^)]*)\)", re.IGNORECASE)
+DB_CALL = re.compile(r"\bdb\.\w")
 SQL_TEXT = re.compile(r"\b(INSERT INTO|UPDATE \w+ SET|DELETE FROM|SELECT .* FROM)\b")
 
 
@@ -142,3 +146,53 @@ def test_identity_comes_only_from_the_auth_seam():
             if name not in ("blueprints/auth.py", "blueprints/oidc.py", "engine/identity.py",
                             "engine/operations.py"):
                 assert "X-Workspace" not in text and not re.search(r"\bIdentity\(", text), name
+
+
+def test_blueprints_read_through_the_read_side():
+    """Pages, API and streams reach storage only through engine/readside and engine/actions."""
+    assert DB_CALL.search('rows = runtime().db.all("task_list_page")')  # the control
+    for path in (ROOT / "blueprints").rglob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            assert not DB_CALL.search(line), f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+
+
+def test_every_status_set_in_sql_is_one_of_status_py():
+    """Each `status IN (...)` in engine/sql spells LEASED, ACTIVE or TERMINAL exactly."""
+    named = {frozenset(LEASED): "LEASED", frozenset(ACTIVE): "ACTIVE",
+             frozenset(TERMINAL): "TERMINAL"}
+    found = 0
+    for path in sorted((ROOT / "engine/sql").glob("*.sql")):
+        for match in STATUS_SET.finditer(path.read_text()):
+            spelled = frozenset(re.findall(r"'(\w+)'", match.group(1)))
+            assert spelled in named, f"{path.name}: status IN ({match.group(1)}) is no status.py set"
+            found += 1
+    assert found >= 20  # the control: the pattern does find the sets
+    assert frozenset({"running", "blocked"}) not in named
+
+
+def test_the_engine_speaks_no_http():
+    """HTTP statuses of domain errors live in blueprints/errors.py only, and every one is mapped."""
+    from blueprints.errors import HTTP_STATUS
+    from engine import errors
+    for path in (ROOT / "engine").rglob("*.py"):
+        assert "http_status" not in path.read_text(), f"{path.relative_to(ROOT)} speaks HTTP"
+    domain = [c for c in vars(errors).values()
+              if isinstance(c, type) and issubclass(c, errors.DomainError)]
+    assert errors.TaskNotFound in domain  # the control
+    assert [c.__name__ for c in domain if c not in HTTP_STATUS] == []
+
+
+def test_sql_files_are_alphabetised():
+    for path in sorted((ROOT / "engine/sql").glob("*.sql")):
+        names = re.findall(r"^-- ([a-z0-9_]+) --$", path.read_text(), re.MULTILINE)
+        assert names, path.name  # the control: the headers are found
+        assert names == sorted(names), f"{path.name} is not in alphabetical order"
+
+
+def test_the_handle_implements_what_runners_are_given():
+    from engine import handle
+    from engine.runners import context
+    members = [name for name, value in vars(context.TaskHandle).items()
+               if callable(value) and not name.startswith("_")]
+    assert "checkpoint" in members  # the control
+    assert [name for name in members if not hasattr(handle.TaskHandle, name)] == []

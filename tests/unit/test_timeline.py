@@ -1,4 +1,6 @@
 """The timeline builder over synthetic events."""
+from datetime import timedelta
+
 from engine.readside import timeline
 
 
@@ -24,6 +26,19 @@ def test_an_event_is_taken_once_and_a_late_earlier_seq_is_sorted_in():
     assert t.add(ev(5, "created", sourceKind="image")) is None
     t.add(ev(4, "cancel_requested", by="dev"))
     assert [e.seq for e in t.entries] == [4, 5] and 4 in t
+
+
+def at(seq, second):
+    return {**ev(seq, "created"), "createdAt": f"2026-01-01T00:00:{second:02d}+00:00"}
+
+
+def test_a_live_reader_reads_on_after_the_settled_seq_only():
+    t = timeline.build([at(1, 0), at(2, 5), at(3, 40), at(5, 50)])
+    # Seq 4 may still commit: events that began within the window of the newest are re-read.
+    assert t.settled_seq(window=timedelta(seconds=30)) == 2
+    assert t.settled_seq(window=timedelta(seconds=5)) == 3
+    assert t.settled_seq(window=timedelta(seconds=60)) == 0
+    assert timeline.Timeline().settled_seq() == 0
 
 
 def test_status_entries_name_the_move_the_reason_and_the_person():

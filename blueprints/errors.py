@@ -1,0 +1,66 @@
+"""Errors to HTTP, in one place: the status of every domain error, and the JSON bodies of errors
+under /api. The engine raises domain errors and never speaks HTTP."""
+from flask import jsonify
+from werkzeug.exceptions import HTTPException
+
+from engine import errors, operations
+from engine.errors import DomainError
+
+
+class UnknownTool(DomainError):
+    """No tool has that name."""
+
+    code = "unknown_tool"
+
+
+#: The HTTP status of each domain error; a subclass not listed takes its nearest listed base's.
+HTTP_STATUS: dict[type[DomainError], int] = {
+    DomainError: 400,
+    errors.InvalidRequest: 400,
+    errors.KubeconfigRequired: 400,
+    errors.TaskNotFound: 404,
+    errors.PredecessorNotFound: 404,
+    UnknownTool: 404,
+    operations.CleanupJobNotFound: 404,
+    errors.OperatorOnly: 403,
+    errors.IllegalTransition: 409,
+    errors.LeaseLost: 409,
+    errors.PredecessorNotRedeployable: 409,
+    errors.RedeployAlreadyActive: 409,
+    errors.TaskAlreadyFinished: 409,
+    errors.TaskNotBlocked: 409,
+    errors.IdempotencyKeyInFlight: 409,
+    operations.CleanupJobNotRetryable: 409,
+    errors.IdempotencyKeyReused: 422,
+    errors.ShuttingDown: 503,
+}
+
+#: Stable JSON codes of the plain HTTP errors an /api client can meet.
+HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large",
+                    415: "unsupported_media_type"}
+
+
+def http_status(exc: DomainError) -> int:
+    """The HTTP status `exc` answers with."""
+    return next(HTTP_STATUS[cls] for cls in type(exc).__mro__ if cls in HTTP_STATUS)
+
+
+def error_body(exc: DomainError) -> dict:
+    """{code, message, fields?, snapshot?}: the API's one error body."""
+    body = {"code": exc.code, "message": exc.message}
+    if exc.snapshot is not None:
+        body["snapshot"] = exc.snapshot
+    if getattr(exc, "fields", None):
+        body["fields"] = exc.fields
+    return body
+
+
+def domain_error(exc: DomainError):
+    """Every domain error as JSON with its stable code (registered app-wide)."""
+    return jsonify(error_body(exc)), http_status(exc)
+
+
+def http_error(exc: HTTPException):
+    """Every other HTTP error under /api as JSON with a stable code."""
+    return jsonify({"code": HTTP_ERROR_CODES.get(exc.code, "http_error"),
+                    "message": exc.description}), exc.code
