@@ -58,8 +58,8 @@ WITH clock AS (
 SELECT c.*, c.snapshot ->> 'namespace' AS namespace,
        coalesce(t.devbox_id, c.snapshot ->> 'devboxId') AS devbox_id,
        t.id IS NOT NULL AS task_exists,
-       coalesce(t.status IN ('completed', 'failed', 'cancelled')
-                AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8),
+       coalesce(task_expired(t.status, t.finished_at,
+                             clock.now - make_interval(secs => %(retention_s)s::float8)),
                 false) AS expired,
        EXISTS (SELECT 1 FROM deploy_tasks a
                WHERE a.devbox_id = coalesce(t.devbox_id, c.snapshot ->> 'devboxId')
@@ -161,8 +161,8 @@ SELECT 'retention_purge:' || t.id, 'retention_purge', t.id, t.namespace,
                                        WHERE r.task_id = t.id)),
        t.devbox_id IS NOT NULL, clock.now
 FROM deploy_tasks t, clock
-WHERE t.status IN ('completed', 'failed', 'cancelled')
-  AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+WHERE task_expired(t.status, t.finished_at,
+                   clock.now - make_interval(secs => %(retention_s)s::float8))
   -- OFFSET 0: an index probe per candidate whatever the statistics say (see above).
   AND NOT EXISTS (
       SELECT 1 FROM cleanup_jobs j
@@ -244,8 +244,8 @@ WITH clock AS (
 ), purged AS (
     DELETE FROM deploy_tasks t USING claimed, clock
     WHERE t.id = claimed.task_id
-      AND t.status IN ('completed', 'failed', 'cancelled')
-      AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+      AND task_expired(t.status, t.finished_at,
+                       clock.now - make_interval(secs => %(retention_s)s::float8))
     RETURNING t.id, t.namespace, t.project_id
 ), released AS (
     DELETE FROM task_runtimes r USING purged p
@@ -266,8 +266,8 @@ WITH clock AS (
     WHERE j.id = v.id
     RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
 )
-SELECT 'purged' AS outcome, count(pg_notify('deploy_tasks', json_build_object(
-    'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)) AS n
+SELECT 'purged' AS outcome,
+       count(notify_task_changed(p.namespace, p.project_id, p.id, removed => true)) AS n
 FROM purged p
 UNION ALL
 SELECT f.state, count(*) FROM finished f GROUP BY f.state;
@@ -291,8 +291,8 @@ WITH clock AS (
 ), purged AS (
     DELETE FROM deploy_tasks t USING due, clock
     WHERE t.id = due.task_id AND t.devbox_id IS NULL
-      AND t.status IN ('completed', 'failed', 'cancelled')
-      AND t.finished_at < clock.now - make_interval(secs => %(retention_s)s::float8)
+      AND task_expired(t.status, t.finished_at,
+                       clock.now - make_interval(secs => %(retention_s)s::float8))
     RETURNING t.id, t.namespace, t.project_id
 ), released AS (
     DELETE FROM task_runtimes r USING purged p
@@ -321,8 +321,8 @@ WITH clock AS (
     WHERE j.id = v.id
     RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
 )
-SELECT 'purged' AS outcome, count(pg_notify('deploy_tasks', json_build_object(
-    'namespace', p.namespace, 'project', p.project_id, 'task', p.id, 'removed', true)::text)) AS n
+SELECT 'purged' AS outcome,
+       count(notify_task_changed(p.namespace, p.project_id, p.id, removed => true)) AS n
 FROM purged p
 UNION ALL
 SELECT f.state, count(*) FROM finished f GROUP BY f.state;

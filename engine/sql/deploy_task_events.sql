@@ -15,8 +15,7 @@ WITH holder AS (
     SELECT id, %(kind)s, %(payload)s FROM holder
     RETURNING seq, task_id
 )
-SELECT a.seq, pg_notify('deploy_tasks', json_build_object(
-    'namespace', h.namespace, 'project', h.project_id, 'task', h.id)::text) AS notified
+SELECT a.seq, notify_task_changed(h.namespace, h.project_id, h.id) AS notified
 FROM appended a JOIN holder h ON h.id = a.task_id;
 
 -- event_list_for_task --

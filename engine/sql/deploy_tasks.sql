@@ -65,8 +65,7 @@ WITH created AS (
         'sourceKind', source_kind, 'retriedFromTaskId', retried_from_task_id)
     FROM created
 )
-SELECT c.*, pg_notify('deploy_tasks', json_build_object(
-    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+SELECT c.*, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
 FROM created c;
 
 -- task_list_for_operator --
@@ -157,8 +156,7 @@ WITH changed AS (
       AND status IN ('running', 'applying')
     RETURNING id, namespace, project_id
 )
-SELECT c.id, pg_notify('deploy_tasks', json_build_object(
-    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_record_sensitive_keys_if_held --
@@ -196,8 +194,7 @@ WITH marked AS (
     INSERT INTO deploy_task_events (task_id, kind, payload)
     SELECT id, 'cancel_requested', jsonb_build_object('by', %(requested_by)s::text) FROM marked
 )
-SELECT m.*, pg_notify('deploy_tasks', json_build_object(
-    'namespace', m.namespace, 'project', m.project_id, 'task', m.id)::text) AS notified
+SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id) AS notified
 FROM marked m;
 
 -- task_set_canvas --
@@ -207,8 +204,7 @@ WITH changed AS (
     WHERE id = %(task_id)s AND namespace = %(namespace)s
     RETURNING *
 )
-SELECT c.*, pg_notify('deploy_tasks', json_build_object(
-    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+SELECT c.*, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_set_devbox_if_held --
@@ -239,8 +235,7 @@ WITH changed AS (
       AND status IN ('running', 'applying')
     RETURNING id, namespace, project_id
 )
-SELECT c.id, pg_notify('deploy_tasks', json_build_object(
-    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_strip_source_keys_if_held --
@@ -259,8 +254,7 @@ WITH changed AS (
       AND status IN ('running', 'applying')
     RETURNING id, namespace, project_id
 )
-SELECT c.id, pg_notify('deploy_tasks', json_build_object(
-    'namespace', c.namespace, 'project', c.project_id, 'task', c.id)::text) AS notified
+SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_transition --
@@ -323,6 +317,5 @@ WITH clock AS (
         'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
     FROM moved m
 )
-SELECT m.*, pg_notify('deploy_tasks', json_build_object(
-    'namespace', m.namespace, 'project', m.project_id, 'task', m.id)::text) AS notified
+SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id) AS notified
 FROM moved m;
