@@ -17,12 +17,16 @@ class UnknownTool(DomainError):
 HTTP_STATUS: dict[type[DomainError], int] = {
     DomainError: 400,
     errors.InvalidRequest: 400,
+    errors.MalformedBody: 400,
+    errors.UntrustedHost: 400,
     errors.KubeconfigRequired: 400,
     errors.TaskNotFound: 404,
     errors.PredecessorNotFound: 404,
+    errors.UnknownTemplate: 404,
     UnknownTool: 404,
     operations.CleanupJobNotFound: 404,
     errors.OperatorOnly: 403,
+    errors.CrossSiteRequest: 403,
     errors.IllegalTransition: 409,
     errors.LeaseLost: 409,
     errors.PredecessorNotRedeployable: 409,
@@ -32,6 +36,7 @@ HTTP_STATUS: dict[type[DomainError], int] = {
     errors.IdempotencyKeyInFlight: 409,
     operations.CleanupJobNotRetryable: 409,
     errors.IdempotencyKeyReused: 422,
+    errors.UnsupportedMediaType: 415,
     errors.ShuttingDown: 503,
 }
 

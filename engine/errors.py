@@ -75,35 +75,30 @@ class MalformedBody(DomainError):
     """The body is not valid JSON."""
 
     code = "malformed_json"
-    http_status = 400
 
 
 class UnsupportedMediaType(DomainError):
     """Send the body as JSON (Content-Type: application/json)."""
 
     code = "unsupported_media_type"
-    http_status = 415
 
 
 class UnknownTemplate(DomainError):
     """No template of that name in the catalog."""
 
     code = "template_not_found"
-    http_status = 404
 
 
 class UntrustedHost(DomainError):
     """This server does not answer to that Host (TRUSTED_HOSTS)."""
 
     code = "untrusted_host"
-    http_status = 400
 
 
 class CrossSiteRequest(DomainError):
     """Cross-site requests may not change anything here."""
 
     code = "cross_site_request"
-    http_status = 403
 
 
 class KubeconfigRequired(DomainError):
