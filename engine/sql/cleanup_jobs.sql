@@ -367,7 +367,6 @@ WITH clock AS (
     FROM revived r JOIN deploy_tasks t ON t.id = r.task_id
     RETURNING task_id
 )
-SELECT r.*, (SELECT count(pg_notify('deploy_tasks', json_build_object(
-    'namespace', t.namespace, 'project', t.project_id, 'task', t.id)::text))
+SELECT r.*, (SELECT count(notify_task_changed(t.namespace, t.project_id, t.id))
              FROM deploy_tasks t WHERE t.id IN (SELECT task_id FROM audited)) AS audited
 FROM revived r;
