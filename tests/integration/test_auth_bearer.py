@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import padding
 
 from blueprints.oidc import BearerVerifier, ConfigurationError, InvalidToken
 from tests.conftest import IMAGE_SOURCE, ROOT, oidc_settings
+from tests.helpers import wait_for
 from tests.issuer import AUDIENCE, TokenIssuer, new_key, public_jwk
 
 UNAUTHENTICATED = {"code": "unauthenticated", "message": "sign in, or send a valid bearer token"}
@@ -237,7 +238,8 @@ def test_probes_and_the_metrics_scrape_are_outside_the_gate(make_app, issuer):
     # Positive control: the same app refuses an anonymous API call.
     assert client.get("/api/v1/tasks").status_code == 401
     assert client.get("/healthz").status_code == 200
-    assert client.get("/readyz").status_code == 200
+    # Ready once the listener has connected (it connects in the background after boot).
+    wait_for(lambda: client.get("/readyz").status_code == 200, message="/readyz answering 200")
     # The scrape answers to its own token, not to a sign-in or a bearer JWT.
     assert client.get("/metrics", headers={
         "Authorization": "Bearer scrape-token-1234"}).status_code == 200

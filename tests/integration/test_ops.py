@@ -163,4 +163,5 @@ def test_operator_routes_need_an_admin_outside_dev_mode(app, client, runtime):
     response = client.get("/api/v1/admin/streaks")
     assert response.status_code == 403 and response.get_json()["code"] == "operator_only"
     assert client.get("/health").status_code == 403
-    assert client.get("/healthz").status_code == 200 and client.get("/readyz").status_code == 200
+    assert client.get("/healthz").status_code == 200
+    assert wait_for(lambda: client.get("/readyz").status_code == 200, message="ready")
