@@ -50,10 +50,9 @@ def _json(schema, description: str) -> dict:
 
 
 def _errors(*statuses: int) -> dict:
-    words = {400: "invalid request", 401: "not signed in", 403: "not allowed",
-             404: "not found", 409: "conflict with the task's state",
-             403: "operators only", 413: "body too large", 415: "not JSON", 422: "idempotency key reused",
-             503: "shutting down"}
+    words = {400: "invalid request", 401: "not signed in", 403: "not allowed (operators only)",
+             404: "not found", 409: "conflict with the task's state", 413: "body too large",
+             415: "not JSON", 422: "idempotency key reused", 503: "shutting down"}
     return {str(s): _json("Error", words[s]) for s in statuses}
 
 
@@ -154,19 +153,6 @@ OPERATIONS = {
                                   "text}) and `turn_done` ({turn, chars}) per model turn; "
                                   "`end` when the task finishes"),
                       **_errors(404)}}},
-    "auth.whoami": {"get": {
-        "operationId": "whoAmI", "tags": ["meta"], "summary": "The caller's identity",
-        "responses": {"200": _json({"type": "object", "properties": {
-            "user": {"type": "string"}, "display": {"type": "string"},
-            "workspace": {"type": "string"},
-            "workspaces": {"type": "array", "items": {"type": "string"}}}},
-            "who is calling, in which workspace")}}},
-    "ops.admin_streaks": {"get": {
-        "operationId": "listFailureStreaks", "tags": ["operations"],
-        "summary": "What keeps failing right now (operators only), the longest-running first",
-        "responses": {"200": _json({"type": "object", "properties": {"items": {
-            "type": "array", "items": {"type": "object"}}}}, "the current failure streaks"),
-                      **_errors(403)}}},
     "auth.whoami": {"get": {
         "operationId": "whoAmI", "tags": ["meta"],
         "summary": "The caller's identity and the workspaces it may use",

@@ -110,7 +110,6 @@ class CleanupWorker:
 
     def run_once(self, now: datetime | None = None) -> bool:
         """One tick: claim and run due jobs; whether to go on at once (more may be due)."""
-        s = self.settings
         if not self._draining:
             self._housekeep(now)
         try:
