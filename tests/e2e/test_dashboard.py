@@ -250,8 +250,12 @@ def test_a_failure_reads_in_plain_words_with_the_raw_detail_behind_a_toggle(serv
     ui.page.set_viewport_size(WIDE)
     # A redeploy: the failed chip's "Redeployed" opens its successor's timeline.
     ui.page.keyboard.press("Escape")
-    chip.locator("[data-action=redeploy]").click()
-    if chip.locator("[data-action=redeploy]").get_attribute("hx-confirm"):
+    # Read whether it asks first before clicking: once the redeploy lands the chip re-renders
+    # superseded, without the button.
+    redeploy = chip.locator("[data-action=redeploy]")
+    asks_first = redeploy.get_attribute("hx-confirm")
+    redeploy.click()
+    if asks_first:
         ui.page.click("#confirm-dialog [data-confirm-ok]")
     ui.page.wait_for_selector(f"#chip-{failed['id']}.is-superseded")
     ui.page.keyboard.press("Escape")
