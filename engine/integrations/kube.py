@@ -8,6 +8,9 @@ run's AbortSignal (an abort stops the wait at once; killing the greenlet closes 
 urllib3's own retries are off, and this module's policy retries 429, 5xx and connection errors
 with exponential backoff, honouring Retry-After. Error text is built from the API's structured
 `Status.message`, bounded; a body that is not a Status is never quoted.
+
+It stays one module (just over 500 lines) because apply, readiness and the retry policy share one
+request path; splitting the policy out is the next step if it grows.
 """
 import email.utils
 import random
