@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-scaleout fuzz setup browser pgbouncer gunicorn bench clean lock
+.PHONY: run test test-scaleout fuzz setup browser pgbouncer gunicorn bench clean lock lint format
 
 # Installs come from the lock files only: every package, transitive ones included, pinned and
 # checked against its hash (requirements-dev.txt holds the app's lock plus the test tools).
@@ -41,8 +41,17 @@ browser:
 pgbouncer:
 	command -v pgbouncer >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
 
-test: setup browser pgbouncer
+test: setup browser pgbouncer lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Lint and format checks (ruff.toml), before any test runs; `make format` applies both.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 # Only the multi-host suite: three hosts in network namespaces over one PostgreSQL.
 test-scaleout: setup pgbouncer

@@ -3,6 +3,7 @@
 gevent must patch before psycopg is imported (psycopg picks its wait function at import time),
 so entry points patch first thing; create_app() refuses to run unpatched.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -27,9 +28,23 @@ def create_app(test_config: dict | None = None) -> Flask:
     """Build the app and start this process's engine runtime."""
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
-    from blueprints import (api, auth, cluster_access, csrf, edge, errors, gateway_stream, mcp,
-                            openapi, ops, pages, streams, tools, ws)
     import commands
+    from blueprints import (
+        api,
+        auth,
+        cluster_access,
+        csrf,
+        edge,
+        errors,
+        gateway_stream,
+        mcp,
+        openapi,
+        ops,
+        pages,
+        streams,
+        tools,
+        ws,
+    )
     from engine import migrations
     from engine.db import Database, resolve_database_url
     from engine.errors import DomainError
@@ -39,10 +54,13 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     settings = Settings.from_env(**(test_config or {}))
     from engine import secrets
+
     secrets.install_log_scrubber()
     auth_mode = auth.configure(settings)  # before anything starts: a bad setting stops boot
-    if settings.cluster_backend not in ("sandbox", "kubernetes") \
-            and "integrations" not in settings.overrides:
+    if (
+        settings.cluster_backend not in ("sandbox", "kubernetes")
+        and "integrations" not in settings.overrides
+    ):
         raise RuntimeError("CLUSTER_BACKEND must be 'sandbox' or 'kubernetes'")
 
     app = Flask(__name__)
@@ -55,21 +73,29 @@ def create_app(test_config: dict | None = None) -> Flask:
     operator_command = invoked_as_operator_command()
     if not operator_command:
         migrations.upgrade(direct_url)
-    db = Database(url, max_size=settings.db_pool_size, listen_url=settings.listen_database_url,
-                  pooler=settings.db_pooler, link_timeout_s=settings.db_link_timeout_s)
+    db = Database(
+        url,
+        max_size=settings.db_pool_size,
+        listen_url=settings.listen_database_url,
+        pooler=settings.db_pooler,
+        link_timeout_s=settings.db_link_timeout_s,
+    )
     db.open()
     integrations = settings.overrides.get("integrations")
     if integrations is None:
         if settings.cluster_backend == "kubernetes":
             from engine.integrations.kube import KubeBackend
+
             backend = KubeBackend.from_settings(settings)
         else:
             backend = SandboxBackend(settings)
         integrations = Integrations(cluster=backend.cluster, cluster_label=backend.label)
     if integrations.templates is None:
         from engine.integrations.templates import TemplateCatalog
+
         integrations = dataclasses.replace(
-            integrations, templates=TemplateCatalog(settings.template_catalog_dir))
+            integrations, templates=TemplateCatalog(settings.template_catalog_dir)
+        )
     if integrations.devbox is None:
         integrations = dataclasses.replace(integrations, devbox=build_devbox(settings))
     if integrations.gateway is None:
@@ -114,6 +140,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         # The server address is checked against the operator's networks here, before any task
         # exists, and again (resolved once, connected to as checked) when a run builds its cluster.
         from engine.integrations.kubeconfig import NetworkPolicy, check_kubeconfig
+
         network = NetworkPolicy.from_settings(settings)
         app.config["KUBECONFIG_CHECK"] = lambda kubeconfig: check_kubeconfig(kubeconfig, network)
 
@@ -127,6 +154,7 @@ def invoked_as_operator_command() -> bool:
     command's own job) and no engine runtime claiming tasks or sweeping in a CLI process.
     """
     import click
+
     ctx = click.get_current_context(silent=True)
     return ctx is not None and ctx.info_name != "run"
 
@@ -135,27 +163,38 @@ def build_devbox(settings: Settings):
     """The devbox API client when DEVBOX_URL is set, else this process's sandbox devboxes."""
     if not settings.devbox_url:
         from engine.integrations.sandbox import SandboxDevbox
+
         return SandboxDevbox()
     if not settings.devbox_signing_key:
         raise RuntimeError("DEVBOX_URL is set but DEVBOX_SIGNING_KEY is not")
     from engine.integrations.devbox import DevboxClient
-    return DevboxClient(settings.devbox_url, settings.devbox_signing_key,
-                        timeout_s=settings.devbox_timeout_s,
-                        exec_timeout_s=settings.devbox_exec_timeout_s)
+
+    return DevboxClient(
+        settings.devbox_url,
+        settings.devbox_signing_key,
+        timeout_s=settings.devbox_timeout_s,
+        exec_timeout_s=settings.devbox_exec_timeout_s,
+    )
 
 
 def build_gateway(settings: Settings):
     """The chat-completions client when GATEWAY_URL is set, else the sandbox gateway."""
     if not settings.gateway_url:
         from engine.integrations.sandbox import SandboxGateway
+
         return SandboxGateway(chunk_delay_s=settings.sandbox_gateway_delay_s)
     if not settings.gateway_model:
         raise RuntimeError("GATEWAY_URL is set but GATEWAY_MODEL is not")
     from engine.integrations.gateway import GatewayClient
-    return GatewayClient(settings.gateway_url, settings.gateway_model, settings.gateway_api_key,
-                         retries=settings.gateway_retries,
-                         connect_timeout_s=settings.gateway_connect_timeout_s,
-                         idle_timeout_s=settings.gateway_idle_timeout_s)
+
+    return GatewayClient(
+        settings.gateway_url,
+        settings.gateway_model,
+        settings.gateway_api_key,
+        retries=settings.gateway_retries,
+        connect_timeout_s=settings.gateway_connect_timeout_s,
+        idle_timeout_s=settings.gateway_idle_timeout_s,
+    )
 
 
 def serve() -> None:

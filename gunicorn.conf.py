@@ -2,6 +2,7 @@
 
 Never use --preload: the app would import psycopg in the master before gevent patches.
 """
+
 import os
 import shutil
 import signal
@@ -56,6 +57,7 @@ def on_exit(server):
 def child_exit(server, worker):
     """A dead worker's live gauges (leases held, viewers) stop counting."""
     from prometheus_client import multiprocess
+
     multiprocess.mark_process_dead(worker.pid)
 
 

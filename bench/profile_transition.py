@@ -11,6 +11,7 @@ interleaved in small blocks so a machine shared with other work slows them all a
 Client CPU per call is measured with process_time (this process only), so the rest of each
 call is server work, the commit's WAL flush and scheduling.
 """
+
 from bench.common import fresh_database, median, run_sql  # noqa: I001  (patches first)
 
 import json  # noqa: E402
@@ -52,18 +53,34 @@ def variants(db: Database) -> dict:
             return cur.fetchall() if cur.description else None
 
     def cte_params(task_id):
-        return dict(task_ids=[task_id], to="failed", from_statuses=["running", "applying"],
-                    verdicts=verdicts, reason="bench", message="bench", phase=None,
-                    actor="bench", claim_owner=None, lease_ttl_s=None, now=None, namespace=None,
-                    expect_epoch=1, expect_owner=OWNER, if_lease_expired=False,
-                    if_cancel_pending=None, cancel_older_than_s=None,
-                    claimed_older_than_s=None, created_older_than_s=None)
+        return dict(
+            task_ids=[task_id],
+            to="failed",
+            from_statuses=["running", "applying"],
+            verdicts=verdicts,
+            reason="bench",
+            message="bench",
+            phase=None,
+            actor="bench",
+            claim_owner=None,
+            lease_ttl_s=None,
+            now=None,
+            namespace=None,
+            expect_epoch=1,
+            expect_owner=OWNER,
+            if_lease_expired=False,
+            if_cancel_pending=None,
+            cancel_older_than_s=None,
+            claimed_older_than_s=None,
+            created_older_than_s=None,
+        )
 
     found = {
         "plain": lambda i: raw(PLAIN, {"task_id": i, "to": "failed"}),
         "plain+notify": lambda i: raw(PLAIN_NOTIFY, {"task_id": i, "to": "failed"}),
-        "transition": lambda i: transition(db, i, Status.FAILED, guard=fence, reason="bench",
-                                           message="bench", actor="bench"),
+        "transition": lambda i: transition(
+            db, i, Status.FAILED, guard=fence, reason="bench", message="bench", actor="bench"
+        ),
     }
     if no_notify:
         found["cte-no-notify"] = lambda i: raw(no_notify, cte_params(i))
@@ -73,25 +90,34 @@ def variants(db: Database) -> dict:
 def measure(db: Database, workers: int) -> dict[str, dict[str, float]]:
     """Per variant: rows/s and client CPU per row, interleaved block by block."""
     fns = variants(db)
-    ids = {name: [r["id"] for r in run_sql(db, "bench_task_insert_leased", n=ROWS,
-                                           status="applying", owner=OWNER)] for name in fns}
+    ids = {
+        name: [
+            r["id"]
+            for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
+        ]
+        for name in fns
+    }
     wall = dict.fromkeys(fns, 0.0)
     cpu = dict.fromkeys(fns, 0.0)
     for start in range(0, ROWS, BLOCK):
         for name, fn in fns.items():
-            block = ids[name][start:start + BLOCK]
+            block = ids[name][start : start + BLOCK]
             slices = [block[w::workers] for w in range(workers)]
             t0, c0 = time.perf_counter(), time.process_time()
-            gevent.joinall([gevent.spawn(lambda s=s: [fn(i) for i in s]) for s in slices],
-                           raise_error=True)
+            gevent.joinall(
+                [gevent.spawn(lambda s=s, fn=fn: [fn(i) for i in s]) for s in slices],
+                raise_error=True,
+            )
             wall[name] += time.perf_counter() - t0
             cpu[name] += time.process_time() - c0
     return {name: {"rate": ROWS / wall[name], "cpu_us": cpu[name] / ROWS * 1e6} for name in fns}
 
 
 def main() -> str:
-    lines = ["| clients | variant | rows/s | x plain | client CPU/row |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| clients | variant | rows/s | x plain | client CPU/row |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     with fresh_database() as url:
         db = Database(url, max_size=10)
         db.open()
@@ -105,8 +131,9 @@ def main() -> str:
                 for name in names:
                     rate = median([r[name]["rate"] for r in runs])
                     cpu = median([r[name]["cpu_us"] for r in runs])
-                    lines.append(f"| {workers} | {name} | {rate:,.0f} | {rate / plain:.2f} "
-                                 f"| {cpu:.0f} µs |")
+                    lines.append(
+                        f"| {workers} | {name} | {rate:,.0f} | {rate / plain:.2f} | {cpu:.0f} µs |"
+                    )
         finally:
             db.close()
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ fresh database and renders the page through the app (Flask's test client: no net
 each render and counting the named queries it ran; then times the project stream's bootstrap
 (the live dock and canvas the page opens right after).
 """
+
 from bench.common import Result, fresh_database, median, percentile, run_sql  # noqa: I001
 
 import sys  # noqa: E402
@@ -28,6 +29,7 @@ def measure(n: int, result: Result) -> None:
             def counting(name, params, result_fn, abort):
                 counted.append(name)
                 return real_run(name, params, result_fn, abort)
+
             runtime.db._run = counting
             client = app.test_client()
             times = []

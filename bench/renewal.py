@@ -9,6 +9,7 @@ row and no index entries).
 
 Target: one tick <= 250 ms.
 """
+
 from bench.common import Result, fresh_database, median, run_sql  # noqa: I001  (patches first)
 
 import re  # noqa: E402
@@ -47,8 +48,12 @@ def main() -> Result:
         db = Database(url, max_size=4)
         db.open()
         try:
-            held = {r["id"]: 1 for r in run_sql(db, "bench_task_insert_leased", n=HELD,
-                                                status="applying", owner=OWNER)}
+            held = {
+                r["id"]: 1
+                for r in run_sql(
+                    db, "bench_task_insert_leased", n=HELD, status="applying", owner=OWNER
+                )
+            }
             run_sql(db, "bench_task_insert_leased", n=HELD, status="running", owner="another")
             run_sql(db, "bench_task_insert_finished", n=50_000)
             with psycopg.connect(url, autocommit=True) as conn:
@@ -69,10 +74,19 @@ def main() -> Result:
                 plains.append(_ms(plain))
             # One more tick, instrumented: WAL records and buffers do not depend on machine load.
             with psycopg.connect(url, autocommit=True) as conn:
-                plan = [r[0] for r in conn.execute(
-                    "EXPLAIN (ANALYZE, BUFFERS, WAL) " + queries["task_renew_leases_if_held"],
-                    {"task_ids": ids, "epochs": [1] * len(ids), "owner": OWNER,
-                     "lease_ttl_s": LEASE_TTL_S, "now": None}).fetchall()]
+                plan = [
+                    r[0]
+                    for r in conn.execute(
+                        "EXPLAIN (ANALYZE, BUFFERS, WAL) " + queries["task_renew_leases_if_held"],
+                        {
+                            "task_ids": ids,
+                            "epochs": [1] * len(ids),
+                            "owner": OWNER,
+                            "lease_ttl_s": LEASE_TTL_S,
+                            "now": None,
+                        },
+                    ).fetchall()
+                ]
             wal_records = _number(plan, r"WAL: records=(\d+)")
             buffers = _number(plan, r"Buffers: shared hit=(\d+)")
             server_ms = _number(plan, r"Execution Time: ([\d.]+)")
@@ -81,14 +95,17 @@ def main() -> Result:
     tick_ms = median(ticks)
     result.add("renew_all tick (10,000 leases)", tick_ms, "ms")
     result.add("baseline plain UPDATE of the same leases", median(plains), "ms")
-    result.add("ratio tick / plain", median([t / p for t, p in zip(ticks, plains)]), "x")
+    ratios = [t / p for t, p in zip(ticks, plains, strict=True)]
+    result.add("ratio tick / plain", median(ratios), "x")
     result.add("slowest tick", max(ticks), "ms")
     result.add("instrumented tick: WAL records", wal_records, "")
     result.add("instrumented tick: shared buffers touched", buffers, "")
     result.add("instrumented tick: server execution time", server_ms, "ms")
     result.target(f"tick <= {TARGET_MS:g} ms (measured {tick_ms:.0f} ms)", tick_ms <= TARGET_MS)
-    result.notes.append(f"{RUNS} ticks (median), alternating with the baseline; 70,000 rows in "
-                        f"the table, 20,000 of them leased")
+    result.notes.append(
+        f"{RUNS} ticks (median), alternating with the baseline; 70,000 rows in "
+        f"the table, 20,000 of them leased"
+    )
     return result
 
 

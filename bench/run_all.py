@@ -2,13 +2,19 @@
 
 Only the block between the results markers is rewritten; the analysis around it is kept.
 """
+
 from bench.common import PROJECT_ROOT, machine, server_version, fresh_database  # noqa: I001
 
 import datetime  # noqa: E402
 import sys  # noqa: E402
 
-from bench import (create_latency, profile_transition, project_page, renewal,  # noqa: E402
-                   transitions)
+from bench import (
+    create_latency,
+    profile_transition,
+    project_page,
+    renewal,  # noqa: E402
+    transitions,
+)
 
 BENCHMARKS = PROJECT_ROOT / "BENCHMARKS.md"
 START = "<!-- results:start (bench/run_all.py rewrites this block) -->"
@@ -40,8 +46,13 @@ def results_block() -> tuple[str, bool]:
         f"(the machine is shared with other engineers' test runs)",
         "",
     ]
-    tail = ["### Profile of (a): where a guarded transition's time goes",
-            "", "`python -m bench.profile_transition`", "", profile]
+    tail = [
+        "### Profile of (a): where a guarded transition's time goes",
+        "",
+        "`python -m bench.profile_transition`",
+        "",
+        profile,
+    ]
     return "\n".join(head + sections + tail), all_met
 
 
@@ -58,8 +69,10 @@ def main() -> int:
     block, all_met = results_block()
     write(block)
     print(block)
-    print(f"written to {BENCHMARKS}; targets {'all met' if all_met else 'NOT all met'}",
-          file=sys.stderr)
+    print(
+        f"written to {BENCHMARKS}; targets {'all met' if all_met else 'NOT all met'}",
+        file=sys.stderr,
+    )
     return 0
 
 

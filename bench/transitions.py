@@ -8,6 +8,7 @@ engine process has one.
 
 Target: transitions/s >= 0.7x plain UPDATEs/s, measured in the same run.
 """
+
 from bench.common import Result, fresh_database, median, run_sql  # noqa: I001  (patches first)
 
 import sys  # noqa: E402
@@ -56,15 +57,20 @@ def measure(db: Database, workers: int) -> tuple[float, float]:
 
     The two alternate block by block, so a machine shared with other work slows both alike.
     """
-    guarded_ids = [r["id"] for r in run_sql(db, "bench_task_insert_leased", n=ROWS,
-                                            status="applying", owner=OWNER)]
-    plain_ids = [r["id"] for r in run_sql(db, "bench_task_insert_leased", n=ROWS,
-                                          status="applying", owner=OWNER)]
+    guarded_ids = [
+        r["id"]
+        for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
+    ]
+    plain_ids = [
+        r["id"]
+        for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
+    ]
     fence = Guard(expect_epoch=1, expect_owner=OWNER)
 
     def guarded(task_id):
-        moved = transition(db, task_id, Status.FAILED, guard=fence, reason="bench",
-                           message="bench", actor="bench")
+        moved = transition(
+            db, task_id, Status.FAILED, guard=fence, reason="bench", message="bench", actor="bench"
+        )
         assert moved, "the guarded transition did not move the row"
 
     def plain(task_id):
@@ -72,8 +78,8 @@ def measure(db: Database, workers: int) -> tuple[float, float]:
 
     plain_s = guarded_s = 0.0
     for start in range(0, ROWS, BLOCK):
-        plain_s += _run_block(workers, plain_ids[start:start + BLOCK], plain)
-        guarded_s += _run_block(workers, guarded_ids[start:start + BLOCK], guarded)
+        plain_s += _run_block(workers, plain_ids[start : start + BLOCK], plain)
+        guarded_s += _run_block(workers, guarded_ids[start : start + BLOCK], guarded)
     return ROWS / guarded_s, ROWS / plain_s
 
 
@@ -95,15 +101,19 @@ def main() -> Result:
                 result.add(f"plain UPDATE, {workers} client(s)", plain, "rows/s")
                 result.add(f"guarded transition, {workers} client(s)", guarded, "rows/s")
                 result.add(f"ratio guarded/plain, {workers} client(s)", ratio, "x")
-                result.target(f"ratio >= {TARGET_RATIO} with {workers} client(s) "
-                              f"(measured {ratio:.2f}x)", ratio >= TARGET_RATIO)
+                result.target(
+                    f"ratio >= {TARGET_RATIO} with {workers} client(s) (measured {ratio:.2f}x)",
+                    ratio >= TARGET_RATIO,
+                )
         finally:
             stop.append(True)
             notified = listener.get(timeout=10)
             db.close()
-    result.notes.append(f"{ROWS} rows per phase, {RUNS} runs per concurrency (median of each), "
-                        f"20,000 finished rows in the table; one LISTEN connection drained "
-                        f"{notified:,} notifications")
+    result.notes.append(
+        f"{ROWS} rows per phase, {RUNS} runs per concurrency (median of each), "
+        f"20,000 finished rows in the table; one LISTEN connection drained "
+        f"{notified:,} notifications"
+    )
     return result
 
 

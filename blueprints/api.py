@@ -1,5 +1,6 @@
 """The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx
 (blueprints/errors.py)."""
+
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from blueprints import schemas
@@ -38,10 +39,12 @@ def idempotent(call) -> Response:
         body, status = call()
         return jsonify(body), status
     identity = current_identity()
-    asked = idempotency.Request(identity.namespace, identity.user, request.method, request.path,
-                                _body_or_none())
-    body, status, replayed = idempotency.run_once(runtime().db, idempotency_secret(), key, asked,
-                                                  lambda: answered(call))
+    asked = idempotency.Request(
+        identity.namespace, identity.user, request.method, request.path, _body_or_none()
+    )
+    body, status, replayed = idempotency.run_once(
+        runtime().db, idempotency_secret(), key, asked, lambda: answered(call)
+    )
     response = jsonify(body)
     response.status_code = status
     if replayed:
@@ -67,9 +70,13 @@ def create_task():
 def _create_task():
     body = load(schemas.CreateTask, json_body())
     row = actions.create_task(
-        runtime(), current_identity(), project_id=body.get("projectId"),
-        source=body.get("source"), inputs=body.get("inputs"),
-        sensitive_keys=body.get("sensitiveKeys"), kubeconfig=kubeconfig_from_header(),
+        runtime(),
+        current_identity(),
+        project_id=body.get("projectId"),
+        source=body.get("source"),
+        inputs=body.get("inputs"),
+        sensitive_keys=body.get("sensitiveKeys"),
+        kubeconfig=kubeconfig_from_header(),
         predecessor_task_id=body.get("predecessorTaskId"),
     )
     return dto.snapshot(row), 201
@@ -78,18 +85,29 @@ def _create_task():
 @bp.get("/tasks")
 def list_tasks():
     """A page of tasks, newest first; filters projectId and status (repeatable)."""
-    args = load(schemas.ListTasks, {
-        **{k: v for k, v in request.args.items() if k != "status"},
-        **({"status": request.args.getlist("status")} if "status" in request.args else {}),
-    })
-    rows = read_task_page(runtime().db, current_identity().namespace,
-                          project_id=args.get("projectId"), statuses=args.get("status"),
-                          cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
-                          limit=args["limit"] + 1)
+    args = load(
+        schemas.ListTasks,
+        {
+            **{k: v for k, v in request.args.items() if k != "status"},
+            **({"status": request.args.getlist("status")} if "status" in request.args else {}),
+        },
+    )
+    rows = read_task_page(
+        runtime().db,
+        current_identity().namespace,
+        project_id=args.get("projectId"),
+        statuses=args.get("status"),
+        cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
+        limit=args["limit"] + 1,
+    )
     more = len(rows) > args["limit"]
-    rows = rows[:args["limit"]]
-    return jsonify({"items": [dto.snapshot(r) for r in rows],
-                    "nextCursor": dto.encode_cursor(rows[-1]) if more else None})
+    rows = rows[: args["limit"]]
+    return jsonify(
+        {
+            "items": [dto.snapshot(r) for r in rows],
+            "nextCursor": dto.encode_cursor(rows[-1]) if more else None,
+        }
+    )
 
 
 @bp.get("/tasks/<uuid:task_id>")
@@ -104,8 +122,9 @@ def get_task(task_id):
     row = actions.get_task(runtime(), identity, task_id)
     if "waitFor" not in args:
         return jsonify(dto.snapshot(row))
-    waited, outcome = wait_until_settled(runtime().db, runtime().fanout, identity.namespace,
-                                         task_id, args["timeout"])
+    waited, outcome = wait_until_settled(
+        runtime().db, runtime().fanout, identity.namespace, task_id, args["timeout"]
+    )
     if waited is None:
         raise TaskNotFound()
     return jsonify({**dto.snapshot(waited), "waitOutcome": outcome})
@@ -117,21 +136,33 @@ def list_events(task_id):
     args = load(schemas.ListEvents, request.args.to_dict())
     identity = current_identity()
     actions.get_task(runtime(), identity, task_id)
-    events = read_events(runtime().db, identity.namespace, task_id, after_seq=args["after"],
-                         limit=args["limit"])
-    return jsonify({"items": events,
-                    "nextCursor": str(events[-1]["seq"]) if len(events) == args["limit"] else None})
+    events = read_events(
+        runtime().db, identity.namespace, task_id, after_seq=args["after"], limit=args["limit"]
+    )
+    return jsonify(
+        {
+            "items": events,
+            "nextCursor": str(events[-1]["seq"]) if len(events) == args["limit"] else None,
+        }
+    )
 
 
 @bp.post("/tasks/<uuid:task_id>/input")
 def submit_inputs(task_id):
     """Answer a blocked task's inputs; it is claimed and resumes at once."""
+
     def submit():
         body = load(schemas.SubmitInputs, json_body())
-        row = actions.submit_inputs(runtime(), current_identity(), task_id, inputs=body["inputs"],
-                                    sensitive_keys=body.get("sensitiveKeys"),
-                                    kubeconfig=kubeconfig_from_header())
+        row = actions.submit_inputs(
+            runtime(),
+            current_identity(),
+            task_id,
+            inputs=body["inputs"],
+            sensitive_keys=body.get("sensitiveKeys"),
+            kubeconfig=kubeconfig_from_header(),
+        )
         return dto.snapshot(row), 200
+
     return idempotent(submit)
 
 

@@ -6,7 +6,8 @@ For every blueprint (and any new endpoint):
   (X-User-Id, X-Forwarded-User, X-Namespace, ...) are never read.
 - `init_app()` installs a gate before EVERY request, so a new route is protected without doing
   anything; the few public ones are PUBLIC_ENDPOINTS. When the gate refuses, the view never runs:
-  /api/... and /mcp (and any request that sent a bearer token) get 401 JSON {"code": "unauthenticated"}
+  /api/... and /mcp (and any request that sent a bearer token) get 401 JSON
+  {"code": "unauthenticated"}
   with WWW-Authenticate; htmx requests, event streams and websocket handshakes get a bare 401
   (the page shows "signed out" with a link); a page is redirected to /login.
 
@@ -20,29 +21,56 @@ Modes (`AUTH_MODE`):
   CSRF token. A bearer caller picks among the token's workspaces with `X-Workspace`; a browser
   with the top bar's picker.
 """
+
 import dataclasses
 import logging
 import time
 
 import requests
-from flask import (Blueprint, Flask, current_app, g, jsonify, redirect, render_template, request,
-                   session, url_for)
+from flask import (
+    Blueprint,
+    Flask,
+    current_app,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 
 from blueprints import csrf
-from blueprints.oidc import (BearerVerifier, ConfigurationError, InvalidToken, RefusalLog,
-                             discover, identity_from_claims, is_loopback_host)
+from blueprints.oidc import (
+    BearerVerifier,
+    ConfigurationError,
+    InvalidToken,
+    RefusalLog,
+    discover,
+    identity_from_claims,
+    is_loopback_host,
+)
 from engine.config import Settings
 from engine.identity import Identity
 
 log = logging.getLogger(__name__)
 
 AUTH_MODES = {"dev", "oidc"}
-DEV_IDENTITY = Identity(user="dev", namespace="default", display="dev user",
-                        workspaces=("default",))
+DEV_IDENTITY = Identity(
+    user="dev", namespace="default", display="dev user", workspaces=("default",)
+)
 #: Reachable without a sign-in: the sign-in itself, sign-out (a session that just expired can
 #: still end cleanly; it stays CSRF-checked), the probes, the metrics scrape (its own token).
-PUBLIC_ENDPOINTS = {"auth.login", "auth.callback", "auth.logout", "auth.signed_out", "healthz",
-                    "readyz", "metrics", "static"}
+PUBLIC_ENDPOINTS = {
+    "auth.login",
+    "auth.callback",
+    "auth.logout",
+    "auth.signed_out",
+    "healthz",
+    "readyz",
+    "metrics",
+    "static",
+}
 #: Paths of machine clients: refused with JSON and WWW-Authenticate, never a sign-in page.
 MACHINE_PATHS = ("/api/", "/mcp")
 SCOPES = "openid profile email"
@@ -76,12 +104,14 @@ def configure(settings: Settings) -> "DevAuth | OidcAuth":
         if not is_loopback_host(settings.host) and not settings.dev_auth_allow_network:
             raise ConfigurationError(
                 f"AUTH_MODE=dev gives everyone one shared user, so it serves loopback only: HOST="
-                f"{settings.host} needs AUTH_MODE=oidc (or DEV_AUTH_ALLOW_NETWORK=true)")
+                f"{settings.host} needs AUTH_MODE=oidc (or DEV_AUTH_ALLOW_NETWORK=true)"
+            )
         return DevAuth()
     if settings.auth_mode == "oidc":
         return OidcAuth(settings)
-    raise ConfigurationError(f"AUTH_MODE must be one of {sorted(AUTH_MODES)}, "
-                             f"not {settings.auth_mode!r}")
+    raise ConfigurationError(
+        f"AUTH_MODE must be one of {sorted(AUTH_MODES)}, not {settings.auth_mode!r}"
+    )
 
 
 def init_app(app: Flask, mode: "DevAuth | OidcAuth") -> None:
@@ -103,8 +133,10 @@ def gate():
     except Unauthenticated:
         return refusal()
     except WorkspaceNotAllowed:
-        return jsonify(code="workspace_not_allowed",
-                       message="X-Workspace names a workspace your token does not list"), 403
+        return jsonify(
+            code="workspace_not_allowed",
+            message="X-Workspace names a workspace your token does not list",
+        ), 403
     return None
 
 
@@ -112,14 +144,16 @@ def refusal():
     """The 401 (or sign-in redirect) this kind of request gets."""
     # Machine clients (the API, the MCP endpoint) get the JSON 401 and its bearer challenge.
     if request.path.startswith(MACHINE_PATHS) or "Authorization" in request.headers:
-        response = jsonify(code="unauthenticated",
-                           message="sign in, or send a valid bearer token")
+        response = jsonify(code="unauthenticated", message="sign in, or send a valid bearer token")
         response.status_code = 401
         response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
         return response
-    if (request.method != "GET" or request.headers.get("HX-Request")
-            or request.headers.get("Upgrade", "").lower() == "websocket"
-            or "text/event-stream" in request.headers.get("Accept", "")):
+    if (
+        request.method != "GET"
+        or request.headers.get("HX-Request")
+        or request.headers.get("Upgrade", "").lower() == "websocket"
+        or "text/event-stream" in request.headers.get("Accept", "")
+    ):
         return render_template("signed_out.html", fragment=True), 401
     wanted = request.full_path if request.query_string else request.path
     return redirect(url_for("auth.login", next=wanted))
@@ -150,6 +184,7 @@ class DevAuth:
 
 class OidcAuth:
     """Bearer tokens and browser sign-in against one OpenID Connect issuer."""
+
     name = "oidc"
 
     def __init__(self, settings: Settings):
@@ -159,22 +194,36 @@ class OidcAuth:
         self.settings = settings
         self.audience = settings.oidc_audience or settings.oidc_client_id
         self.metadata = discover(settings.oidc_issuer)
-        self.verifier = BearerVerifier(settings.oidc_issuer, self.metadata["jwks_uri"],
-                                       self.audience)
+        self.verifier = BearerVerifier(
+            settings.oidc_issuer, self.metadata["jwks_uri"], self.audience
+        )
         self.refusals = RefusalLog()
         self.client = None
 
     def init_app(self, app: Flask) -> None:
         from authlib.integrations.flask_client import OAuth
-        metadata = {key: self.metadata[key] for key in (
-            "issuer", "authorization_endpoint", "token_endpoint", "jwks_uri",
-            "id_token_signing_alg_values_supported", "token_endpoint_auth_methods_supported",
-            "code_challenge_methods_supported") if key in self.metadata}
+
+        metadata = {
+            key: self.metadata[key]
+            for key in (
+                "issuer",
+                "authorization_endpoint",
+                "token_endpoint",
+                "jwks_uri",
+                "id_token_signing_alg_values_supported",
+                "token_endpoint_auth_methods_supported",
+                "code_challenge_methods_supported",
+            )
+            if key in self.metadata
+        }
         # The discovery document checked by discover(); Authlib is not told to fetch its own.
         self.client = OAuth(app).register(
-            "issuer", client_id=self.settings.oidc_client_id,
+            "issuer",
+            client_id=self.settings.oidc_client_id,
             client_secret=self.settings.oidc_client_secret,
-            client_kwargs={"scope": SCOPES, "code_challenge_method": "S256"}, **metadata)
+            client_kwargs={"scope": SCOPES, "code_challenge_method": "S256"},
+            **metadata,
+        )
 
     def identify(self) -> Identity:
         header = request.headers.get("Authorization")
@@ -187,8 +236,11 @@ class OidcAuth:
         try:
             if scheme.lower() != "bearer" or not token.strip():
                 raise InvalidToken(f"authorization scheme {scheme[:20]!r}")
-            identity = identity_from_claims(self.verifier.claims(token.strip()),
-                                            self.settings.tenant_claim, self.settings.user_claim)
+            identity = identity_from_claims(
+                self.verifier.claims(token.strip()),
+                self.settings.tenant_claim,
+                self.settings.user_claim,
+            )
         except InvalidToken as exc:
             self.refusals.refused(str(exc).split(":")[0], str(exc))
             raise Unauthenticated() from None
@@ -210,8 +262,12 @@ class OidcAuth:
         workspaces = tuple(session.get("wss") or ())
         if session.get("ws") not in workspaces:
             raise Unauthenticated()
-        return Identity(user=user, namespace=session["ws"], display=session.get("name") or user,
-                        workspaces=workspaces)
+        return Identity(
+            user=user,
+            namespace=session["ws"],
+            display=session.get("name") or user,
+            workspaces=workspaces,
+        )
 
     def login(self):
         session["next"] = safe_next(request.args.get("next"))
@@ -220,19 +276,26 @@ class OidcAuth:
     def callback(self):
         from authlib.integrations.base_client import OAuthError
         from joserfc.errors import JoseError
+
         try:
             token = self.client.authorize_access_token(leeway=60)
             if not token.get("userinfo"):
                 raise InvalidToken("no ID token in the token response")
-            identity = identity_from_claims(dict(token["userinfo"]), self.settings.tenant_claim,
-                                            self.settings.user_claim)
+            identity = identity_from_claims(
+                dict(token["userinfo"]), self.settings.tenant_claim, self.settings.user_claim
+            )
         except (OAuthError, JoseError, InvalidToken, requests.RequestException) as exc:
             log.warning("sign-in refused: %s: %.200s", type(exc).__name__, exc)
             return render_template("signed_out.html", failed=True), 401
         back = session.get("next") or url_for("pages.index")
         session.clear()  # a fresh session: nothing from before sign-in carries over
-        session.update(uid=identity.user, name=identity.display, wss=list(identity.workspaces),
-                       ws=identity.namespace, at=int(time.time()))
+        session.update(
+            uid=identity.user,
+            name=identity.display,
+            wss=list(identity.workspaces),
+            ws=identity.namespace,
+            at=int(time.time()),
+        )
         return redirect(back)
 
 
@@ -265,8 +328,11 @@ def choose_workspace():
     """Switch the browser's workspace to another one its signed claims list."""
     wanted = request.form.get("workspace", "")
     if current_app.extensions["auth"].name != "oidc" or wanted not in current_identity().workspaces:
-        return render_template("error.html", code="workspace_not_allowed",
-                               message="That workspace is not one of yours."), 403
+        return render_template(
+            "error.html",
+            code="workspace_not_allowed",
+            message="That workspace is not one of yours.",
+        ), 403
     session["ws"] = wanted
     return redirect(url_for("pages.index"), code=303)
 
@@ -275,5 +341,9 @@ def choose_workspace():
 def whoami():
     """The caller's identity (the page also asks it to tell "signed out" from "offline")."""
     identity = current_identity()
-    return jsonify(user=identity.user, display=identity.display, workspace=identity.namespace,
-                   workspaces=list(identity.workspaces))
+    return jsonify(
+        user=identity.user,
+        display=identity.display,
+        workspace=identity.namespace,
+        workspaces=list(identity.workspaces),
+    )

@@ -5,6 +5,7 @@ requests that start or resume a run (deploy, redeploy, input). This route lets t
 access" dialog check it first and show which cluster and context it names. Nothing is stored:
 the header is parsed in memory and only names (never credentials) are answered.
 """
+
 from urllib.parse import urlsplit
 
 from flask import Blueprint, jsonify
@@ -36,12 +37,23 @@ def describe(kubeconfig: dict) -> dict:
     name = kubeconfig.get("current-context")
     if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
         name = contexts[0].get("name")
-    context = next((c.get("context") or {} for c in contexts
-                    if isinstance(c, dict) and c.get("name") == name), {})
+    context = next(
+        (c.get("context") or {} for c in contexts if isinstance(c, dict) and c.get("name") == name),
+        {},
+    )
     cluster_name = context.get("cluster") if isinstance(context, dict) else None
-    cluster = next((c.get("cluster") or {} for c in kubeconfig.get("clusters") or []
-                    if isinstance(c, dict) and c.get("name") == cluster_name), {})
+    cluster = next(
+        (
+            c.get("cluster") or {}
+            for c in kubeconfig.get("clusters") or []
+            if isinstance(c, dict) and c.get("name") == cluster_name
+        ),
+        {},
+    )
     server = cluster.get("server") if isinstance(cluster, dict) else None
-    return {"context": str(name or ""), "cluster": str(cluster_name or ""),
-            "server": urlsplit(server).netloc if isinstance(server, str) else "",
-            "namespace": str(context.get("namespace") or "") if isinstance(context, dict) else ""}
+    return {
+        "context": str(name or ""),
+        "cluster": str(cluster_name or ""),
+        "server": urlsplit(server).netloc if isinstance(server, str) else "",
+        "namespace": str(context.get("namespace") or "") if isinstance(context, dict) else "",
+    }

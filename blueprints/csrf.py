@@ -9,6 +9,7 @@ The secret key signs the session cookie, so every process serving one site must 
 SECRET_KEY from the environment, else a key generated once and kept in DATA_DIR/secret_key (all
 gunicorn workers of one host read the same file; several hosts must set SECRET_KEY).
 """
+
 import hmac
 import logging
 import os
@@ -65,6 +66,7 @@ def token() -> str:
 
 def protect(bp: Blueprint) -> None:
     """Reject unsafe requests to `bp` that do not carry this session's token (403)."""
+
     @bp.before_request
     def check_csrf_token():
         if request.method not in UNSAFE_METHODS:

@@ -13,6 +13,7 @@ every response carries.
   nosniff, Referrer-Policy same-origin; the session cookie SameSite=Lax, Secure when the public
   origin is https.
 """
+
 from urllib.parse import urlsplit
 
 from flask import Flask, current_app, request
@@ -26,7 +27,8 @@ DEFAULT_TRUSTED_HOSTS = ("127.0.0.1", "localhost", "::1")
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
-    "form-action 'self'; frame-ancestors 'none'")
+    "form-action 'self'; frame-ancestors 'none'"
+)
 
 
 def trusted_hosts(settings) -> frozenset[str]:
@@ -82,8 +84,9 @@ def init_app(app: Flask, settings) -> None:
         if request.method in UNSAFE_METHODS and request.path.startswith("/api/"):
             fetch_site = request.headers.get("Sec-Fetch-Site")
             origin = request.headers.get("Origin")
-            if (fetch_site is not None and fetch_site not in SAME_SITE_FETCHES) \
-                    or (origin is not None and not origin_allowed(origin)):
+            if (fetch_site is not None and fetch_site not in SAME_SITE_FETCHES) or (
+                origin is not None and not origin_allowed(origin)
+            ):
                 raise CrossSiteRequest()
 
     @app.after_request

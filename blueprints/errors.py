@@ -1,5 +1,6 @@
 """Errors to HTTP, in one place: the status of every domain error, and the JSON bodies of errors
 under /api. The engine raises domain errors and never speaks HTTP."""
+
 from flask import jsonify
 from werkzeug.exceptions import HTTPException
 
@@ -41,8 +42,12 @@ HTTP_STATUS: dict[type[DomainError], int] = {
 }
 
 #: Stable JSON codes of the plain HTTP errors an /api client can meet.
-HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large",
-                    415: "unsupported_media_type"}
+HTTP_ERROR_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
 
 
 def http_status(exc: DomainError) -> int:
@@ -67,5 +72,6 @@ def domain_error(exc: DomainError):
 
 def http_error(exc: HTTPException):
     """Every other HTTP error under /api as JSON with a stable code."""
-    return jsonify({"code": HTTP_ERROR_CODES.get(exc.code, "http_error"),
-                    "message": exc.description}), exc.code
+    return jsonify(
+        {"code": HTTP_ERROR_CODES.get(exc.code, "http_error"), "message": exc.description}
+    ), exc.code

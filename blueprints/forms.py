@@ -1,11 +1,14 @@
 """The forms of the project page: deploy panes read off each source kind's request schema (or a
 catalog template's declared inputs), and the blocking-input form of a task. Sensitive values are
 never prefilled."""
+
 import logging
 from dataclasses import dataclass
 
 from flask import abort
-from marshmallow import ValidationError, fields as mfields, validate as mvalidate
+from marshmallow import ValidationError
+from marshmallow import fields as mfields
+from marshmallow import validate as mvalidate
 
 from blueprints import schemas
 from blueprints.request_helpers import runtime
@@ -20,10 +23,19 @@ log = logging.getLogger(__name__)
 NO_PREFILL = {"github": {"repo", "repository"}}
 #: Display order of the deploy panes.
 KIND_ORDER = ["template", "image", "database", "github", "prompt"]
-KIND_TITLES = {"template": "Template", "image": "Container image", "database": "Database",
-               "github": "GitHub repository", "prompt": "Prompt"}
-FIELD_HELP = {"image": "e.g. nginx:1.27", "name": "lowercase letters, digits and '-'",
-              "env": "KEY=value, one per line", "args": "KEY=value, one per line"}
+KIND_TITLES = {
+    "template": "Template",
+    "image": "Container image",
+    "database": "Database",
+    "github": "GitHub repository",
+    "prompt": "Prompt",
+}
+FIELD_HELP = {
+    "image": "e.g. nginx:1.27",
+    "name": "lowercase letters, digits and '-'",
+    "env": "KEY=value, one per line",
+    "args": "KEY=value, one per line",
+}
 
 
 @dataclass
@@ -91,9 +103,16 @@ def schema_fields(kind: str) -> list[FieldSpec]:
         if name == "kind" or field.dump_only:
             continue
         widget, choices = _widget(name, field)
-        specs.append(FieldSpec(name=name, label=presentation.field_label(name), widget=widget,
-                               required=field.required, choices=choices,
-                               help=FIELD_HELP.get(name, "")))
+        specs.append(
+            FieldSpec(
+                name=name,
+                label=presentation.field_label(name),
+                widget=widget,
+                required=field.required,
+                choices=choices,
+                help=FIELD_HELP.get(name, ""),
+            )
+        )
     return specs
 
 
@@ -108,8 +127,11 @@ def prefill(specs: list[FieldSpec], kind: str, source: dict, sensitive_keys: lis
             continue
         value = source[spec.name]
         if spec.widget == "pairs" and isinstance(value, dict):
-            spec.value = "\n".join(f"{k}={v}" for k, v in value.items()
-                                   if not secrets.is_sensitive(k, declared=declared))
+            spec.value = "\n".join(
+                f"{k}={v}"
+                for k, v in value.items()
+                if not secrets.is_sensitive(k, declared=declared)
+            )
         elif spec.widget == "lines" and isinstance(value, list):
             spec.value = "\n".join(str(v) for v in value)
         elif not secrets.is_sensitive(spec.name, declared=declared):
@@ -118,8 +140,9 @@ def prefill(specs: list[FieldSpec], kind: str, source: dict, sensitive_keys: lis
         first_pairs.reenter = tuple(sorted(declared))
 
 
-def template_fields(catalog: list[dict], chosen: str | None, source: dict | None,
-                    sensitive_keys: list[str]) -> tuple[dict | None, list[FieldSpec]]:
+def template_fields(
+    catalog: list[dict], chosen: str | None, source: dict | None, sensitive_keys: list[str]
+) -> tuple[dict | None, list[FieldSpec]]:
     """The chosen template and one field per declared input: non-sensitive ones prefilled from the
     predecessor's args, else the declared default; sensitive ones always empty."""
     template = next((t for t in catalog if t["name"] == chosen), None)
@@ -130,18 +153,31 @@ def template_fields(catalog: list[dict], chosen: str | None, source: dict | None
     specs = []
     for decl in template.get("inputs") or []:
         sensitive = decl.get("sensitive") or secrets.is_sensitive(
-            decl["name"], declared=declared, input_type=decl.get("type"))
+            decl["name"], declared=declared, input_type=decl.get("type")
+        )
         widget = manifests.input_widget(decl.get("type"), sensitive=sensitive)
         value = None if sensitive else args.get(decl["name"], decl.get("default"))
-        specs.append(FieldSpec(name=decl["name"], widget=widget,
-                               label=decl.get("title") or presentation.field_label(decl["name"]),
-                               required=bool(decl.get("required")) or (sensitive and decl["name"] in declared),
-                               help=decl.get("description") or "", value=value))
+        specs.append(
+            FieldSpec(
+                name=decl["name"],
+                widget=widget,
+                label=decl.get("title") or presentation.field_label(decl["name"]),
+                required=bool(decl.get("required")) or (sensitive and decl["name"] in declared),
+                help=decl.get("description") or "",
+                value=value,
+            )
+        )
     return template, specs
 
 
-def pane_context(project_id: str, kind: str, *, predecessor: dict | None = None,
-                 chosen_template: str | None = None, form_values: dict | None = None) -> dict:
+def pane_context(
+    project_id: str,
+    kind: str,
+    *,
+    predecessor: dict | None = None,
+    chosen_template: str | None = None,
+    form_values: dict | None = None,
+) -> dict:
     """What the deploy pane of `kind` renders (prefilled from `predecessor`'s row when editing)."""
     if kind not in schemas.SOURCE_SCHEMAS:
         abort(404)
@@ -150,8 +186,9 @@ def pane_context(project_id: str, kind: str, *, predecessor: dict | None = None,
     template, catalog = None, []
     if kind == "template":
         catalog = template_catalog()
-        chosen_template = chosen_template or source.get("template") or (
-            catalog[0]["name"] if catalog else None)
+        chosen_template = (
+            chosen_template or source.get("template") or (catalog[0]["name"] if catalog else None)
+        )
     if kind == "template" and catalog:
         template, specs = template_fields(catalog, chosen_template, source, sensitive_keys)
     else:
@@ -163,9 +200,18 @@ def pane_context(project_id: str, kind: str, *, predecessor: dict | None = None,
             if spec.widget != "password" and spec.name in form_values:
                 spec.value = form_values[spec.name]
     view = view_from_row(predecessor) if predecessor else None
-    return {"project_id": project_id, "kind": kind, "kinds": available_kinds(),
-            "titles": KIND_TITLES, "specs": specs, "catalog": catalog, "template": template,
-            "predecessor": view, "errors": [], "sensitive_keys": sensitive_keys}
+    return {
+        "project_id": project_id,
+        "kind": kind,
+        "kinds": available_kinds(),
+        "titles": KIND_TITLES,
+        "specs": specs,
+        "catalog": catalog,
+        "template": template,
+        "predecessor": view,
+        "errors": [],
+        "sensitive_keys": sensitive_keys,
+    }
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -207,7 +253,9 @@ def source_from_form(kind: str, form, ctx: dict) -> tuple[dict, list[str], dict]
                 source[spec.name] = bool(raw)
             elif spec.widget == "number":
                 if raw.strip():
-                    source[spec.name] = int(raw) if raw.strip().lstrip("-").isdigit() else float(raw)
+                    source[spec.name] = (
+                        int(raw) if raw.strip().lstrip("-").isdigit() else float(raw)
+                    )
             elif spec.widget == "pairs":
                 values = _pairs(raw)
                 secret_values = _pairs(form.get(f"s:{spec.name}", ""))
@@ -226,8 +274,9 @@ def source_from_form(kind: str, form, ctx: dict) -> tuple[dict, list[str], dict]
             elif raw.strip():
                 source[spec.name] = raw.strip()
         except (ValueError, ValidationError) as exc:
-            errors[spec.name] = str(exc.messages[0] if isinstance(exc, ValidationError) else
-                                    "must be a number")
+            errors[spec.name] = str(
+                exc.messages[0] if isinstance(exc, ValidationError) else "must be a number"
+            )
     return source, sensitive, errors
 
 
@@ -237,8 +286,9 @@ def flatten_errors(messages, prefix="") -> dict[str, str]:
         for key, value in messages.items():
             flat.update(flatten_errors(value, f"{prefix}{key}." if key != "source" else ""))
     elif isinstance(messages, list):
-        flat[prefix.rstrip(".") or "_form"] = "; ".join(str(m) for m in messages
-                                                        if not isinstance(m, (dict, list)))
+        flat[prefix.rstrip(".") or "_form"] = "; ".join(
+            str(m) for m in messages if not isinstance(m, (dict, list))
+        )
     return flat
 
 
@@ -258,12 +308,19 @@ def input_fields(snapshot: dict) -> list[FieldSpec]:
         if not name:
             continue
         sensitive = bool(decl.get("sensitive")) or secrets.is_sensitive(
-            name, declared=declared, input_type=decl.get("type"))
+            name, declared=declared, input_type=decl.get("type")
+        )
         widget = manifests.input_widget(decl.get("type"), sensitive=sensitive)
         kept = not sensitive and decl.get("missing") is False
-        specs.append(FieldSpec(
-            name=name, label=decl.get("label") or presentation.field_label(name), widget=widget,
-            required=(sensitive or bool(decl.get("required"))) and not kept,
-            help=decl.get("description") or "",
-            value=None if sensitive else decl.get("default"), kept=kept))
+        specs.append(
+            FieldSpec(
+                name=name,
+                label=decl.get("label") or presentation.field_label(name),
+                widget=widget,
+                required=(sensitive or bool(decl.get("required"))) and not kept,
+                help=decl.get("description") or "",
+                value=None if sensitive else decl.get("default"),
+                kept=kept,
+            )
+        )
     return sorted(specs, key=lambda spec: spec.kept)

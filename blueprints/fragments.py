@@ -2,6 +2,7 @@
 replaces in place, inserts into their `data-slot`, or removes. Page writes, the project stream
 and the timeline websocket all send these very fragments, so a click, a teammate's action and a
 reconnect render through one path."""
+
 from flask import Response, render_template
 
 from blueprints.forms import input_fields
@@ -58,17 +59,27 @@ def timeline_context(row: dict, events: list[dict] | None = None) -> dict:
     """What the timeline pane renders for one task row (`task_get_projection` shape)."""
     snapshot = dto.snapshot(row)
     view = view_from_row(row)
-    built = timelines.build(events if events is not None else
-                            timelines.read_events(runtime().db, row["namespace"], row["id"]))
-    return {"view": view, "snap": snapshot, "timeline": built,
-            "outcome": timelines.outcome(snapshot), "inputs": input_fields(snapshot)}
+    built = timelines.build(
+        events
+        if events is not None
+        else timelines.read_events(runtime().db, row["namespace"], row["id"])
+    )
+    return {
+        "view": view,
+        "snap": snapshot,
+        "timeline": built,
+        "outcome": timelines.outcome(snapshot),
+        "inputs": input_fields(snapshot),
+    }
 
 
 def render_timeline_sections(row: dict) -> str:
     """The timeline pane's header, input form and outcome of one task (replaced where shown)."""
     ctx = timeline_context(row, events=[])
-    return "".join(render_template(f"partials/{name}.html", **ctx)
-                   for name in ("timeline_head", "timeline_input", "timeline_outcome"))
+    return "".join(
+        render_template(f"partials/{name}.html", **ctx)
+        for name in ("timeline_head", "timeline_input", "timeline_outcome")
+    )
 
 
 def task_fragments(row: dict) -> str:

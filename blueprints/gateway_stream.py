@@ -8,6 +8,7 @@ another process than the runner's see the persisted batches only (every BATCH_IN
 Frames: `status` {status, phase}; `turn_started` {turn, sessionId}; `delta` {turn, offset, text};
 `turn_done` {turn, chars}; `end` {status} once the task has finished (then the stream closes).
 """
+
 from flask import Blueprint, Response, current_app, stream_with_context
 
 from blueprints.auth import current_identity
@@ -53,7 +54,7 @@ class GatewayView:
             # the persisted batch that covers it.
             if offset > have or offset + len(text) <= have:
                 return None
-            fresh = text[have - offset:]
+            fresh = text[have - offset :]
             self.delivered[turn] = have + len(fresh)
             return sse("delta", {"turn": turn, "offset": have, "text": fresh})
         return None
@@ -62,8 +63,9 @@ class GatewayView:
         """Frames for the persisted gateway events this viewer has not seen."""
         frames = []
         while True:
-            rows = read_events(runtime.db, namespace, task_id, after_seq=self.after_seq,
-                               limit=EVENT_PAGE)
+            rows = read_events(
+                runtime.db, namespace, task_id, after_seq=self.after_seq, limit=EVENT_PAGE
+            )
             for row in rows:
                 self.after_seq = row["seq"]
                 if row["kind"] == "gateway":
@@ -134,5 +136,8 @@ def gateway_stream(task_id):
         finally:
             close()
 
-    return Response(stream_with_context(frames()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(
+        stream_with_context(frames()),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

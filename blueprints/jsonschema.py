@@ -1,4 +1,5 @@
 """JSON Schema from our marshmallow schemas, so tool definitions can never drift from validation."""
+
 from marshmallow import Schema, fields, validate
 
 

@@ -9,6 +9,7 @@ of any process can serve the next request. Tools, their input schemas, auth and 
 scoping are the ones of blueprints/tools.py; a failing tool is an MCP tool error (`isError`) whose
 text starts with the stable error code.
 """
+
 import json
 import logging
 
@@ -32,9 +33,11 @@ DEFAULT_HEADER_VERSION = "2025-03-26"
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 SERVER_INFO = {"name": "deployment-task-engine", "version": "1"}
-INSTRUCTIONS = ("Deploy sources into projects and follow them: create_deployment starts one, "
-                "wait_for_deployment waits until it ends or needs inputs, explain_deployment "
-                "says what happened and what to do next.")
+INSTRUCTIONS = (
+    "Deploy sources into projects and follow them: create_deployment starts one, "
+    "wait_for_deployment waits until it ends or needs inputs, explain_deployment "
+    "says what happened and what to do next."
+)
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 
@@ -67,8 +70,9 @@ def endpoint():
         return _http_error(403, INVALID_REQUEST, "cross-origin requests are refused")
     accept = request.headers.get("Accept", "")
     if "application/json" not in accept and "text/event-stream" not in accept:
-        return _http_error(406, INVALID_REQUEST,
-                           "Accept must include application/json or text/event-stream")
+        return _http_error(
+            406, INVALID_REQUEST, "Accept must include application/json or text/event-stream"
+        )
     try:
         message = load_json(request.get_data())  # depth-limited, like every JSON body
     except ValueError:
@@ -84,12 +88,17 @@ def endpoint():
     identity = current_identity()
     if method == "initialize":
         version = _negotiate(message.get("params"))
-        session = _serializer().dumps({"v": version, "ns": identity.namespace,
-                                       "u": identity.user})
-        return _answer(message_id, {
-            "protocolVersion": version, "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": SERVER_INFO, "instructions": INSTRUCTIONS,
-        }, headers={SESSION_HEADER: session})
+        session = _serializer().dumps({"v": version, "ns": identity.namespace, "u": identity.user})
+        return _answer(
+            message_id,
+            {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": SERVER_INFO,
+                "instructions": INSTRUCTIONS,
+            },
+            headers={SESSION_HEADER: session},
+        )
 
     refused = _check_session(identity)
     if refused is not None:
@@ -141,8 +150,16 @@ def _dispatch(method: str, params: dict) -> dict:
     if method == "ping":
         return {}
     if method == "tools/list":
-        return {"tools": [{"name": t.name, "description": t.description,
-                           "inputSchema": schema_of(t.arguments)} for t in tools.TOOLS.values()]}
+        return {
+            "tools": [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "inputSchema": schema_of(t.arguments),
+                }
+                for t in tools.TOOLS.values()
+            ]
+        }
     if method == "tools/call":
         return _call_tool(params)
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -155,15 +172,27 @@ def _call_tool(params: dict) -> dict:
     body, status, _ = tools.invoke(tool, params.get("arguments") or {})
     if status >= 400:
         # A tool error, not a protocol error: the model sees it and can correct its call.
-        return {"content": [{"type": "text", "text": f"{body['code']}: {body['message']}\n"
-                             + json.dumps(body)}],
-                "structuredContent": body, "isError": True}
-    return {"content": [{"type": "text", "text": json.dumps(body)}],
-            "structuredContent": body, "isError": False}
+        return {
+            "content": [
+                {"type": "text", "text": f"{body['code']}: {body['message']}\n" + json.dumps(body)}
+            ],
+            "structuredContent": body,
+            "isError": True,
+        }
+    return {
+        "content": [{"type": "text", "text": json.dumps(body)}],
+        "structuredContent": body,
+        "isError": False,
+    }
 
 
-def _answer(message_id, result: dict | None = None, *, error: dict | None = None,
-            headers: dict | None = None) -> Response:
+def _answer(
+    message_id,
+    result: dict | None = None,
+    *,
+    error: dict | None = None,
+    headers: dict | None = None,
+) -> Response:
     """One JSON-RPC response: JSON, or a one-event SSE stream for a client that accepts only
     that."""
     body = {"jsonrpc": "2.0", "id": message_id}
@@ -171,7 +200,10 @@ def _answer(message_id, result: dict | None = None, *, error: dict | None = None
     if "application/json" in request.headers.get("Accept", ""):
         response = jsonify(body)
     else:
-        response = Response(f"event: message\ndata: {json.dumps(body)}\n\n",
-                            mimetype="text/event-stream", headers={"Cache-Control": "no-cache"})
+        response = Response(
+            f"event: message\ndata: {json.dumps(body)}\n\n",
+            mimetype="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     response.headers.update(headers or {})
     return response

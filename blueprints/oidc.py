@@ -11,6 +11,7 @@ All JOSE work is PyJWT's (PyJWKClient holds the issuer's key set); the browser l
   and `exp` (with `nbf`, 60 s leeway). `jku`, `x5u` and embedded `jwk` headers are never read;
 - the user and the workspaces come only from signed claims (USER_CLAIM, TENANT_CLAIM).
 """
+
 import ipaddress
 import logging
 import re
@@ -82,8 +83,9 @@ def discover(issuer: str) -> dict:
         raise ConfigurationError(f"OIDC discovery failed at {url}: {exc}") from None
     named = metadata.get("issuer") if isinstance(metadata, dict) else None
     if named != issuer:
-        raise ConfigurationError(f"OIDC discovery at {url} names issuer {named!r}, "
-                                 f"not OIDC_ISSUER {issuer!r}")
+        raise ConfigurationError(
+            f"OIDC discovery at {url} names issuer {named!r}, not OIDC_ISSUER {issuer!r}"
+        )
     for key in ("jwks_uri", "authorization_endpoint", "token_endpoint"):
         if not isinstance(metadata.get(key), str):
             raise ConfigurationError(f"OIDC discovery at {url} has no {key}")
@@ -106,8 +108,12 @@ class RefusalLog:
             return
         self.last[kind] = now
         more = self.suppressed.pop(kind, 0)
-        log.warning("bearer token refused: %s: %.200r%s", kind, detail,
-                    f" ({more} more since last logged)" if more else "")
+        log.warning(
+            "bearer token refused: %s: %.200r%s",
+            kind,
+            detail,
+            f" ({more} more since last logged)" if more else "",
+        )
 
 
 class BearerVerifier:
@@ -115,8 +121,12 @@ class BearerVerifier:
 
     def __init__(self, issuer: str, jwks_uri: str, audience: str):
         self.issuer, self.audience = issuer, audience
-        self.keys = jwt.PyJWKClient(jwks_uri, lifespan=JWKS_LIFESPAN_S, timeout=HTTP_TIMEOUT_S,
-                                    cooldown_duration=JWKS_REFRESH_COOLDOWN_S)
+        self.keys = jwt.PyJWKClient(
+            jwks_uri,
+            lifespan=JWKS_LIFESPAN_S,
+            timeout=HTTP_TIMEOUT_S,
+            cooldown_duration=JWKS_REFRESH_COOLDOWN_S,
+        )
 
     def claims(self, token: str) -> dict:
         """The verified claims of `token`; InvalidToken (with the reason) otherwise."""
@@ -138,9 +148,15 @@ class BearerVerifier:
         except jwt.PyJWKClientError as exc:
             raise InvalidToken(f"key: {exc}") from None
         try:
-            return jwt.decode(token, key=key, algorithms=list(ALGORITHMS), audience=self.audience,
-                              issuer=self.issuer, leeway=LEEWAY_S,
-                              options={"require": ["exp", "iss", "aud"]})
+            return jwt.decode(
+                token,
+                key=key,
+                algorithms=list(ALGORITHMS),
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=LEEWAY_S,
+                options={"require": ["exp", "iss", "aud"]},
+            )
         except jwt.PyJWTError as exc:
             raise InvalidToken(f"{type(exc).__name__}: {exc}") from None
 
@@ -153,10 +169,19 @@ def identity_from_claims(claims: dict, tenant_claim: str, user_claim: str) -> Id
         raise InvalidToken(f"no {user_claim} claim")
     raw = claims.get(tenant_claim)
     names = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
-    workspaces = tuple(dict.fromkeys(
-        name for name in names if isinstance(name, str) and WORKSPACE_NAME.fullmatch(name)))
+    workspaces = tuple(
+        dict.fromkeys(
+            name for name in names if isinstance(name, str) and WORKSPACE_NAME.fullmatch(name)
+        )
+    )
     if not workspaces:
         raise InvalidToken(f"no usable workspace in the {tenant_claim} claim")
-    display = next((claims[key] for key in ("preferred_username", "email")
-                    if isinstance(claims.get(key), str) and claims[key].strip()), user)
+    display = next(
+        (
+            claims[key]
+            for key in ("preferred_username", "email")
+            if isinstance(claims.get(key), str) and claims[key].strip()
+        ),
+        user,
+    )
     return Identity(user=user, namespace=workspaces[0], display=display, workspaces=workspaces)

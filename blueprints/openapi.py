@@ -5,6 +5,7 @@ OPERATIONS (building the document fails instead); bodies and parameters come fro
 schemas in blueprints/schemas.py (requests) and blueprints/responses.py (responses). Served at
 GET /api/v1/openapi.json, rendered for people at GET /api/docs with a vendored Redoc.
 """
+
 import re
 from functools import lru_cache
 
@@ -22,27 +23,51 @@ bp = Blueprint("openapi", __name__)
 #: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL and
 #: its attribution logo comes from Redocly's CDN (an image only; scripts stay 'self').
 DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
-    "img-src 'self' data:;", "img-src 'self' data: https://cdn.redoc.ly; font-src 'self' data:;")
+    "img-src 'self' data:;", "img-src 'self' data: https://cdn.redoc.ly; font-src 'self' data:;"
+)
 #: Codes the API gives HTTP errors itself (blueprints/api.py http_error), idempotency's and
 #: the auth gate's.
-EXTRA_CODES = ["not_found", "method_not_allowed", "body_too_large", "unsupported_media_type",
-               "http_error", "idempotency_key_reused", "idempotency_key_in_flight",
-               "unauthenticated", "workspace_not_allowed"]
+EXTRA_CODES = [
+    "not_found",
+    "method_not_allowed",
+    "body_too_large",
+    "unsupported_media_type",
+    "http_error",
+    "idempotency_key_reused",
+    "idempotency_key_in_flight",
+    "unauthenticated",
+    "workspace_not_allowed",
+]
 
-TASK_ID = {"in": "path", "name": "task_id", "required": True,
-           "schema": {"type": "string", "format": "uuid"}}
-PROJECT_ID = {"in": "path", "name": "project_id", "required": True,
-              "schema": {"type": "string", "pattern": schemas.PROJECT_ID.regex.pattern}}
+TASK_ID = {
+    "in": "path",
+    "name": "task_id",
+    "required": True,
+    "schema": {"type": "string", "format": "uuid"},
+}
+PROJECT_ID = {
+    "in": "path",
+    "name": "project_id",
+    "required": True,
+    "schema": {"type": "string", "pattern": schemas.PROJECT_ID.regex.pattern},
+}
 TOOL_NAME = {"in": "path", "name": "name", "required": True, "schema": {"type": "string"}}
-KUBECONFIG = {"in": "header", "name": "X-Kubeconfig", "required": False,
-              "schema": {"type": "string"},
-              "description": "base64 kubeconfig; required where the server deploys to real "
-                             "clusters (kept in memory only)"}
-IDEMPOTENCY_KEY = {"in": "header", "name": "Idempotency-Key", "required": False,
-                   "schema": {"type": "string", "minLength": 1, "maxLength": 255,
-                              "pattern": r"^[\x21-\x7e]+$"},
-                   "description": "repeat the same request safely for 24 h: the first response "
-                                  "is replayed with `Idempotent-Replayed: true`"}
+KUBECONFIG = {
+    "in": "header",
+    "name": "X-Kubeconfig",
+    "required": False,
+    "schema": {"type": "string"},
+    "description": "base64 kubeconfig; required where the server deploys to real "
+    "clusters (kept in memory only)",
+}
+IDEMPOTENCY_KEY = {
+    "in": "header",
+    "name": "Idempotency-Key",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[\x21-\x7e]+$"},
+    "description": "repeat the same request safely for 24 h: the first response "
+    "is replayed with `Idempotent-Replayed: true`",
+}
 
 
 def _json(schema, description: str) -> dict:
@@ -50,15 +75,25 @@ def _json(schema, description: str) -> dict:
 
 
 def _errors(*statuses: int) -> dict:
-    words = {400: "invalid request", 401: "not signed in", 403: "not allowed (operators only)",
-             404: "not found", 409: "conflict with the task's state", 413: "body too large",
-             415: "not JSON", 422: "idempotency key reused", 503: "shutting down"}
+    words = {
+        400: "invalid request",
+        401: "not signed in",
+        403: "not allowed (operators only)",
+        404: "not found",
+        409: "conflict with the task's state",
+        413: "body too large",
+        415: "not JSON",
+        422: "idempotency key reused",
+        503: "shutting down",
+    }
     return {str(s): _json("Error", words[s]) for s in statuses}
 
 
 def _sse(description: str) -> dict:
-    return {"description": description,
-            "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+    return {
+        "description": description,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
 
 
 SNAPSHOT_LINKS = {
@@ -70,111 +105,226 @@ WRITE_ERRORS = (400, 404, 409, 413, 415, 503)
 
 #: endpoint -> (method -> operation). Every /api/v1 route must be here (spec() checks).
 OPERATIONS = {
-    "api.create_task": {"post": {
-        "operationId": "createTask", "tags": ["tasks"],
-        "summary": "Create a deployment task, or with predecessorTaskId a redeploy",
-        "parameters": [IDEMPOTENCY_KEY, KUBECONFIG],
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": schemas.CreateTask}}},
-        "responses": {"201": {**_json("Task", "the task, already claimed and running"),
-                              "links": SNAPSHOT_LINKS},
-                      **_errors(*WRITE_ERRORS, 422)}}},
-    "api.list_tasks": {"get": {
-        "operationId": "listTasks", "tags": ["tasks"], "summary": "A page of tasks, newest first",
-        "parameters": [{"in": "query", "schema": schemas.ListTasks}],
-        "responses": {"200": _json("TaskPage", "a page"), **_errors(400)}}},
-    "api.get_task": {"get": {
-        "operationId": "getTask", "tags": ["tasks"],
-        "summary": "One task; with waitFor=terminal, a long-poll until it ends or blocks",
-        "parameters": [TASK_ID, {"in": "query", "schema": schemas.WaitForTask}],
-        "responses": {"200": {**_json("WaitedTask", "the snapshot"), "links": {
-            "SubmitInputs": {"operationId": "submitInputs",
-                             "parameters": {"task_id": "$response.body#/id"}},
-            "Redeploy": {"operationId": "createTask",
-                         "requestBody": {"predecessorTaskId": "$response.body#/id"}}}},
-                      **_errors(400, 404)}}},
-    "api.list_events": {"get": {
-        "operationId": "listEvents", "tags": ["tasks"], "summary": "A task's events, oldest first",
-        "parameters": [TASK_ID, {"in": "query", "schema": schemas.ListEvents}],
-        "responses": {"200": _json("EventPage", "a page"), **_errors(400, 404)}}},
-    "api.submit_inputs": {"post": {
-        "operationId": "submitInputs", "tags": ["tasks"],
-        "summary": "Answer a blocked task's inputs; it resumes at once",
-        "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": schemas.SubmitInputs}}},
-        "responses": {"200": _json("Task", "the resumed task"),
-                      **_errors(*WRITE_ERRORS, 422)}}},
-    "api.cancel_task": {"post": {
-        "operationId": "cancelTask", "tags": ["tasks"],
-        "summary": "Cancel a task (a repeat is 200; a finished task 409 with its snapshot)",
-        "parameters": [TASK_ID],
-        "responses": {"200": {**_json("Task", "the task"), "links": {
-            "Redeploy": {"operationId": "createTask",
-                         "requestBody": {"predecessorTaskId": "$response.body#/id"}}}},
-                      **_errors(404, 409)}}},
-    "api.patch_canvas": {"patch": {
-        "operationId": "patchCanvas", "tags": ["tasks"],
-        "summary": "Save the task's placement on the canvas",
-        "parameters": [TASK_ID],
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": schemas.CanvasPatch}}},
-        "responses": {"200": _json("Task", "the task"), **_errors(400, 404, 413, 415)}}},
-    "api.list_templates": {"get": {
-        "operationId": "listTemplates", "tags": ["templates"],
-        "summary": "The template catalog with each template's declared inputs",
-        "responses": {"200": _json("TemplateList", "the catalog")}}},
-    "tools.list_tools": {"get": {
-        "operationId": "listTools", "tags": ["tools"],
-        "summary": "The chat tools with their JSON Schema parameters",
-        "responses": {"200": _json("ToolList", "the tools")}}},
-    "tools.call_tool": {"post": {
-        "operationId": "callTool", "tags": ["tools"],
-        "summary": "Call a chat tool with its arguments as the body",
-        "parameters": [TOOL_NAME, KUBECONFIG],
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"type": "object"}}}},
-        "responses": {"200": _json({"type": "object"}, "the tool's result"),
-                      "201": _json({"type": "object"}, "the created task"),
-                      **_errors(*WRITE_ERRORS, 422)}}},
-    "streams.project_tasks_stream": {"get": {
-        "operationId": "streamProjectTasks", "tags": ["streams"],
-        "summary": "Server-sent events: the project's task projections, live",
-        "parameters": [PROJECT_ID],
-        "responses": {"200": _sse("`event: snapshot` (data: {items: [projection]}) first, then "
-                                  "`upsert` (a projection) and `remove` ({id}) per change; "
-                                  "comment keepalives every 15 s"),
-                      **_errors(400)}}},
-    "gateway_stream.gateway_stream": {"get": {
-        "operationId": "streamTaskGateway", "tags": ["streams"],
-        "summary": "Server-sent events: an AI task's model output, live",
-        "parameters": [TASK_ID],
-        "responses": {"200": _sse("`turn_started` ({turn, sessionId}), `delta` ({turn, offset, "
-                                  "text}) and `turn_done` ({turn, chars}) per model turn; "
-                                  "`end` when the task finishes"),
-                      **_errors(404)}}},
-    "auth.whoami": {"get": {
-        "operationId": "whoAmI", "tags": ["meta"],
-        "summary": "The caller's identity and the workspaces it may use",
-        "responses": {"200": _json({"type": "object", "required": ["user", "workspace"],
-                                    "properties": {
-                                        "user": {"type": "string"},
-                                        "display": {"type": ["string", "null"]},
-                                        "workspace": {"type": "string"},
-                                        "workspaces": {"type": "array",
-                                                       "items": {"type": "string"}}}},
-                                   "who is asking")}}},
-    "ops.admin_streaks": {"get": {
-        "operationId": "listFailureStreaks", "tags": ["operators"],
-        "summary": "What keeps failing right now (failure streaks), the longest-running first",
-        "responses": {"200": _json({"type": "object", "required": ["items"],
-                                    "properties": {"items": {"type": "array",
-                                                             "items": {"type": "object"}}}},
-                                   "the open streaks"),
-                      **_errors(403)}}},
-    "openapi.openapi_json": {"get": {
-        "operationId": "getOpenApi", "tags": ["meta"], "summary": "This document",
-        "responses": {"200": _json({"type": "object"}, "the OpenAPI document")}}},
+    "api.create_task": {
+        "post": {
+            "operationId": "createTask",
+            "tags": ["tasks"],
+            "summary": "Create a deployment task, or with predecessorTaskId a redeploy",
+            "parameters": [IDEMPOTENCY_KEY, KUBECONFIG],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": schemas.CreateTask}},
+            },
+            "responses": {
+                "201": {
+                    **_json("Task", "the task, already claimed and running"),
+                    "links": SNAPSHOT_LINKS,
+                },
+                **_errors(*WRITE_ERRORS, 422),
+            },
+        }
+    },
+    "api.list_tasks": {
+        "get": {
+            "operationId": "listTasks",
+            "tags": ["tasks"],
+            "summary": "A page of tasks, newest first",
+            "parameters": [{"in": "query", "schema": schemas.ListTasks}],
+            "responses": {"200": _json("TaskPage", "a page"), **_errors(400)},
+        }
+    },
+    "api.get_task": {
+        "get": {
+            "operationId": "getTask",
+            "tags": ["tasks"],
+            "summary": "One task; with waitFor=terminal, a long-poll until it ends or blocks",
+            "parameters": [TASK_ID, {"in": "query", "schema": schemas.WaitForTask}],
+            "responses": {
+                "200": {
+                    **_json("WaitedTask", "the snapshot"),
+                    "links": {
+                        "SubmitInputs": {
+                            "operationId": "submitInputs",
+                            "parameters": {"task_id": "$response.body#/id"},
+                        },
+                        "Redeploy": {
+                            "operationId": "createTask",
+                            "requestBody": {"predecessorTaskId": "$response.body#/id"},
+                        },
+                    },
+                },
+                **_errors(400, 404),
+            },
+        }
+    },
+    "api.list_events": {
+        "get": {
+            "operationId": "listEvents",
+            "tags": ["tasks"],
+            "summary": "A task's events, oldest first",
+            "parameters": [TASK_ID, {"in": "query", "schema": schemas.ListEvents}],
+            "responses": {"200": _json("EventPage", "a page"), **_errors(400, 404)},
+        }
+    },
+    "api.submit_inputs": {
+        "post": {
+            "operationId": "submitInputs",
+            "tags": ["tasks"],
+            "summary": "Answer a blocked task's inputs; it resumes at once",
+            "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": schemas.SubmitInputs}},
+            },
+            "responses": {"200": _json("Task", "the resumed task"), **_errors(*WRITE_ERRORS, 422)},
+        }
+    },
+    "api.cancel_task": {
+        "post": {
+            "operationId": "cancelTask",
+            "tags": ["tasks"],
+            "summary": "Cancel a task (a repeat is 200; a finished task 409 with its snapshot)",
+            "parameters": [TASK_ID],
+            "responses": {
+                "200": {
+                    **_json("Task", "the task"),
+                    "links": {
+                        "Redeploy": {
+                            "operationId": "createTask",
+                            "requestBody": {"predecessorTaskId": "$response.body#/id"},
+                        }
+                    },
+                },
+                **_errors(404, 409),
+            },
+        }
+    },
+    "api.patch_canvas": {
+        "patch": {
+            "operationId": "patchCanvas",
+            "tags": ["tasks"],
+            "summary": "Save the task's placement on the canvas",
+            "parameters": [TASK_ID],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": schemas.CanvasPatch}},
+            },
+            "responses": {"200": _json("Task", "the task"), **_errors(400, 404, 413, 415)},
+        }
+    },
+    "api.list_templates": {
+        "get": {
+            "operationId": "listTemplates",
+            "tags": ["templates"],
+            "summary": "The template catalog with each template's declared inputs",
+            "responses": {"200": _json("TemplateList", "the catalog")},
+        }
+    },
+    "tools.list_tools": {
+        "get": {
+            "operationId": "listTools",
+            "tags": ["tools"],
+            "summary": "The chat tools with their JSON Schema parameters",
+            "responses": {"200": _json("ToolList", "the tools")},
+        }
+    },
+    "tools.call_tool": {
+        "post": {
+            "operationId": "callTool",
+            "tags": ["tools"],
+            "summary": "Call a chat tool with its arguments as the body",
+            "parameters": [TOOL_NAME, KUBECONFIG],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            "responses": {
+                "200": _json({"type": "object"}, "the tool's result"),
+                "201": _json({"type": "object"}, "the created task"),
+                **_errors(*WRITE_ERRORS, 422),
+            },
+        }
+    },
+    "streams.project_tasks_stream": {
+        "get": {
+            "operationId": "streamProjectTasks",
+            "tags": ["streams"],
+            "summary": "Server-sent events: the project's task projections, live",
+            "parameters": [PROJECT_ID],
+            "responses": {
+                "200": _sse(
+                    "`event: snapshot` (data: {items: [projection]}) first, then "
+                    "`upsert` (a projection) and `remove` ({id}) per change; "
+                    "comment keepalives every 15 s"
+                ),
+                **_errors(400),
+            },
+        }
+    },
+    "gateway_stream.gateway_stream": {
+        "get": {
+            "operationId": "streamTaskGateway",
+            "tags": ["streams"],
+            "summary": "Server-sent events: an AI task's model output, live",
+            "parameters": [TASK_ID],
+            "responses": {
+                "200": _sse(
+                    "`turn_started` ({turn, sessionId}), `delta` ({turn, offset, "
+                    "text}) and `turn_done` ({turn, chars}) per model turn; "
+                    "`end` when the task finishes"
+                ),
+                **_errors(404),
+            },
+        }
+    },
+    "auth.whoami": {
+        "get": {
+            "operationId": "whoAmI",
+            "tags": ["meta"],
+            "summary": "The caller's identity and the workspaces it may use",
+            "responses": {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "required": ["user", "workspace"],
+                        "properties": {
+                            "user": {"type": "string"},
+                            "display": {"type": ["string", "null"]},
+                            "workspace": {"type": "string"},
+                            "workspaces": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                    "who is asking",
+                )
+            },
+        }
+    },
+    "ops.admin_streaks": {
+        "get": {
+            "operationId": "listFailureStreaks",
+            "tags": ["operators"],
+            "summary": "What keeps failing right now (failure streaks), the longest-running first",
+            "responses": {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "required": ["items"],
+                        "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+                    },
+                    "the open streaks",
+                ),
+                **_errors(403),
+            },
+        }
+    },
+    "openapi.openapi_json": {
+        "get": {
+            "operationId": "getOpenApi",
+            "tags": ["meta"],
+            "summary": "This document",
+            "responses": {"200": _json({"type": "object"}, "the OpenAPI document")},
+        }
+    },
 }
 
 
@@ -202,8 +352,9 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
             if field.key_field is not None and field.key_field.validators:
                 out["propertyNames"] = self.field2property(field.key_field)
         if isinstance(field, schemas.SourceField):
-            out["oneOf"] = [self.schema2jsonschema(s) for _, s in
-                            sorted(schemas.SOURCE_SCHEMAS.items())]
+            out["oneOf"] = [
+                self.schema2jsonschema(s) for _, s in sorted(schemas.SOURCE_SCHEMAS.items())
+            ]
         if getattr(field, "json_schema", None):
             out.update(field.json_schema)
         for validator in field.validators:
@@ -228,13 +379,26 @@ def documented_rules(app) -> list:
 def build(app) -> dict:
     """The document for `app`; KeyError naming a route that has no entry in OPERATIONS."""
     plugin = _marshmallow_plugin()
-    spec = APISpec(title="Deployment task engine", version="1", openapi_version="3.1.0",
-                   plugins=[plugin], info={"description": __doc__.split("\n")[0]})
+    spec = APISpec(
+        title="Deployment task engine",
+        version="1",
+        openapi_version="3.1.0",
+        plugins=[plugin],
+        info={"description": __doc__.split("\n")[0]},
+    )
     plugin.converter.add_attribute_function(plugin.converter_extra)
-    spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer",
-                                               "bearerFormat": "JWT"})
-    for name in ("Task", "WaitedTask", "TaskPage", "Event", "EventPage", "TemplateList",
-                 "ToolList"):
+    spec.components.security_scheme(
+        "bearer", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+    )
+    for name in (
+        "Task",
+        "WaitedTask",
+        "TaskPage",
+        "Event",
+        "EventPage",
+        "TemplateList",
+        "ToolList",
+    ):
         spec.components.schema(name, schema=getattr(responses, name))
     spec.components.schema("Error", schema=responses.Error)
     oidc = app.extensions["engine"].settings.auth_mode == "oidc"
@@ -274,6 +438,9 @@ DOCS_PAGE = """<!doctype html>
 @bp.get("/api/docs")
 def docs():
     """The document rendered for people (Redoc, served from static/vendor: no CDN)."""
-    page = render_template_string(DOCS_PAGE, spec=url_for("openapi.openapi_json"),
-                                  start=url_for("static", filename="api-docs.js"))
+    page = render_template_string(
+        DOCS_PAGE,
+        spec=url_for("openapi.openapi_json"),
+        start=url_for("static", filename="api-docs.js"),
+    )
     return page, 200, {"Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}

@@ -6,6 +6,7 @@
 - GET /api/v1/admin/streaks (JSON) and GET /health (page): what is failing right now.
 None of them is logged per request. Every response carries X-Request-Id.
 """
+
 import hmac
 
 from flask import Blueprint, Flask, current_app, g, jsonify, render_template, request
@@ -71,8 +72,12 @@ def admin_streaks():
 def health_page():
     """The operator's Health page: readiness and the current failure streaks."""
     require_operator()
-    return render_template("health.html", reason=runtime().unready_reason(),
-                           streaks=operations.list_streaks(runtime()), owner=runtime().owner)
+    return render_template(
+        "health.html",
+        reason=runtime().unready_reason(),
+        streaks=operations.list_streaks(runtime()),
+        owner=runtime().owner,
+    )
 
 
 def init_app(app: Flask) -> None:

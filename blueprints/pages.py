@@ -6,6 +6,7 @@ answers with fragments (blueprints/fragments.py); views of a task are in bluepri
 the deploy panes and input forms in blueprints/forms.py, and the project page's live stream
 beside the other streams in blueprints/streams.py.
 """
+
 from uuid import UUID
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
@@ -14,18 +15,21 @@ from marshmallow import ValidationError
 from blueprints import csrf, schemas
 from blueprints.auth import current_identity
 from blueprints.errors import http_status
-from blueprints.forms import (KIND_TITLES, flatten_errors, available_kinds, input_fields, pane_context,
-                              source_from_form)
-from blueprints.fragments import (fragments_response, render_chip, task_fragments,
-                                  timeline_context)
+from blueprints.forms import (
+    KIND_TITLES,
+    available_kinds,
+    flatten_errors,
+    input_fields,
+    pane_context,
+    source_from_form,
+)
+from blueprints.fragments import fragments_response, render_chip, task_fragments, timeline_context
 from blueprints.request_helpers import kubeconfig_from_header, runtime
-from blueprints.views import (ONE_CLICK_KINDS, dismissed_ids, now, valid_project,
-                              view_from_store)
+from blueprints.views import ONE_CLICK_KINDS, dismissed_ids, now, valid_project, view_from_store
 from engine import actions
 from engine.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
 from engine.readside import dto, presentation
-from engine.readside.store import (BOARD_LIMIT, TaskStore, read_board, read_projects,
-                                   read_task_row)
+from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task_row
 
 bp = Blueprint("pages", __name__)
 csrf.protect(bp)
@@ -77,11 +81,19 @@ def project(project_id):
     pane = None
     if request.args.get("deploy") in schemas.SOURCE_SCHEMAS:
         pane = pane_context(project_id, request.args["deploy"])
-    return render_template("project.html", project_id=project_id, chips=chips,
-                           placeholders=placeholders, cards=store.resource_cards(),
-                           timeline_ctx=timeline_ctx, pane=pane, kinds=available_kinds(),
-                           titles=KIND_TITLES, older=older,
-                           cluster_label=runtime().integrations.cluster_label)
+    return render_template(
+        "project.html",
+        project_id=project_id,
+        chips=chips,
+        placeholders=placeholders,
+        cards=store.resource_cards(),
+        timeline_ctx=timeline_ctx,
+        pane=pane,
+        kinds=available_kinds(),
+        titles=KIND_TITLES,
+        older=older,
+        cluster_label=runtime().integrations.cluster_label,
+    )
 
 
 def _board_page(project_id: str, before: dict | None = None) -> tuple[TaskStore, str | None]:
@@ -127,8 +139,10 @@ def older_chips(project_id):
     created_at, task_id = dto.decode_cursor(request.args.get("before", ""))
     store, older = _board_page(project_id, before={"createdAt": created_at, "id": task_id})
     chips = [render_chip(view_from_store(store, i["id"])) for i in store.chips()]
-    return fragments_response(*chips, render_template(
-        "partials/dock_older.html", project_id=project_id, older=older, paged=True))
+    return fragments_response(
+        *chips,
+        render_template("partials/dock_older.html", project_id=project_id, older=older, paged=True),
+    )
 
 
 @bp.get("/projects/<project_id>/deploy/<kind>")
@@ -145,8 +159,12 @@ def edit_pane(task_id):
     row = _row(task_id)
     if row["source_kind"] in ONE_CLICK_KINDS or row["source_kind"] not in schemas.SOURCE_SCHEMAS:
         abort(404)
-    ctx = pane_context(row["project_id"], row["source_kind"], predecessor=row,
-                       chosen_template=request.args.get("template"))
+    ctx = pane_context(
+        row["project_id"],
+        row["source_kind"],
+        predecessor=row,
+        chosen_template=request.args.get("template"),
+    )
     return render_template("partials/pane.html", **ctx)
 
 
@@ -168,8 +186,12 @@ def create(project_id):
     except ValueError:
         abort(400)
     kind = request.form.get("kind", "")
-    ctx = pane_context(predecessor["project_id"] if predecessor else project_id, kind,
-                       predecessor=predecessor, chosen_template=request.form.get("template"))
+    ctx = pane_context(
+        predecessor["project_id"] if predecessor else project_id,
+        kind,
+        predecessor=predecessor,
+        chosen_template=request.form.get("template"),
+    )
     source, sensitive, field_errors = source_from_form(kind, request.form, ctx)
     body = {"source": source, "sensitiveKeys": sensitive}
     if predecessor:
@@ -184,10 +206,15 @@ def create(project_id):
     if field_errors:
         return _pane_with_errors(ctx, field_errors)
     try:
-        row = actions.create_task(runtime(), identity, project_id=None if predecessor else project_id,
-                                  source=source, sensitive_keys=sensitive,
-                                  kubeconfig=kubeconfig_from_header(),
-                                  predecessor_task_id=UUID(predecessor_id) if predecessor_id else None)
+        row = actions.create_task(
+            runtime(),
+            identity,
+            project_id=None if predecessor else project_id,
+            source=source,
+            sensitive_keys=sensitive,
+            kubeconfig=kubeconfig_from_header(),
+            predecessor_task_id=UUID(predecessor_id) if predecessor_id else None,
+        )
     except RedeployAlreadyActive as exc:
         return _open_winner(exc, predecessor_id)
     except DomainError as exc:
@@ -202,8 +229,9 @@ def _pane_with_errors(ctx: dict, field_errors: dict) -> Response:
         if spec.widget != "password" and spec.name in form_values:
             spec.value = form_values[spec.name]
     known = {s.name for s in ctx["specs"]}
-    ctx["errors"] = [f"{k}: {v}" if k != "_form" else v
-                     for k, v in field_errors.items() if k not in known]
+    ctx["errors"] = [
+        f"{k}: {v}" if k != "_form" else v for k, v in field_errors.items() if k not in known
+    ]
     return fragments_response(render_template("partials/pane.html", **ctx))
 
 
@@ -211,9 +239,11 @@ def _opened(row: dict, predecessor_id: str | None) -> Response:
     """After a create or redeploy: close the pane, open the new task's timeline, show its chip
     (and its predecessor's, now superseded)."""
     fresh = read_task_row(runtime().db, row["namespace"], row["id"]) or row
-    parts = [render_template("partials/pane_empty.html"),
-             render_template("partials/timeline.html", **timeline_context(fresh)),
-             task_fragments(fresh)]
+    parts = [
+        render_template("partials/pane_empty.html"),
+        render_template("partials/timeline.html", **timeline_context(fresh)),
+        task_fragments(fresh),
+    ]
     if predecessor_id:
         before = read_task_row(runtime().db, row["namespace"], UUID(predecessor_id))
         if before is not None:
@@ -247,9 +277,14 @@ def cancel(task_id):
 def redeploy(task_id):
     """One-click redeploy: a clone of the predecessor's source and target."""
     try:
-        row = actions.create_task(runtime(), current_identity(), project_id=None, source=None,
-                                  kubeconfig=kubeconfig_from_header(),
-                                  predecessor_task_id=task_id)
+        row = actions.create_task(
+            runtime(),
+            current_identity(),
+            project_id=None,
+            source=None,
+            kubeconfig=kubeconfig_from_header(),
+            predecessor_task_id=task_id,
+        )
     except RedeployAlreadyActive as exc:
         return _open_winner(exc, str(task_id))
     except DomainError as exc:
@@ -274,13 +309,19 @@ def submit_input(task_id):
     if missing:
         return _input_form_with_errors(row, values, {name: "required" for name in missing})
     try:
-        actions.submit_inputs(runtime(), current_identity(), task_id,
-                              kubeconfig=kubeconfig_from_header(),
-                              inputs={k: v for k, v in values.items() if v != ""},
-                              sensitive_keys=[s.name for s in declared if s.widget == "password"])
+        actions.submit_inputs(
+            runtime(),
+            current_identity(),
+            task_id,
+            kubeconfig=kubeconfig_from_header(),
+            inputs={k: v for k, v in values.items() if v != ""},
+            sensitive_keys=[s.name for s in declared if s.widget == "password"],
+        )
     except InvalidRequest as exc:
-        errors = {name: "; ".join(reasons) for name, reasons in
-                  ((exc.fields or {}).get("inputs") or {}).items()}
+        errors = {
+            name: "; ".join(reasons)
+            for name, reasons in ((exc.fields or {}).get("inputs") or {}).items()
+        }
         return _input_form_with_errors(row, values, errors or {"_form": exc.message})
     except DomainError as exc:
         if exc.snapshot is None:
@@ -303,7 +344,6 @@ def _shown(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "" if value is None else str(value)
-
 
 
 @bp.errorhandler(DomainError)

@@ -1,5 +1,6 @@
 """Request helpers every blueprint shares: the engine runtime, validated bodies, the kubeconfig
 header."""
+
 import base64
 import binascii
 

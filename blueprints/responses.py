@@ -3,6 +3,7 @@
 Responses are built by engine/readside/dto.py; these describe that shape so the document (and the
 contract tests that check every response against it) can tell when the two drift apart.
 """
+
 from marshmallow import Schema, fields
 
 from engine.status import Status
@@ -36,8 +37,9 @@ class Task(Schema):
     appliedResources = fields.List(fields.Dict(), required=True)
     hasAppliedResources = fields.Boolean(required=True)
     cancellation = fields.Dict(**Nullable)
-    pendingInputs = fields.List(fields.Dict(), **Nullable,
-                                metadata={"description": "what a blocked task asks for"})
+    pendingInputs = fields.List(
+        fields.Dict(), **Nullable, metadata={"description": "what a blocked task asks for"}
+    )
     canvas = fields.Dict(**Nullable)
     createdAt = fields.DateTime(**Nullable)
     updatedAt = fields.DateTime(**Nullable)
@@ -68,8 +70,11 @@ class EventPage(Schema):
 
 
 class TemplateList(Schema):
-    items = fields.List(fields.Dict(), required=True,
-                        metadata={"description": "templates with their declared inputs"})
+    items = fields.List(
+        fields.Dict(),
+        required=True,
+        metadata={"description": "templates with their declared inputs"},
+    )
 
 
 class ToolDefinition(Schema):

@@ -4,15 +4,18 @@ Every schema derives from RequestSchema, whose one rule refuses text PostgreSQL 
 NUL character, a lone surrogate) in any key or value, so a field added later cannot bring the
 500 back (tests/unit/test_invariants.py checks the base class).
 """
+
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from engine.runners.database import ENGINES as DATABASE_ENGINES
-from engine.untrusted import unstorable_paths
 from engine.status import Status
+from engine.untrusted import unstorable_paths
 
 #: A Kubernetes object name (DNS-1123 label).
-NAME = validate.Regexp(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-                       error="must be lowercase letters, digits and '-', at most 63 characters")
+NAME = validate.Regexp(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    error="must be lowercase letters, digits and '-', at most 63 characters",
+)
 PROJECT_ID = NAME
 ENV_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", error="not a valid variable name")
 MAX_VALUE = 32_768
@@ -55,9 +58,11 @@ class ImageSource(RequestSchema):
     name = fields.String(required=True, validate=NAME)
     port = fields.Integer(validate=validate.Range(1, 65535), strict=True)
     replicas = fields.Integer(validate=validate.Range(0, 50), strict=True)
-    env = fields.Dict(keys=fields.String(validate=ENV_NAME),
-                      values=fields.String(validate=validate.Length(max=MAX_VALUE)),
-                      validate=validate.Length(max=100))
+    env = fields.Dict(
+        keys=fields.String(validate=ENV_NAME),
+        values=fields.String(validate=validate.Length(max=MAX_VALUE)),
+        validate=validate.Length(max=100),
+    )
 
 
 class ArgValue(fields.Field):
@@ -67,7 +72,7 @@ class ArgValue(fields.Field):
     json_schema = {"type": ["string", "integer", "boolean"]}
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2 ** 53):
+        if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**53):
             return value
         if isinstance(value, str) and len(value) <= MAX_VALUE:
             return value
@@ -78,10 +83,13 @@ class TemplateSource(RequestSchema):
     """An instance of a catalog template (GET /api/v1/templates lists them with their inputs)."""
 
     kind = fields.String(required=True, validate=validate.Equal("template"))
-    template = fields.String(required=True, validate=validate.Regexp(
-        r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$", error="not a template name"))
-    args = fields.Dict(keys=fields.String(validate=ENV_NAME), values=ArgValue(),
-                       validate=validate.Length(max=100))
+    template = fields.String(
+        required=True,
+        validate=validate.Regexp(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$", error="not a template name"),
+    )
+    args = fields.Dict(
+        keys=fields.String(validate=ENV_NAME), values=ArgValue(), validate=validate.Length(max=100)
+    )
 
 
 class DatabaseSource(RequestSchema):
@@ -91,33 +99,47 @@ class DatabaseSource(RequestSchema):
     engine = fields.String(required=True, validate=validate.OneOf(list(DATABASE_ENGINES)))
     # 52: a StatefulSet's pods carry a controller-revision-hash label of name + 11 characters.
     name = fields.String(required=True, validate=[NAME, validate.Length(max=52)])
-    version = fields.String(validate=validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-                                                     error="not an image tag"))
+    version = fields.String(
+        validate=validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", error="not an image tag")
+    )
 
 
 class PromptSource(RequestSchema):
     """A free-text request, planned by the AI runner (devbox + gateway)."""
 
     kind = fields.String(required=True, validate=validate.Equal("prompt"))
-    prompt = fields.String(required=True, validate=[
-        validate.Length(1, 4000), validate.Regexp(r"\S", error="must not be blank")])
+    prompt = fields.String(
+        required=True,
+        validate=[validate.Length(1, 4000), validate.Regexp(r"\S", error="must not be blank")],
+    )
 
 
 class GitHubSource(RequestSchema):
     """A GitHub repository, cloned into a devbox and planned by the AI runner."""
 
     kind = fields.String(required=True, validate=validate.Equal("github"))
-    repo = fields.String(required=True, validate=validate.Regexp(
-        r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}$",
-        error="must be owner/name"))
-    ref = fields.String(validate=validate.Regexp(
-        r"^(?!-)(?!.*\.\.)(?!.*/$)[A-Za-z0-9._/-]{1,200}$", error="not a branch or tag name"))
+    repo = fields.String(
+        required=True,
+        validate=validate.Regexp(
+            r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}$",
+            error="must be owner/name",
+        ),
+    )
+    ref = fields.String(
+        validate=validate.Regexp(
+            r"^(?!-)(?!.*\.\.)(?!.*/$)[A-Za-z0-9._/-]{1,200}$", error="not a branch or tag name"
+        )
+    )
 
 
 #: kind -> schema of that source kind
-SOURCE_SCHEMAS: dict[str, type[Schema]] = {"image": ImageSource, "template": TemplateSource,
-                                           "database": DatabaseSource,
-                                           "prompt": PromptSource, "github": GitHubSource}
+SOURCE_SCHEMAS: dict[str, type[Schema]] = {
+    "image": ImageSource,
+    "template": TemplateSource,
+    "database": DatabaseSource,
+    "prompt": PromptSource,
+    "github": GitHubSource,
+}
 
 
 class SourceField(fields.Field):
@@ -133,11 +155,14 @@ class SourceField(fields.Field):
         return schema().load(value)
 
 
-InputValues = fields.Dict(keys=fields.String(validate=validate.Length(1, 128)),
-                          values=fields.String(validate=validate.Length(max=MAX_VALUE)),
-                          validate=validate.Length(max=100))
-SensitiveKeys = fields.List(fields.String(validate=validate.Length(1, 128)),
-                            validate=validate.Length(max=100))
+InputValues = fields.Dict(
+    keys=fields.String(validate=validate.Length(1, 128)),
+    values=fields.String(validate=validate.Length(max=MAX_VALUE)),
+    validate=validate.Length(max=100),
+)
+SensitiveKeys = fields.List(
+    fields.String(validate=validate.Length(1, 128)), validate=validate.Length(max=100)
+)
 
 
 class CreateTask(RequestSchema):
@@ -152,8 +177,11 @@ class CreateTask(RequestSchema):
     @validates_schema
     def _fresh_create_needs_target_and_source(self, data, **kwargs):
         if "predecessorTaskId" not in data:
-            missing = {k: ["Missing data for required field."]
-                       for k in ("projectId", "source") if k not in data}
+            missing = {
+                k: ["Missing data for required field."]
+                for k in ("projectId", "source")
+                if k not in data
+            }
             if missing:
                 raise ValidationError(missing)
 
@@ -161,11 +189,15 @@ class CreateTask(RequestSchema):
 class SubmitInputs(RequestSchema):
     """Answer a blocked task's inputs; it resumes at once."""
 
-    inputs = fields.Dict(keys=fields.String(validate=validate.Length(1, 128)),
-                         values=fields.String(validate=validate.Length(max=MAX_VALUE)),
-                         required=True, validate=validate.Length(max=100))
-    sensitiveKeys = fields.List(fields.String(validate=validate.Length(1, 128)),
-                                validate=validate.Length(max=100))
+    inputs = fields.Dict(
+        keys=fields.String(validate=validate.Length(1, 128)),
+        values=fields.String(validate=validate.Length(max=MAX_VALUE)),
+        required=True,
+        validate=validate.Length(max=100),
+    )
+    sensitiveKeys = fields.List(
+        fields.String(validate=validate.Length(1, 128)), validate=validate.Length(max=100)
+    )
 
 
 class CanvasPatch(RequestSchema):
@@ -192,7 +224,14 @@ class ListEvents(RequestSchema):
 class WaitForTask(RequestSchema):
     """Query parameters of a task read: with waitFor, a long-poll."""
 
-    waitFor = fields.String(validate=validate.OneOf(["terminal"]), metadata={
-        "description": "return once the task is terminal or blocked (waiting on a person)"})
-    timeout = fields.Integer(validate=validate.Range(0, 300), load_default=30,
-                             metadata={"description": "seconds to wait at most"})
+    waitFor = fields.String(
+        validate=validate.OneOf(["terminal"]),
+        metadata={
+            "description": "return once the task is terminal or blocked (waiting on a person)"
+        },
+    )
+    timeout = fields.Integer(
+        validate=validate.Range(0, 300),
+        load_default=30,
+        metadata={"description": "seconds to wait at most"},
+    )

@@ -4,6 +4,7 @@ task projections, and the project page's HTML fragments for the dock and canvas.
 (The task timeline's websocket is blueprints/ws.py; a task's gateway turns are
 blueprints/gateway_stream.py.)
 """
+
 import json
 
 from flask import Blueprint, Response, stream_with_context
@@ -53,8 +54,11 @@ def project_tasks_stream(project_id):
                     yield sse("snapshot", {"items": read_board(engine.db, namespace, project_id)})
                 else:
                     # A retention purge's notification is itself the removal event.
-                    row = None if payload.get("removed") else read_task_row(
-                        engine.db, namespace, payload["task"])
+                    row = (
+                        None
+                        if payload.get("removed")
+                        else read_task_row(engine.db, namespace, payload["task"])
+                    )
                     if row is None:
                         yield sse("remove", {"id": payload["task"]})
                     else:
@@ -62,8 +66,11 @@ def project_tasks_stream(project_id):
         finally:
             subscription.close()
 
-    return Response(stream_with_context(frames()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(
+        stream_with_context(frames()),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @bp.get("/projects/<project_id>/stream")
@@ -107,8 +114,11 @@ def project_page_stream(project_id):
         finally:
             subscription.close()
 
-    return Response(stream_with_context(frames()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(
+        stream_with_context(frames()),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def apply_notification(engine, store: TaskStore, namespace: str, payload: dict) -> list[str]:
@@ -118,8 +128,11 @@ def apply_notification(engine, store: TaskStore, namespace: str, payload: dict) 
         return []
     # A retention purge's notification is itself the removal event: nothing left to read.
     row = None if payload.get("removed") else read_task_row(engine.db, namespace, task_id)
-    event = ({"type": "remove", "id": task_id} if row is None
-             else {"type": "upsert", "item": dto.projection(row)})
+    event = (
+        {"type": "remove", "id": task_id}
+        if row is None
+        else {"type": "upsert", "item": dto.projection(row)}
+    )
     changes = store.apply(event, now())
     return store_fragments(store, changes) if changes else []
 

@@ -8,6 +8,7 @@ socket (see Viewer: one non-blocking send when idle, else through the viewer's o
 STACK_NOTES). A viewer that falls a whole queue behind re-bootstraps instead of buffering without
 bound.
 """
+
 import json
 import logging
 import struct
@@ -81,8 +82,14 @@ class Viewer:
         self.broken = False
 
     def offer(self, item, joined: bytes | None = None, seqs: frozenset = frozenset()) -> None:
-        if (joined is not None and self.direct is not None and not self.busy and not self.broken
-                and self.queue.empty() and self.sent.isdisjoint(seqs)):
+        if (
+            joined is not None
+            and self.direct is not None
+            and not self.busy
+            and not self.broken
+            and self.queue.empty()
+            and self.sent.isdisjoint(seqs)
+        ):
             try:
                 written = self.direct.try_send(joined)
             except OSError:
@@ -150,8 +157,9 @@ class Channel:
         """The events after the timeline's settled seq (late commits included), page by page."""
         after, events = self.timeline.settled_seq(), []
         while True:
-            page = timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id,
-                                         after_seq=after)
+            page = timelines.read_events(
+                self.hub.runtime.db, self.namespace, self.task_id, after_seq=after
+            )
             events += page
             if len(page) < timelines.MAX_EVENTS:
                 return events

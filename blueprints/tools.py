@@ -3,8 +3,9 @@
 `GET /api/v1/tools` lists them; `POST /api/v1/tools/<name>` calls one with its arguments as the
 JSON body. They call engine/actions.py exactly like the canvas does, so the two never disagree.
 """
+
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from flask import Blueprint, jsonify
 from marshmallow import fields, validate
@@ -26,8 +27,9 @@ bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
 
 
 #: Retrying a call with the same key within 24 h returns the first call's result.
-IdempotencyKey = fields.String(validate=validate.Regexp(idempotency.KEY.pattern,
-                                                        error="1 to 255 printable characters"))
+IdempotencyKey = fields.String(
+    validate=validate.Regexp(idempotency.KEY.pattern, error="1 to 255 printable characters")
+)
 
 
 class CreateDeployment(schemas.RequestSchema):
@@ -70,8 +72,9 @@ class WaitForDeployment(schemas.RequestSchema):
     """Wait until a deployment finishes or blocks on inputs, at most timeoutSeconds."""
 
     taskId = fields.UUID(required=True)
-    timeoutSeconds = fields.Integer(validate=validate.Range(1, MAX_WAIT_S), load_default=60,
-                                    strict=True)
+    timeoutSeconds = fields.Integer(
+        validate=validate.Range(1, MAX_WAIT_S), load_default=60, strict=True
+    )
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,15 @@ class Tool:
 
 
 def _create(args):
-    row = actions.create_task(runtime(), current_identity(), project_id=args["projectId"],
-                              source=args["source"], inputs=args.get("inputs"),
-                              sensitive_keys=args.get("sensitiveKeys"),
-                              kubeconfig=kubeconfig_from_header())
+    row = actions.create_task(
+        runtime(),
+        current_identity(),
+        project_id=args["projectId"],
+        source=args["source"],
+        inputs=args.get("inputs"),
+        sensitive_keys=args.get("sensitiveKeys"),
+        kubeconfig=kubeconfig_from_header(),
+    )
     return dto.snapshot(row), 201
 
 
@@ -95,18 +103,28 @@ def _cancel(args):
 
 
 def _redeploy(args):
-    row = actions.create_task(runtime(), current_identity(), project_id=args.get("projectId"),
-                              source=args.get("source"), inputs=args.get("inputs"),
-                              sensitive_keys=args.get("sensitiveKeys"),
-                              kubeconfig=kubeconfig_from_header(),
-                              predecessor_task_id=args["taskId"])
+    row = actions.create_task(
+        runtime(),
+        current_identity(),
+        project_id=args.get("projectId"),
+        source=args.get("source"),
+        inputs=args.get("inputs"),
+        sensitive_keys=args.get("sensitiveKeys"),
+        kubeconfig=kubeconfig_from_header(),
+        predecessor_task_id=args["taskId"],
+    )
     return dto.snapshot(row), 201
 
 
 def _submit(args):
-    row = actions.submit_inputs(runtime(), current_identity(), args["taskId"],
-                                inputs=args["inputs"], sensitive_keys=args.get("sensitiveKeys"),
-                                kubeconfig=kubeconfig_from_header())
+    row = actions.submit_inputs(
+        runtime(),
+        current_identity(),
+        args["taskId"],
+        inputs=args["inputs"],
+        sensitive_keys=args.get("sensitiveKeys"),
+        kubeconfig=kubeconfig_from_header(),
+    )
     return dto.snapshot(row), 200
 
 
@@ -121,39 +139,68 @@ def _explain(args):
 def _wait(args):
     identity = current_identity()
     actions.get_task(runtime(), identity, args["taskId"])
-    row, outcome = wait_until_settled(runtime().db, runtime().fanout, identity.namespace,
-                                      args["taskId"], args["timeoutSeconds"])
+    row, outcome = wait_until_settled(
+        runtime().db, runtime().fanout, identity.namespace, args["taskId"], args["timeoutSeconds"]
+    )
     if row is None:
         actions.get_task(runtime(), identity, args["taskId"])  # purged meanwhile: not found
     return {"outcome": outcome, "snapshot": dto.snapshot(row)}, 200
 
 
-TOOLS = {t.name: t for t in [
-    Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, _create),
-    Tool("cancel_deployment", "Cancel a deployment. Queued or blocked ones stop at once; running "
-         "ones stop at their next step. Nothing already applied is deleted.", TaskRef, _cancel),
-    Tool("redeploy_deployment", RedeployDeployment.__doc__, RedeployDeployment, _redeploy),
-    Tool("submit_deployment_inputs", SubmitDeploymentInputs.__doc__, SubmitDeploymentInputs,
-         _submit),
-    Tool("explain_deployment", "Explain a deployment in plain language: what ran, what was "
-         "applied, why it ended and what to do next, its last timeline lines and, for a "
-         "failure, the end of the runner's log.", TaskRef, _explain),
-    Tool("wait_for_deployment", "Wait until a deployment is finished (completed, failed, "
-         "cancelled) or blocked on inputs, at most timeoutSeconds (<= 300). Returns "
-         "{outcome: terminal|blocked|timeout, snapshot}.", WaitForDeployment, _wait),
-]}
+TOOLS = {
+    t.name: t
+    for t in [
+        Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, _create),
+        Tool(
+            "cancel_deployment",
+            "Cancel a deployment. Queued or blocked ones stop at once; running "
+            "ones stop at their next step. Nothing already applied is deleted.",
+            TaskRef,
+            _cancel,
+        ),
+        Tool("redeploy_deployment", RedeployDeployment.__doc__, RedeployDeployment, _redeploy),
+        Tool(
+            "submit_deployment_inputs",
+            SubmitDeploymentInputs.__doc__,
+            SubmitDeploymentInputs,
+            _submit,
+        ),
+        Tool(
+            "explain_deployment",
+            "Explain a deployment in plain language: what ran, what was "
+            "applied, why it ended and what to do next, its last timeline lines and, for a "
+            "failure, the end of the runner's log.",
+            TaskRef,
+            _explain,
+        ),
+        Tool(
+            "wait_for_deployment",
+            "Wait until a deployment is finished (completed, failed, "
+            "cancelled) or blocked on inputs, at most timeoutSeconds (<= 300). Returns "
+            "{outcome: terminal|blocked|timeout, snapshot}.",
+            WaitForDeployment,
+            _wait,
+        ),
+    ]
+}
 
 
 @bp.get("")
 def list_tools():
     """Every tool with its JSON Schema parameters."""
-    return jsonify({"items": [
-        {"name": t.name, "description": t.description, "parameters": schema_of(t.arguments)}
-        for t in TOOLS.values()]})
+    return jsonify(
+        {
+            "items": [
+                {"name": t.name, "description": t.description, "parameters": schema_of(t.arguments)}
+                for t in TOOLS.values()
+            ]
+        }
+    )
 
 
 def invoke(tool: Tool, arguments) -> tuple[dict, int, bool]:
     """(result or error body, status, replayed) of one call, honouring its idempotencyKey."""
+
     def call():
         if not isinstance(arguments, dict):
             raise InvalidRequest("the arguments must be a JSON object")
@@ -167,11 +214,17 @@ def invoke(tool: Tool, arguments) -> tuple[dict, int, bool]:
     except DomainError as exc:
         return error_body(exc), http_status(exc), False
     identity = current_identity()
-    asked = idempotency.Request(identity.namespace, identity.user, "TOOL", tool.name,
-                                {k: v for k, v in arguments.items() if k != "idempotencyKey"})
+    asked = idempotency.Request(
+        identity.namespace,
+        identity.user,
+        "TOOL",
+        tool.name,
+        {k: v for k, v in arguments.items() if k != "idempotencyKey"},
+    )
     try:
-        return idempotency.run_once(runtime().db, idempotency_secret(), key, asked,
-                                    lambda: answered(call))
+        return idempotency.run_once(
+            runtime().db, idempotency_secret(), key, asked, lambda: answered(call)
+        )
     except DomainError as exc:  # the key reused or in flight
         return error_body(exc), http_status(exc), False
 

@@ -1,7 +1,8 @@
 """What the project page shows of a task (chips, placeholders, the timeline header), and the
 page-request state those views depend on: the clock, the project id, this browser's dismissals."""
+
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from uuid import UUID
 
 from flask import abort, request
@@ -23,7 +24,7 @@ GRID_X, GRID_Y, GRID_COLUMNS = 210, 120, 4
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def valid_project(project_id: str) -> str:
@@ -88,15 +89,20 @@ class TaskView:
             return None
         names = ", ".join(f"{r.get('kind')}/{r.get('name')}" for r in applied[:3])
         more = f" and {len(applied) - 3} more" if len(applied) > 3 else ""
-        return (f"This redeploy applies over {len(applied)} resource(s) the earlier run created "
-                f"({names}{more}); manual edits to them will be overwritten.")
+        return (
+            f"This redeploy applies over {len(applied)} resource(s) the earlier run created "
+            f"({names}{more}); manual edits to them will be overwritten."
+        )
 
     @property
     def position(self) -> tuple[float, float]:
         canvas = self.item.get("canvas") or {}
         if isinstance(canvas.get("x"), (int, float)) and isinstance(canvas.get("y"), (int, float)):
             return canvas["x"], canvas["y"]
-        return (16 + (self.index % GRID_COLUMNS) * GRID_X, 16 + (self.index // GRID_COLUMNS) * GRID_Y)
+        return (
+            16 + (self.index % GRID_COLUMNS) * GRID_X,
+            16 + (self.index // GRID_COLUMNS) * GRID_Y,
+        )
 
     @property
     def version(self) -> int:
@@ -113,12 +119,21 @@ def view_from_store(store: TaskStore, task_id: str) -> TaskView:
     item = store.get(task_id)
     placeholders = store.placeholders()
     index = next((i for i, p in enumerate(placeholders) if p["id"] == task_id), 0)
-    return TaskView(item, superseded_by=store.successor_of(task_id),
-                    attention=store.attention(task_id), index=index)
+    return TaskView(
+        item,
+        superseded_by=store.successor_of(task_id),
+        attention=store.attention(task_id),
+        index=index,
+    )
 
 
 def view_from_row(row: dict, dismissed: set[str] = frozenset()) -> TaskView:
     item = dto.projection(row)
     successor = item.get("successorId")
-    return TaskView(item, superseded_by=successor, attention=presentation.attention(
-        item, superseded=bool(successor), dismissed=item["id"] in dismissed))
+    return TaskView(
+        item,
+        superseded_by=successor,
+        attention=presentation.attention(
+            item, superseded=bool(successor), dismissed=item["id"] in dismissed
+        ),
+    )

@@ -17,8 +17,17 @@ from simple_websocket import ConnectionClosed
 from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.request_helpers import runtime
-from blueprints.timeline_hub import (BYE, GONE, PING, RESET, FrameSocket, TimelineHub, Viewer,
-                                     bootstrap, frame)
+from blueprints.timeline_hub import (
+    BYE,
+    GONE,
+    PING,
+    RESET,
+    FrameSocket,
+    TimelineHub,
+    Viewer,
+    bootstrap,
+    frame,
+)
 from engine.readside.store import read_task_row
 
 bp = Blueprint("ws", __name__)
@@ -40,8 +49,10 @@ def check_handshake():
     if not origin_allowed(request.headers.get("Origin")):
         abort(403, description="websocket Origin does not match this site")
     task_id = (request.view_args or {}).get("task_id")
-    if task_id is None or read_task_row(runtime().db, current_identity().namespace,
-                                        task_id) is None:
+    if (
+        task_id is None
+        or read_task_row(runtime().db, current_identity().namespace, task_id) is None
+    ):
         abort(404)
 
 

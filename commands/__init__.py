@@ -1,5 +1,6 @@
 """Operator commands: `flask --app wsgi <group> <command>` (README, "Operating the schema" and
 "Operating")."""
+
 from flask import Flask
 
 from commands import db, operate

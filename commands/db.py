@@ -1,4 +1,5 @@
 """`flask --app wsgi db status|upgrade`: the schema migrations of the configured database."""
+
 import json
 
 import click
@@ -20,11 +21,26 @@ def status(as_json: bool) -> None:
     """List every migration as applied, adopted or pending; exit 1 when some are pending."""
     states = migrations.status(_url())
     for s in states:
-        state = ("unknown" if s.unknown else "adopted" if s.adopted
-                 else "applied" if s.applied_at else "pending")
+        state = (
+            "unknown"
+            if s.unknown
+            else "adopted"
+            if s.adopted
+            else "applied"
+            if s.applied_at
+            else "pending"
+        )
         if as_json:
-            click.echo(json.dumps({"version": s.version, "name": s.name, "state": state,
-                                   "appliedAt": s.applied_at.isoformat() if s.applied_at else None}))
+            click.echo(
+                json.dumps(
+                    {
+                        "version": s.version,
+                        "name": s.name,
+                        "state": state,
+                        "appliedAt": s.applied_at.isoformat() if s.applied_at else None,
+                    }
+                )
+            )
         else:
             when = s.applied_at.isoformat(timespec="seconds") if s.applied_at else "-"
             click.echo(f"{s.version:04d}  {s.name:<32} {state:<8} {when}")

@@ -6,6 +6,7 @@ Readable tables by default, `--json` for scripts. Exit codes: 0 done (and, for `
 a reconciliation error); 3 not found; 4 not allowed from the current state (a finished task, a
 job that has not failed).
 """
+
 import json
 import sys
 from uuid import UUID
@@ -40,9 +41,9 @@ def emit(data, as_json: bool, columns: list[tuple[str, str]] | None = None) -> N
     rows = [[_cell(item.get(key)) for key, _ in columns] for item in data]
     headings = [heading for _, heading in columns]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headings)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(headings, widths)).rstrip())
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headings, widths, strict=False)).rstrip())
     for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
     if not rows:
         click.echo("(none)")
 
@@ -59,21 +60,33 @@ def fail(exc: DomainError) -> None:
     sys.exit(EXIT_NOT_FOUND if http_status(exc) == 404 else EXIT_NOT_ALLOWED)
 
 
-TASK_COLUMNS = [("id", "ID"), ("namespace", "NAMESPACE"), ("projectId", "PROJECT"),
-                ("status", "STATUS"), ("sourceKind", "KIND"), ("createdAt", "CREATED")]
+TASK_COLUMNS = [
+    ("id", "ID"),
+    ("namespace", "NAMESPACE"),
+    ("projectId", "PROJECT"),
+    ("status", "STATUS"),
+    ("sourceKind", "KIND"),
+    ("createdAt", "CREATED"),
+]
 
 
 @tasks_cli.command("list")
-@click.option("--status", "statuses", multiple=True,
-              type=click.Choice([s.value for s in Status]), help="Repeatable.")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in Status]),
+    help="Repeatable.",
+)
 @click.option("--namespace")
 @click.option("--project")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @json_option
 def tasks_list(statuses, namespace, project, limit, as_json):
     """The newest tasks across namespaces."""
-    items = operations.list_tasks(runtime(), namespace=namespace, project_id=project,
-                                  statuses=list(statuses), limit=limit)
+    items = operations.list_tasks(
+        runtime(), namespace=namespace, project_id=project, statuses=list(statuses), limit=limit
+    )
     for item in items:
         item["sourceKind"] = item["source"].get("kind")
     emit(items, as_json, TASK_COLUMNS)
@@ -92,15 +105,27 @@ def tasks_show(task_id: UUID, as_json):
         emit(shown, True)
         return
     snap, explanation = shown["snapshot"], shown["explanation"]
-    click.echo(f"{snap['id']}  {snap['status']}  namespace {snap['namespace']}  "
-               f"project {snap['projectId']}")
+    click.echo(
+        f"{snap['id']}  {snap['status']}  namespace {snap['namespace']}  "
+        f"project {snap['projectId']}"
+    )
     click.echo(explanation["summary"])
     for step in explanation.get("nextSteps") or []:
         click.echo(f"next: {step}")
     click.echo("")
-    emit([{"seq": e["seq"], "kind": e["kind"], "at": e["createdAt"],
-           "payload": json.dumps(e["payload"], default=str)} for e in shown["events"]],
-         False, [("seq", "SEQ"), ("at", "AT"), ("kind", "KIND"), ("payload", "PAYLOAD")])
+    emit(
+        [
+            {
+                "seq": e["seq"],
+                "kind": e["kind"],
+                "at": e["createdAt"],
+                "payload": json.dumps(e["payload"], default=str),
+            }
+            for e in shown["events"]
+        ],
+        False,
+        [("seq", "SEQ"), ("at", "AT"), ("kind", "KIND"), ("payload", "PAYLOAD")],
+    )
 
 
 @tasks_cli.command("cancel")
@@ -115,26 +140,42 @@ def tasks_cancel(task_id: UUID, as_json):
     if as_json:
         emit(snap, True)
     else:
-        pending = " (cancel requested; the runner acknowledges it)" \
-            if snap["status"] not in ("cancelled",) else ""
+        pending = (
+            " (cancel requested; the runner acknowledges it)"
+            if snap["status"] not in ("cancelled",)
+            else ""
+        )
         click.echo(f"{snap['id']}  {snap['status']}{pending}")
 
 
-JOB_COLUMNS = [("id", "ID"), ("trigger", "TRIGGER"), ("state", "STATE"),
-               ("attempts", "ATTEMPTS"), ("taskId", "TASK"), ("nextAttemptAt", "NEXT ATTEMPT"),
-               ("lastError", "LAST ERROR")]
+JOB_COLUMNS = [
+    ("id", "ID"),
+    ("trigger", "TRIGGER"),
+    ("state", "STATE"),
+    ("attempts", "ATTEMPTS"),
+    ("taskId", "TASK"),
+    ("nextAttemptAt", "NEXT ATTEMPT"),
+    ("lastError", "LAST ERROR"),
+]
 
 
 @jobs_cli.command("list")
-@click.option("--state", "states", multiple=True,
-              type=click.Choice(["pending", "running", "retry_wait", "succeeded", "failed",
-                                 "cancelled"]), help="Repeatable.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(["pending", "running", "retry_wait", "succeeded", "failed", "cancelled"]),
+    help="Repeatable.",
+)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @json_option
 def jobs_list(states, limit, as_json):
     """The newest cleanup jobs."""
-    emit(operations.list_cleanup_jobs(runtime(), states=list(states), limit=limit), as_json,
-         JOB_COLUMNS)
+    emit(
+        operations.list_cleanup_jobs(runtime(), states=list(states), limit=limit),
+        as_json,
+        JOB_COLUMNS,
+    )
 
 
 @jobs_cli.command("retry")
@@ -149,8 +190,10 @@ def jobs_retry(job_id: int, as_json):
     if as_json:
         emit(job, True)
     else:
-        click.echo(f"cleanup job {job['id']} ({job['trigger']}) is {job['state']} again, "
-                   f"with a fresh budget of attempts")
+        click.echo(
+            f"cleanup job {job['id']} ({job['trigger']}) is {job['state']} again, "
+            f"with a fresh budget of attempts"
+        )
 
 
 @click.command("streaks")
@@ -159,9 +202,17 @@ def jobs_retry(job_id: int, as_json):
 def streaks(as_json):
     """What keeps failing right now (exit 1 when anything is)."""
     items = operations.list_streaks(runtime())
-    emit(items, as_json, [("subject", "SUBJECT"), ("consecutiveFailures", "FAILURES"),
-                          ("firstFailureAt", "SINCE"), ("lastFailureAt", "LAST"),
-                          ("lastError", "LAST ERROR")])
+    emit(
+        items,
+        as_json,
+        [
+            ("subject", "SUBJECT"),
+            ("consecutiveFailures", "FAILURES"),
+            ("firstFailureAt", "SINCE"),
+            ("lastFailureAt", "LAST"),
+            ("lastError", "LAST ERROR"),
+        ],
+    )
     if items:
         sys.exit(EXIT_ATTENTION)
 
@@ -175,10 +226,20 @@ def reconcile(as_json):
     if as_json:
         emit(summary, True)
     else:
-        click.echo(f"host {summary['host']}: {summary['rows']} row(s)"
-                   f"{' (truncated)' if summary['truncated'] else ''}")
-        emit(summary["counts"], False, [("kind", "KIND"), ("liveness", "LIVENESS"),
-                                        ("disposition", "DISPOSITION"), ("count", "COUNT")])
+        click.echo(
+            f"host {summary['host']}: {summary['rows']} row(s)"
+            f"{' (truncated)' if summary['truncated'] else ''}"
+        )
+        emit(
+            summary["counts"],
+            False,
+            [
+                ("kind", "KIND"),
+                ("liveness", "LIVENESS"),
+                ("disposition", "DISPOSITION"),
+                ("count", "COUNT"),
+            ],
+        )
     if any(c["disposition"] == "error" for c in summary["counts"]):
         sys.exit(EXIT_ATTENTION)
 

@@ -1,4 +1,5 @@
 """The abort signal every runner and integration call honours (storage-free by design)."""
+
 import gevent
 from gevent.event import Event
 

@@ -1,11 +1,19 @@
 """The use cases every surface calls (JSON API, pages, chat tools), so they can never disagree."""
+
 import logging
 from uuid import UUID
 
 from engine import leases, metrics, secrets
-from engine.errors import (InvalidRequest, PredecessorNotFound, PredecessorNotRedeployable,
-                           RedeployAlreadyActive, TaskAlreadyFinished, TaskNotBlocked, TaskNotFound,
-                           UnknownTemplate)
+from engine.errors import (
+    InvalidRequest,
+    PredecessorNotFound,
+    PredecessorNotRedeployable,
+    RedeployAlreadyActive,
+    TaskAlreadyFinished,
+    TaskNotBlocked,
+    TaskNotFound,
+    UnknownTemplate,
+)
 from engine.identity import Identity
 from engine.integrations.templates import TemplateNotFound
 from engine.readside import dto
@@ -32,8 +40,9 @@ def get_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
 def start_project(runtime: EngineRuntime, identity: Identity, project_id: str) -> None:
     """Record a project the caller started, so the landing page lists it before any deployment
     (the id is validated by the caller, with the API's rule)."""
-    runtime.db.execute("project_start", namespace=identity.namespace, project_id=project_id,
-                       user=identity.user)
+    runtime.db.execute(
+        "project_start", namespace=identity.namespace, project_id=project_id, user=identity.user
+    )
 
 
 def strip_source(source: dict, inputs: dict, declared: list[str]) -> tuple[dict, dict, list[str]]:
@@ -57,7 +66,10 @@ def identity_kind(source: dict) -> tuple:
     """What a result identity names: the source kind and, for a template, which template. A clone
     reuses its predecessor's identities only within one project and one identity kind; an edit
     that switches template (or kind) deploys under a fresh identity, never over the old objects."""
-    return (source.get("kind"), source.get("template") if source.get("kind") == "template" else None)
+    return (
+        source.get("kind"),
+        source.get("template") if source.get("kind") == "template" else None,
+    )
 
 
 def check_template_args(catalog, source: dict, inputs: dict | None = None) -> None:
@@ -76,8 +88,10 @@ def check_template_args(catalog, source: dict, inputs: dict | None = None) -> No
     declared = {d.name: d for d in template.inputs}
     fields: dict = {}
     messages = []
-    for path, values in ((("source", "args"), source.get("args") or {}),
-                         (("inputs",), inputs or {})):
+    for path, values in (
+        (("source", "args"), source.get("args") or {}),
+        (("inputs",), inputs or {}),
+    ):
         errors = _input_errors(template.name, declared, values)
         if errors:
             where = fields
@@ -103,8 +117,9 @@ def _input_errors(template_name: str, declared: dict, values: dict) -> dict:
     return errors
 
 
-def refuse_short_secrets(memory: dict, sensitive: set[str], *, source: dict | None,
-                         inputs: dict) -> None:
+def refuse_short_secrets(
+    memory: dict, sensitive: set[str], *, source: dict | None, inputs: dict
+) -> None:
     """InvalidRequest naming every sensitive value under secrets.MIN_SECRET_CHARS: a value that
     short cannot be scrubbed from free text (a model's echo, a crash message) without mangling
     ordinary words, so it is refused before anything is stored."""
@@ -117,17 +132,26 @@ def refuse_short_secrets(memory: dict, sensitive: set[str], *, source: dict | No
         if name in inputs:
             fields.setdefault("inputs", {})[name] = reason
         else:
-            where = next((f for f in SECRET_BEARING_FIELDS
-                          if name in ((source or {}).get(f) or {})), "inputs")
+            where = next(
+                (f for f in SECRET_BEARING_FIELDS if name in ((source or {}).get(f) or {})),
+                "inputs",
+            )
             fields.setdefault("source", {}).setdefault(where, {})[name] = reason
     raise InvalidRequest(f"{', '.join(short)}: {reason[0]}", fields=fields)
 
 
 @metrics.timing(metrics.ACTION_DURATION, action="create")
-def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str | None,
-                source: dict | None, inputs: dict | None = None,
-                sensitive_keys: list[str] | None = None, kubeconfig: dict | None = None,
-                predecessor_task_id: UUID | None = None) -> dict:
+def create_task(
+    runtime: EngineRuntime,
+    identity: Identity,
+    *,
+    project_id: str | None,
+    source: dict | None,
+    inputs: dict | None = None,
+    sensitive_keys: list[str] | None = None,
+    kubeconfig: dict | None = None,
+    predecessor_task_id: UUID | None = None,
+) -> dict:
     """Insert a task and claim it inline, launching its runner here; the stored row.
 
     With a predecessor this is a redeploy: the clone takes the predecessor's source (unless an
@@ -135,19 +159,36 @@ def create_task(runtime: EngineRuntime, identity: Identity, *, project_id: str |
     Admitted by the runtime: refused while it drains, and waited for by the drain otherwise.
     """
     with runtime.admission():
-        return _create_task(runtime, identity, project_id=project_id, source=source,
-                            inputs=inputs, sensitive_keys=sensitive_keys, kubeconfig=kubeconfig,
-                            predecessor_task_id=predecessor_task_id)
+        return _create_task(
+            runtime,
+            identity,
+            project_id=project_id,
+            source=source,
+            inputs=inputs,
+            sensitive_keys=sensitive_keys,
+            kubeconfig=kubeconfig,
+            predecessor_task_id=predecessor_task_id,
+        )
 
 
-def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, source, inputs,
-                 sensitive_keys, kubeconfig, predecessor_task_id) -> dict:
+def _create_task(
+    runtime: EngineRuntime,
+    identity: Identity,
+    *,
+    project_id,
+    source,
+    inputs,
+    sensitive_keys,
+    kubeconfig,
+    predecessor_task_id,
+) -> dict:
     inputs = inputs or {}
     sensitive_keys = list(sensitive_keys or [])
     identities: dict = {}
     if predecessor_task_id is not None:
-        predecessor = runtime.db.one("task_get", task_id=predecessor_task_id,
-                                     namespace=identity.namespace)
+        predecessor = runtime.db.one(
+            "task_get", task_id=predecessor_task_id, namespace=identity.namespace
+        )
         if predecessor is None:
             raise PredecessorNotFound()
         if predecessor["status"] not in REDEPLOYABLE:
@@ -156,8 +197,9 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
         if source is None:
             source = predecessor["source"]
             sensitive_keys = sorted(set(sensitive_keys) | set(predecessor["sensitive_keys"]))
-        if (target == predecessor["project_id"]
-                and identity_kind(source) == identity_kind(predecessor["source"])):
+        if target == predecessor["project_id"] and identity_kind(source) == identity_kind(
+            predecessor["source"]
+        ):
             identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
         project_id = target
     if runtime.integrations.templates is not None:
@@ -169,21 +211,33 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
     runner_name, _ = runner_for(persisted["kind"])
     try:
         row = runtime.db.one(
-            "task_insert", namespace=identity.namespace, project_id=project_id,
-            created_by=identity.user, source_kind=persisted["kind"], runner=runner_name,
-            source=persisted, sensitive_keys=stripped,
+            "task_insert",
+            namespace=identity.namespace,
+            project_id=project_id,
+            created_by=identity.user,
+            source_kind=persisted["kind"],
+            runner=runner_name,
+            source=persisted,
+            sensitive_keys=stripped,
             artifact_summary={"resultIdentities": identities} if identities else {},
             retried_from_task_id=predecessor_task_id,
         )
     except RedeployAlreadyActive as exc:
-        winner = runtime.db.one("task_get_successor", task_id=predecessor_task_id,
-                                namespace=identity.namespace)
+        winner = runtime.db.one(
+            "task_get_successor", task_id=predecessor_task_id, namespace=identity.namespace
+        )
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
         raise
-    claimed = leases.claim(runtime.db, row["id"], owner=runtime.owner,
-                           lease_ttl_s=runtime.settings.lease_ttl_s, namespace=identity.namespace,
-                           from_status=Status.QUEUED, actor=identity.user)
+    claimed = leases.claim(
+        runtime.db,
+        row["id"],
+        owner=runtime.owner,
+        lease_ttl_s=runtime.settings.lease_ttl_s,
+        namespace=identity.namespace,
+        from_status=Status.QUEUED,
+        actor=identity.user,
+    )
     if claimed is None:
         # Cancelled between insert and claim: report the truth.
         return get_task(runtime, identity, row["id"])
@@ -191,37 +245,70 @@ def _create_task(runtime: EngineRuntime, identity: Identity, *, project_id, sour
     return claimed
 
 
-def submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *, inputs: dict,
-                  sensitive_keys: list[str] | None = None,
-                  kubeconfig: dict | None = None) -> dict:
+def submit_inputs(
+    runtime: EngineRuntime,
+    identity: Identity,
+    task_id: UUID,
+    *,
+    inputs: dict,
+    sensitive_keys: list[str] | None = None,
+    kubeconfig: dict | None = None,
+) -> dict:
     """Claim a blocked task (blocked -> running) and resume its runner with the values in memory."""
     with runtime.admission():
-        return _submit_inputs(runtime, identity, task_id, inputs=inputs,
-                              sensitive_keys=sensitive_keys, kubeconfig=kubeconfig)
+        return _submit_inputs(
+            runtime,
+            identity,
+            task_id,
+            inputs=inputs,
+            sensitive_keys=sensitive_keys,
+            kubeconfig=kubeconfig,
+        )
 
 
-def _submit_inputs(runtime: EngineRuntime, identity: Identity, task_id: UUID, *, inputs: dict,
-                   sensitive_keys: list[str] | None, kubeconfig: dict | None) -> dict:
+def _submit_inputs(
+    runtime: EngineRuntime,
+    identity: Identity,
+    task_id: UUID,
+    *,
+    inputs: dict,
+    sensitive_keys: list[str] | None,
+    kubeconfig: dict | None,
+) -> dict:
     row = get_task(runtime, identity, task_id)
     if row["status"] != Status.BLOCKED:
         raise TaskNotBlocked(snapshot=dto.snapshot(row))
-    declared = [d["name"] for d in row["artifact_summary"].get("pendingInputs") or []
-                if isinstance(d, dict) and d.get("sensitive") and isinstance(d.get("name"), str)]
+    declared = [
+        d["name"]
+        for d in row["artifact_summary"].get("pendingInputs") or []
+        if isinstance(d, dict) and d.get("sensitive") and isinstance(d.get("name"), str)
+    ]
     _, memory, stripped = strip_source(
-        {}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]) + declared)
+        {}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]) + declared
+    )
     refuse_short_secrets(memory, set(stripped), source=None, inputs=inputs)
-    claimed = leases.claim(runtime.db, task_id, owner=runtime.owner,
-                           lease_ttl_s=runtime.settings.lease_ttl_s, namespace=identity.namespace,
-                           from_status=Status.BLOCKED, actor=identity.user)
+    claimed = leases.claim(
+        runtime.db,
+        task_id,
+        owner=runtime.owner,
+        lease_ttl_s=runtime.settings.lease_ttl_s,
+        namespace=identity.namespace,
+        from_status=Status.BLOCKED,
+        actor=identity.user,
+    )
     if claimed is None:
         raise TaskNotBlocked(snapshot=dto.snapshot(get_task(runtime, identity, task_id)))
     # Names declared sensitive now are recorded on the row before the runner starts: the runner
     # scrubs by them and never shows their values to a model; a clone re-asks them.
     added = sorted(set(stripped) & set(memory) - set(claimed["sensitive_keys"]))
     if added:
-        recorded = runtime.db.one("task_record_sensitive_keys_if_held", names=added,
-                                  task_id=task_id, epoch=claimed["lease_epoch"],
-                                  owner=runtime.owner)
+        recorded = runtime.db.one(
+            "task_record_sensitive_keys_if_held",
+            names=added,
+            task_id=task_id,
+            epoch=claimed["lease_epoch"],
+            owner=runtime.owner,
+        )
         claimed = recorded or claimed
     runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig)
     return claimed
@@ -235,26 +322,43 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
     the current row; a completed or failed task raises TaskAlreadyFinished.
     """
     row = get_task(runtime, identity, task_id)
-    log.info("cancel of task %s requested by %s", task_id, identity.user,
-             extra={"task_id": str(task_id), "namespace": identity.namespace})
-    for _ in range(3):  # the task may move between our read and our write; re-decide on the new state
+    log.info(
+        "cancel of task %s requested by %s",
+        task_id,
+        identity.user,
+        extra={"task_id": str(task_id), "namespace": identity.namespace},
+    )
+    for _ in range(
+        3
+    ):  # the task may move between our read and our write; re-decide on the new state
         status = Status(row["status"])
         if status is Status.CANCELLED:
             return row
         if status in TERMINAL:
             raise TaskAlreadyFinished(snapshot=dto.snapshot(row))
         if status in (Status.QUEUED, Status.BLOCKED):
-            moved = transition(runtime.db, task_id, Status.CANCELLED, from_statuses=[status],
-                               guard=Guard(namespace=identity.namespace), actor=identity.user,
-                               reason="cancel_requested", message="cancelled before it ran")
+            moved = transition(
+                runtime.db,
+                task_id,
+                Status.CANCELLED,
+                from_statuses=[status],
+                guard=Guard(namespace=identity.namespace),
+                actor=identity.user,
+                reason="cancel_requested",
+                message="cancelled before it ran",
+            )
             if moved:
                 return moved[0]
         elif row["cancel_requested_at"] is not None:
             return row
         else:
-            marked = runtime.db.one("task_request_cancel_if_leased", task_id=task_id,
-                                    namespace=identity.namespace, requested_by=identity.user,
-                                    now=None)
+            marked = runtime.db.one(
+                "task_request_cancel_if_leased",
+                task_id=task_id,
+                namespace=identity.namespace,
+                requested_by=identity.user,
+                now=None,
+            )
             if marked is not None:
                 # On the owning process the abort fires now; elsewhere the NOTIFY delivers it.
                 runtime.abort_local(task_id, "cancel")
@@ -265,8 +369,9 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
 
 def set_canvas(runtime: EngineRuntime, identity: Identity, task_id: UUID, canvas: dict) -> dict:
     """Save the placeholder's canvas placement (never touches status)."""
-    row = runtime.db.one("task_set_canvas", task_id=task_id, namespace=identity.namespace,
-                         canvas=canvas)
+    row = runtime.db.one(
+        "task_set_canvas", task_id=task_id, namespace=identity.namespace, canvas=canvas
+    )
     if row is None:
         raise TaskNotFound()
     return row

@@ -12,6 +12,7 @@ An answer is hostile input: longer than MAX_ANSWER_CHARS it is refused unread, J
 engine.untrusted's limit is skipped, and YAML is read without aliases (a 345-byte alias bomb
 expands to megabytes and blocks the worker, lease renewal included).
 """
+
 import json
 import re
 
@@ -55,9 +56,11 @@ def parse_answer(text: str) -> dict:
         if "needInputs" in candidate:
             return {"needInputs": _declarations(candidate["needInputs"])}
         if "manifests" in candidate:
-            return {"plan": _plan(candidate.get("plan")), "manifests": _manifests(
-                candidate["manifests"])}
-    raise MalformedAnswer("no JSON object with \"manifests\" or \"needInputs\" in it")
+            return {
+                "plan": _plan(candidate.get("plan")),
+                "manifests": _manifests(candidate["manifests"]),
+            }
+    raise MalformedAnswer('no JSON object with "manifests" or "needInputs" in it')
 
 
 def _json_objects(text: str):
@@ -89,13 +92,13 @@ def _plan(plan) -> dict:
     if isinstance(plan, str):
         return {"summary": plan[:2000]}
     if not isinstance(plan, dict):
-        raise MalformedAnswer("\"plan\" must be an object")
+        raise MalformedAnswer('"plan" must be an object')
     return plan
 
 
 def _manifests(value) -> list[dict]:
     if not isinstance(value, list) or not value:
-        raise MalformedAnswer("\"manifests\" must be a non-empty list")
+        raise MalformedAnswer('"manifests" must be a non-empty list')
     docs: list = []
     for item in value:
         if isinstance(item, str):
@@ -115,8 +118,11 @@ def _manifests(value) -> list[dict]:
         meta = doc.get("metadata")
         if not (isinstance(kind, str) and kind and isinstance(api_version, str) and api_version):
             raise MalformedAnswer("every manifest needs apiVersion and kind")
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
-                or not K8S_NAME.match(meta["name"]):
+        if (
+            not isinstance(meta, dict)
+            or not isinstance(meta.get("name"), str)
+            or not K8S_NAME.match(meta["name"])
+        ):
             raise MalformedAnswer(f"{kind} needs a valid metadata.name")
         refusal = manifests.kind_refusal(kind)
         if refusal:
@@ -126,11 +132,14 @@ def _manifests(value) -> list[dict]:
 
 def _declarations(value) -> list[dict]:
     if not isinstance(value, list) or not value or len(value) > MAX_DECLARED_INPUTS:
-        raise MalformedAnswer(f"\"needInputs\" must list 1 to {MAX_DECLARED_INPUTS} inputs")
+        raise MalformedAnswer(f'"needInputs" must list 1 to {MAX_DECLARED_INPUTS} inputs')
     declared, seen = [], set()
     for item in value:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
-                or not INPUT_NAME.match(item["name"]):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("name"), str)
+            or not INPUT_NAME.match(item["name"])
+        ):
             raise MalformedAnswer("every requested input needs a valid name")
         if item["name"] not in seen:
             seen.add(item["name"])
@@ -141,10 +150,15 @@ def _declarations(value) -> list[dict]:
 def sanitize_declaration(item: dict) -> dict:
     """One input declaration as persisted: typed, sensitivity decided, no sensitive default."""
     input_type = item.get("type") if item.get("type") in manifests.INPUT_TYPES else "string"
-    sensitive = bool(item.get("sensitive")) or secrets.is_sensitive(item["name"],
-                                                                    input_type=input_type)
-    declaration = {"name": item["name"], "type": input_type, "sensitive": sensitive,
-                   "required": item.get("required", True) is not False}
+    sensitive = bool(item.get("sensitive")) or secrets.is_sensitive(
+        item["name"], input_type=input_type
+    )
+    declaration = {
+        "name": item["name"],
+        "type": input_type,
+        "sensitive": sensitive,
+        "required": item.get("required", True) is not False,
+    }
     default = item.get("default")
     if not sensitive and isinstance(default, (str, int, float, bool)):
         declaration["default"] = default
@@ -156,12 +170,14 @@ def sanitize_declaration(item: dict) -> dict:
 def check_secret_placement(docs: list[dict], sensitive: set[str]) -> None:
     """MalformedAnswer unless every sensitive input is written only into a Secret's data."""
     for doc in docs:
-        misplaced = manifests.sensitive_outside_secret_data(doc, sensitive,
-                                                            manifests.ANSWER_PLACEHOLDER)
+        misplaced = manifests.sensitive_outside_secret_data(
+            doc, sensitive, manifests.ANSWER_PLACEHOLDER
+        )
         if misplaced:
             raise MalformedAnswer(
                 f"{doc.get('kind')} {(doc.get('metadata') or {}).get('name')} uses sensitive "
-                f"inputs {sorted(misplaced)} outside a Secret's data or stringData")
+                f"inputs {sorted(misplaced)} outside a Secret's data or stringData"
+            )
 
 
 def missing_inputs(declared: list[dict], inputs: dict) -> list[str]:
@@ -190,8 +206,10 @@ def sanitize(obj, sensitive: set[str]):
     """A copy safe to persist: sensitive keys stripped from embedded args maps, sensitive env
     values and Secret data redacted. (Known values are scrubbed by the handle on top.)"""
     if isinstance(obj, list):
-        return [_sanitize_env_entry(v, sensitive) if _is_env_entry(v) else sanitize(v, sensitive)
-                for v in obj]
+        return [
+            _sanitize_env_entry(v, sensitive) if _is_env_entry(v) else sanitize(v, sensitive)
+            for v in obj
+        ]
     if not isinstance(obj, dict):
         return obj
     is_secret = obj.get("kind") == "Secret"
@@ -200,16 +218,23 @@ def sanitize(obj, sensitive: set[str]):
         if is_secret and key in ("data", "stringData") and isinstance(value, dict):
             out[key] = {k: secrets.REDACTED for k in value}
         elif key in ARGS_FIELDS and isinstance(value, dict):
-            out[key] = {k: sanitize(v, sensitive) for k, v in value.items()
-                        if not secrets.is_sensitive(k, declared=sensitive)}
+            out[key] = {
+                k: sanitize(v, sensitive)
+                for k, v in value.items()
+                if not secrets.is_sensitive(k, declared=sensitive)
+            }
         else:
             out[key] = sanitize(value, sensitive)
     return out
 
 
 def _is_env_entry(value) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("name"), str) and "value" in value \
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("name"), str)
+        and "value" in value
         and set(value) <= {"name", "value"}
+    )
 
 
 def _sanitize_env_entry(entry: dict, sensitive: set[str]) -> dict:

@@ -3,6 +3,7 @@
 retention purges. It also releases this process's local runtimes and reconciles at boot
 (engine/runtimes.py).
 """
+
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,8 +15,14 @@ from gevent.pool import Pool
 
 from engine import idempotency, runtimes
 from engine.abort import SHUTDOWN, Aborted, AbortSignal
-from engine.cleanup_jobs import (MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger, enqueue_purges,
-                                 streak_subject)
+from engine.cleanup_jobs import (
+    MAX_ATTEMPTS,
+    RETRY_DELAYS_S,
+    JobState,
+    Trigger,
+    enqueue_purges,
+    streak_subject,
+)
 from engine.config import Settings
 from engine.db import Database
 from engine.integrations import Integrations
@@ -31,8 +38,10 @@ JOB_CONCURRENCY = 8
 #: Succeeded and cancelled jobs are forgotten after this; failed ones stay for diagnosis.
 COMPLETED_JOB_KEEP_S = 7 * 24 * 3600.0
 COMPLETED_JOB_DELETE_BATCH = 1000
-NO_DEVBOX_NOTE = ("waiting: this process has no devbox integration; a process configured with "
-                  "one (DEVBOX_URL, or the sandbox devbox) will run it")
+NO_DEVBOX_NOTE = (
+    "waiting: this process has no devbox integration; a process configured with "
+    "one (DEVBOX_URL, or the sandbox devbox) will run it"
+)
 
 
 class PreconditionGone(Exception):
@@ -49,8 +58,15 @@ class _Attempt:
 class CleanupWorker:
     """The per-process cleanup greenlet, local runtime release, and startup reconciliation."""
 
-    def __init__(self, db: Database, settings: Settings, integrations: Integrations, owner: str,
-                 *, streaks: Streaks | None = None):
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        integrations: Integrations,
+        owner: str,
+        *,
+        streaks: Streaks | None = None,
+    ):
         self.db = db
         self.settings = settings
         self.integrations = integrations
@@ -121,8 +137,11 @@ class CleanupWorker:
         else:
             if purged:
                 self.streaks.succeeded("retention_purge", now=now)
-        others = self._claim([Trigger.DEVBOX_PAUSE, Trigger.DEVBOX_DELETE, Trigger.RUNTIME_STOP],
-                             JOB_CONCURRENCY, now)
+        others = self._claim(
+            [Trigger.DEVBOX_PAUSE, Trigger.DEVBOX_DELETE, Trigger.RUNTIME_STOP],
+            JOB_CONCURRENCY,
+            now,
+        )
         for job in others:
             self._pool.spawn(self._run_job, job, now)
         self._pool.join()
@@ -135,14 +154,20 @@ class CleanupWorker:
         retention_s = s.retention_days * 86400
         if self._draining:
             # Continue a purge drain the reaper started, one bounded batch per pass.
-            enqueue_purges(self.db, retention_s=retention_s, limit=s.purge_batch,
-                           streaks=self.streaks, now=now)
+            enqueue_purges(
+                self.db, retention_s=retention_s, limit=s.purge_batch, streaks=self.streaks, now=now
+            )
         purged = self._purge_without_devbox(retention_s, now)
         if self.devbox is not None and not self._stopping:
             with_devbox = self.db.all(
-                "cleanup_job_claim_purges_with_devbox", limit=s.purge_batch,
-                max_attempts=MAX_ATTEMPTS, retention_s=retention_s, worker=self.owner,
-                attempt_timeout_s=s.cleanup_attempt_timeout_s, now=now)
+                "cleanup_job_claim_purges_with_devbox",
+                limit=s.purge_batch,
+                max_attempts=MAX_ATTEMPTS,
+                retention_s=retention_s,
+                worker=self.owner,
+                attempt_timeout_s=s.cleanup_attempt_timeout_s,
+                now=now,
+            )
             if with_devbox:
                 self._run_purges(with_devbox, retention_s, now)
             purged += len(with_devbox)
@@ -153,52 +178,95 @@ class CleanupWorker:
             log.error("cleanup job %s failed for good: its last attempt was abandoned", row["id"])
         if self.devbox is None:
             self.db.all("cleanup_job_note_if_unclaimable", note=NO_DEVBOX_NOTE, now=now)
-        self.db.execute("cleanup_job_delete_completed", keep_s=COMPLETED_JOB_KEEP_S,
-                        limit=COMPLETED_JOB_DELETE_BATCH, now=now)
+        self.db.execute(
+            "cleanup_job_delete_completed",
+            keep_s=COMPLETED_JOB_KEEP_S,
+            limit=COMPLETED_JOB_DELETE_BATCH,
+            now=now,
+        )
         idempotency.purge_expired(self.db, now=now)
 
     def _claim(self, triggers: list[Trigger], limit: int, now: datetime | None) -> list[dict]:
         if self._stopping:
             return []
-        return self.db.all("cleanup_job_claim_due", triggers=[str(t) for t in triggers],
-                           limit=limit, max_attempts=MAX_ATTEMPTS, host=HOST,
-                           has_devbox=self.devbox is not None, worker=self.owner,
-                           attempt_timeout_s=self.settings.cleanup_attempt_timeout_s, now=now)
+        return self.db.all(
+            "cleanup_job_claim_due",
+            triggers=[str(t) for t in triggers],
+            limit=limit,
+            max_attempts=MAX_ATTEMPTS,
+            host=HOST,
+            has_devbox=self.devbox is not None,
+            worker=self.owner,
+            attempt_timeout_s=self.settings.cleanup_attempt_timeout_s,
+            now=now,
+        )
 
     def _purge_without_devbox(self, retention_s: float, now: datetime | None) -> int:
         """Due purges with no devbox to delete first: one statement claims, deletes and finishes
         a batch. How many jobs it took."""
         if self._stopping:
             return 0
-        outcomes = {r["outcome"]: r["n"] for r in self.db.all(
-            "cleanup_job_purge_due_if_no_devbox", limit=self.settings.purge_batch,
-            max_attempts=MAX_ATTEMPTS, retention_s=retention_s, worker=self.owner, now=now)}
+        outcomes = {
+            r["outcome"]: r["n"]
+            for r in self.db.all(
+                "cleanup_job_purge_due_if_no_devbox",
+                limit=self.settings.purge_batch,
+                max_attempts=MAX_ATTEMPTS,
+                retention_s=retention_s,
+                worker=self.owner,
+                now=now,
+            )
+        }
         if outcomes.get("purged"):
             log.info("retention purge: %d task(s) deleted", outcomes["purged"])
         return sum(n for outcome, n in outcomes.items() if outcome != "purged")
 
     # -- finishing attempts ---------------------------------------------------------------------
-    def _finish(self, jobs: list[dict], state: JobState, now: datetime | None,
-                note: str | None = None) -> None:
+    def _finish(
+        self, jobs: list[dict], state: JobState, now: datetime | None, note: str | None = None
+    ) -> None:
         if jobs:
-            self.db.all("cleanup_job_finish_if_claimed", job_ids=[j["id"] for j in jobs],
-                        attempts=[j["attempts"] for j in jobs], state=str(state), note=note,
-                        now=now)
+            self.db.all(
+                "cleanup_job_finish_if_claimed",
+                job_ids=[j["id"] for j in jobs],
+                attempts=[j["attempts"] for j in jobs],
+                state=str(state),
+                note=note,
+                now=now,
+            )
 
     def _retry(self, job: dict, error: str, now: datetime | None) -> None:
-        row = self.db.one("cleanup_job_retry_if_claimed", job_id=job["id"],
-                          attempts=job["attempts"], error=error[:2000], max_attempts=MAX_ATTEMPTS,
-                          delays_s=list(RETRY_DELAYS_S), now=now)
+        row = self.db.one(
+            "cleanup_job_retry_if_claimed",
+            job_id=job["id"],
+            attempts=job["attempts"],
+            error=error[:2000],
+            max_attempts=MAX_ATTEMPTS,
+            delays_s=list(RETRY_DELAYS_S),
+            now=now,
+        )
         if row is None:
             log.info("cleanup job %s: attempt %d was superseded", job["id"], job["attempts"])
         elif row["state"] == JobState.FAILED:
-            log.error("cleanup job %s (%s %s) failed for good after %d attempts: %s", job["id"],
-                      job["trigger"], job["operation_id"], row["attempts"], error)
+            log.error(
+                "cleanup job %s (%s %s) failed for good after %d attempts: %s",
+                job["id"],
+                job["trigger"],
+                job["operation_id"],
+                row["attempts"],
+                error,
+            )
         else:
             # Per attempt only at debug: what keeps failing is logged, throttled, by its streak.
-            log.debug("cleanup job %s (%s %s) attempt %d failed, next at %s: %s", job["id"],
-                        job["trigger"], job["operation_id"], row["attempts"],
-                        row["next_attempt_at"].isoformat(), error)
+            log.debug(
+                "cleanup job %s (%s %s) attempt %d failed, next at %s: %s",
+                job["id"],
+                job["trigger"],
+                job["operation_id"],
+                row["attempts"],
+                row["next_attempt_at"].isoformat(),
+                error,
+            )
 
     def _attempt(self, job: dict) -> _Attempt:
         attempt = _Attempt(job, AbortSignal())
@@ -206,8 +274,9 @@ class CleanupWorker:
             attempt.abort.abort(SHUTDOWN)
         self._attempts.add(attempt)
         # The in-process deadline matches the claim's: past it another worker may claim the job.
-        attempt.timer = gevent.spawn_later(self.settings.cleanup_attempt_timeout_s,
-                                           attempt.abort.abort, "attempt_timeout")
+        attempt.timer = gevent.spawn_later(
+            self.settings.cleanup_attempt_timeout_s, attempt.abort.abort, "attempt_timeout"
+        )
         return attempt
 
     def _done(self, attempt: _Attempt) -> None:
@@ -217,9 +286,11 @@ class CleanupWorker:
     def _run_job(self, job: dict, now: datetime | None) -> None:
         attempt = self._attempt(job)
         try:
-            handler = {Trigger.DEVBOX_PAUSE: self._pause_devbox,
-                       Trigger.DEVBOX_DELETE: self._delete_devbox,
-                       Trigger.RUNTIME_STOP: self._stop_runtime}[Trigger(job["trigger"])]
+            handler = {
+                Trigger.DEVBOX_PAUSE: self._pause_devbox,
+                Trigger.DEVBOX_DELETE: self._delete_devbox,
+                Trigger.RUNTIME_STOP: self._stop_runtime,
+            }[Trigger(job["trigger"])]
             handler(job, attempt.abort, now)
         except PreconditionGone as exc:
             self._finish([job], JobState.CANCELLED, now, note=f"cancelled: {exc}")
@@ -229,8 +300,9 @@ class CleanupWorker:
                 log.debug("cleanup job %s crashed", job["id"], exc_info=True)
             self._retry(job, _describe(exc, attempt.abort), now)
             if not _is_integration_error(exc):
-                self.streaks.failed(streak_subject(job["trigger"]), _describe(exc, attempt.abort),
-                                    now=now)
+                self.streaks.failed(
+                    streak_subject(job["trigger"]), _describe(exc, attempt.abort), now=now
+                )
         else:
             self._finish([job], JobState.SUCCEEDED, now)
             self.streaks.succeeded(streak_subject(job["trigger"]), now=now)
@@ -258,8 +330,9 @@ class CleanupWorker:
             self._require_devbox().pause(snap["devboxId"], namespace=snap["namespace"], abort=abort)
         except NotFound:
             pass  # gone: nothing is left running
-        self.db.one("task_mark_devbox_paused", task_id=snap["taskId"], devbox_id=snap["devboxId"],
-                    now=now)
+        self.db.one(
+            "task_mark_devbox_paused", task_id=snap["taskId"], devbox_id=snap["devboxId"], now=now
+        )
 
     def _delete_devbox(self, job: dict, abort: AbortSignal, now: datetime | None) -> None:
         snap = job["snapshot"]
@@ -281,7 +354,9 @@ class CleanupWorker:
         if row is None or row["status"] == "stopped":
             return  # released meanwhile
         try:
-            runtimes.release_confirmed(self.db, row, stop_timeout_s=self.settings.runtime_stop_timeout_s)
+            runtimes.release_confirmed(
+                self.db, row, stop_timeout_s=self.settings.runtime_stop_timeout_s
+            )
         except StopUnconfirmed as exc:
             self.db.one("runtime_mark_stop_failed", runtime_id=runtime_id, error=str(exc))
             raise
@@ -304,8 +379,9 @@ class CleanupWorker:
             attempt = self._attempt(job)
             try:
                 try:
-                    self._require_devbox().delete(job["devbox_id"], namespace=job["namespace"],
-                                                  abort=attempt.abort)
+                    self._require_devbox().delete(
+                        job["devbox_id"], namespace=job["namespace"], abort=attempt.abort
+                    )
                 except NotFound:
                     pass  # already gone counts as deleted
                 if not job["task_exists"]:  # otherwise its runtime row goes with the task row
@@ -313,11 +389,11 @@ class CleanupWorker:
             except Exception as exc:
                 if not _is_integration_error(exc) and not isinstance(exc, Aborted):
                     log.debug("purge job %s: devbox delete crashed", job["id"], exc_info=True)
-                self._retry(job, f"devbox {job['devbox_id']} delete: "
-                                 f"{_describe(exc, attempt.abort)}", now)
+                self._retry(
+                    job, f"devbox {job['devbox_id']} delete: {_describe(exc, attempt.abort)}", now
+                )
                 if not _is_integration_error(exc):
-                    self.streaks.failed("retention_purge", _describe(exc, attempt.abort),
-                                        now=now)
+                    self.streaks.failed("retention_purge", _describe(exc, attempt.abort), now=now)
             else:
                 ready.append(job)
             finally:
@@ -327,19 +403,31 @@ class CleanupWorker:
             self._pool.spawn(devbox_step, job)
         self._pool.join()
         if ready:
-            outcomes = {r["outcome"]: r["n"] for r in self.db.all(
-                "cleanup_job_purge_claimed", job_ids=[j["id"] for j in ready],
-                attempts=[j["attempts"] for j in ready], retention_s=retention_s, now=now)}
+            outcomes = {
+                r["outcome"]: r["n"]
+                for r in self.db.all(
+                    "cleanup_job_purge_claimed",
+                    job_ids=[j["id"] for j in ready],
+                    attempts=[j["attempts"] for j in ready],
+                    retention_s=retention_s,
+                    now=now,
+                )
+            }
             if outcomes.get("purged"):
-                log.info("retention purge: %d task(s) deleted after their devbox",
-                         outcomes["purged"])
+                log.info(
+                    "retention purge: %d task(s) deleted after their devbox", outcomes["purged"]
+                )
 
     # -- local runtimes of this process -----------------------------------------------------------
     def release_runtimes(self, task_id: UUID | None = None) -> int:
         """Stop the local process groups this process started (of one task, or all); how many
         stops were confirmed."""
-        return runtimes.release_owned(self.db, self.owner, task_id=task_id,
-                                      stop_timeout_s=self.settings.runtime_stop_timeout_s)
+        return runtimes.release_owned(
+            self.db,
+            self.owner,
+            task_id=task_id,
+            stop_timeout_s=self.settings.runtime_stop_timeout_s,
+        )
 
     def reconcile(self, now: datetime | None = None) -> dict:
         """Startup reconciliation of the rows other engine runtimes left on this host."""

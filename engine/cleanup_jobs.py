@@ -8,6 +8,7 @@ each destructive step, and finishes with writes guarded on (state, attempts). A 
 retry ladder; the 8th failure is terminal `failed` and is never claimed again (the reaper mints a
 fresh job for a purge or pause still due after FAILED_JOB_COOLDOWN_S).
 """
+
 import logging
 from datetime import datetime
 from enum import StrEnum
@@ -67,21 +68,54 @@ class JobState(StrEnum):
 
 
 def _runtime_snapshot(row: dict) -> dict:
-    keys = ("id", "task_id", "namespace", "kind", "liveness", "label", "host", "owner",
-            "owner_pid", "owner_start_ticks", "boot_id", "pid", "pgid", "start_ticks", "remote_id")
-    return {"runtime": {k: (str(row[k]) if isinstance(row.get(k), UUID) else row.get(k))
-                        for k in keys}}
+    keys = (
+        "id",
+        "task_id",
+        "namespace",
+        "kind",
+        "liveness",
+        "label",
+        "host",
+        "owner",
+        "owner_pid",
+        "owner_start_ticks",
+        "boot_id",
+        "pid",
+        "pgid",
+        "start_ticks",
+        "remote_id",
+    )
+    return {
+        "runtime": {k: (str(row[k]) if isinstance(row.get(k), UUID) else row.get(k)) for k in keys}
+    }
 
 
-def enqueue(db: Database, trigger: Trigger, operation_id: str, snapshot: dict, *,
-            task_id=None, namespace: str | None = None, host: str | None = None,
-            needs_devbox: bool = False, now: datetime | None = None) -> dict:
+def enqueue(
+    db: Database,
+    trigger: Trigger,
+    operation_id: str,
+    snapshot: dict,
+    *,
+    task_id=None,
+    namespace: str | None = None,
+    host: str | None = None,
+    needs_devbox: bool = False,
+    now: datetime | None = None,
+) -> dict:
     """Record a cleanup intent; an open (or terminally failed) job of the same operation is
     returned instead of a new one (its `created` is False)."""
     for _ in range(2):  # a concurrent enqueue can win the unique index between our read and insert
-        row = db.one("cleanup_job_enqueue", operation_id=operation_id, trigger=str(trigger),
-                     task_id=task_id, namespace=namespace, snapshot=snapshot, host=host,
-                     needs_devbox=needs_devbox, now=now)
+        row = db.one(
+            "cleanup_job_enqueue",
+            operation_id=operation_id,
+            trigger=str(trigger),
+            task_id=task_id,
+            namespace=namespace,
+            snapshot=snapshot,
+            host=host,
+            needs_devbox=needs_devbox,
+            now=now,
+        )
         if row is not None:
             return row
     raise RuntimeError(f"could not enqueue cleanup job {operation_id}")
@@ -89,17 +123,36 @@ def enqueue(db: Database, trigger: Trigger, operation_id: str, snapshot: dict, *
 
 def enqueue_runtime_stop(db: Database, row: dict, *, now: datetime | None = None) -> dict:
     """A durable stop of one local runtime, runnable only by a worker on its host."""
-    return enqueue(db, Trigger.RUNTIME_STOP, f"runtime_stop:{row['id']}", _runtime_snapshot(row),
-                   task_id=row["task_id"], namespace=row["namespace"], host=row["host"], now=now)
+    return enqueue(
+        db,
+        Trigger.RUNTIME_STOP,
+        f"runtime_stop:{row['id']}",
+        _runtime_snapshot(row),
+        task_id=row["task_id"],
+        namespace=row["namespace"],
+        host=row["host"],
+        now=now,
+    )
 
 
-def enqueue_devbox_delete(db: Database, devbox_id: str, *, namespace: str, task_id=None,
-                          now: datetime | None = None) -> dict:
+def enqueue_devbox_delete(
+    db: Database, devbox_id: str, *, namespace: str, task_id=None, now: datetime | None = None
+) -> dict:
     """A durable delete of a devbox (re-checked against active tasks before it runs)."""
-    return enqueue(db, Trigger.DEVBOX_DELETE, f"devbox_delete:{namespace}:{devbox_id}",
-                   {"devboxId": devbox_id, "namespace": namespace,
-                    "taskId": str(task_id) if task_id else None},
-                   task_id=task_id, namespace=namespace, needs_devbox=True, now=now)
+    return enqueue(
+        db,
+        Trigger.DEVBOX_DELETE,
+        f"devbox_delete:{namespace}:{devbox_id}",
+        {
+            "devboxId": devbox_id,
+            "namespace": namespace,
+            "taskId": str(task_id) if task_id else None,
+        },
+        task_id=task_id,
+        namespace=namespace,
+        needs_devbox=True,
+        now=now,
+    )
 
 
 def streak_subject(trigger: Trigger | str) -> str:
@@ -109,28 +162,50 @@ def streak_subject(trigger: Trigger | str) -> str:
     return f"cleanup:{trigger}"
 
 
-def enqueue_devbox_pauses(db: Database, *, limit: int = DEVBOX_PAUSE_BATCH,
-                          grace_s: float = DEVBOX_PAUSE_GRACE_S, streaks: Streaks | None = None,
-                          now: datetime | None = None) -> int:
+def enqueue_devbox_pauses(
+    db: Database,
+    *,
+    limit: int = DEVBOX_PAUSE_BATCH,
+    grace_s: float = DEVBOX_PAUSE_GRACE_S,
+    streaks: Streaks | None = None,
+    now: datetime | None = None,
+) -> int:
     """Reaper: a pause job per finished task whose devbox was never paused; how many."""
-    rows = db.all("cleanup_job_enqueue_devbox_pauses", limit=limit, grace_s=grace_s,
-                  cooldown_s=FAILED_JOB_COOLDOWN_S, now=now)
+    rows = db.all(
+        "cleanup_job_enqueue_devbox_pauses",
+        limit=limit,
+        grace_s=grace_s,
+        cooldown_s=FAILED_JOB_COOLDOWN_S,
+        now=now,
+    )
     _report_refailing(Trigger.DEVBOX_PAUSE, rows, streaks, now)
     return len(rows)
 
 
-def enqueue_purges(db: Database, *, retention_s: float, limit: int,
-                   streaks: Streaks | None = None, now: datetime | None = None) -> int:
+def enqueue_purges(
+    db: Database,
+    *,
+    retention_s: float,
+    limit: int,
+    streaks: Streaks | None = None,
+    now: datetime | None = None,
+) -> int:
     """A purge job per finished task past retention (oldest first); how many. The reaper starts a
     drain with a few; the worker goes on with a batch per pass while it finds more."""
-    rows = db.all("cleanup_job_enqueue_purges", retention_s=retention_s, limit=limit,
-                  cooldown_s=FAILED_JOB_COOLDOWN_S, now=now)
+    rows = db.all(
+        "cleanup_job_enqueue_purges",
+        retention_s=retention_s,
+        limit=limit,
+        cooldown_s=FAILED_JOB_COOLDOWN_S,
+        now=now,
+    )
     _report_refailing(Trigger.RETENTION_PURGE, rows, streaks, now)
     return len(rows)
 
 
-def _report_refailing(trigger: Trigger, rows: list[dict], streaks: Streaks | None,
-                      now: datetime | None) -> None:
+def _report_refailing(
+    trigger: Trigger, rows: list[dict], streaks: Streaks | None, now: datetime | None
+) -> None:
     """A fresh job minted where an earlier one failed for good is a persistent failure: say so,
     and record it in the trigger's failure streak (integration errors, e.g. a devbox outage, do
     not count per attempt, so without this the streak would never show it). The failed jobs
@@ -138,9 +213,17 @@ def _report_refailing(trigger: Trigger, rows: list[dict], streaks: Streaks | Non
     streak."""
     again = sum(1 for r in rows if r["after_failure"])
     if again:
-        log.warning("%s: %d job(s) enqueued again after an earlier job failed %d attempts "
-                    "(see cleanup_jobs in state failed)", trigger, again, MAX_ATTEMPTS)
+        log.warning(
+            "%s: %d job(s) enqueued again after an earlier job failed %d attempts "
+            "(see cleanup_jobs in state failed)",
+            trigger,
+            again,
+            MAX_ATTEMPTS,
+        )
         if streaks is not None:
-            streaks.failed(streak_subject(trigger),
-                           f"{again} job(s) failed {MAX_ATTEMPTS} attempts and were enqueued "
-                           f"again (see cleanup_jobs in state failed)", now=now)
+            streaks.failed(
+                streak_subject(trigger),
+                f"{again} job(s) failed {MAX_ATTEMPTS} attempts and were enqueued "
+                f"again (see cleanup_jobs in state failed)",
+                now=now,
+            )

@@ -1,4 +1,5 @@
 """Configuration from environment variables (documented in README.md)."""
+
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path

@@ -1,4 +1,5 @@
 """PostgreSQL access: the pool, named-query execution, error translation, embedded server."""
+
 import logging
 import os
 from pathlib import Path
@@ -34,8 +35,15 @@ class Database:
     goes straight to PostgreSQL (`listen_url`).
     """
 
-    def __init__(self, url: str, *, max_size: int = 20, listen_url: str | None = None,
-                 pooler: str = "", link_timeout_s: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int = 20,
+        listen_url: str | None = None,
+        pooler: str = "",
+        link_timeout_s: float | None = None,
+    ):
         if pooler not in POOLERS:
             raise ValueError(f"DB_POOLER must be one of {sorted(POOLERS)}")
         self.url = link_options(url, link_timeout_s)
@@ -46,7 +54,8 @@ class Database:
             # statement prepared on one is unknown on the next (psycopg docs, "PgBouncer").
             kwargs["prepare_threshold"] = None
         self.pool = ConnectionPool(
-            self.url, min_size=1, max_size=max_size, open=False, name="engine", kwargs=kwargs)
+            self.url, min_size=1, max_size=max_size, open=False, name="engine", kwargs=kwargs
+        )
 
     def open(self) -> None:
         self.pool.open(wait=True, timeout=30)
@@ -132,9 +141,14 @@ def link_options(url: str, timeout_s: float | None) -> str:
         return url
     info = psycopg.conninfo.conninfo_to_dict(url)
     third = max(1, int(timeout_s / 3))
-    defaults = {"connect_timeout": max(2, int(timeout_s)), "keepalives": 1,
-                "keepalives_idle": third, "keepalives_interval": max(1, third // 2),
-                "keepalives_count": 2, "tcp_user_timeout": int(timeout_s * 1000)}
+    defaults = {
+        "connect_timeout": max(2, int(timeout_s)),
+        "keepalives": 1,
+        "keepalives_idle": third,
+        "keepalives_interval": max(1, third // 2),
+        "keepalives_count": 2,
+        "tcp_user_timeout": int(timeout_s * 1000),
+    }
     for key, value in defaults.items():
         info.setdefault(key, value)
     return psycopg.conninfo.make_conninfo(**info)
@@ -163,7 +177,9 @@ def ensure_database(admin_url: str, name: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             try:
-                conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+                conn.execute(
+                    psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name))
+                )
             except psycopg.errors.DuplicateDatabase:
                 pass  # another process created it first
 

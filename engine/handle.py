@@ -1,4 +1,5 @@
 """TaskHandle: the runner's only capability surface. Every write is fenced on the lease epoch."""
+
 import logging
 from uuid import UUID
 
@@ -24,9 +25,18 @@ class TaskHandle:
     Everything written is scrubbed of this run's known secret values first.
     """
 
-    def __init__(self, db: Database, task_id: UUID, *, epoch: int, owner: str,
-                 abort: AbortSignal, secret_values: list[str] = (), live=None,
-                 runtime_stop_timeout_s: float = 5.0):
+    def __init__(
+        self,
+        db: Database,
+        task_id: UUID,
+        *,
+        epoch: int,
+        owner: str,
+        abort: AbortSignal,
+        secret_values: list[str] = (),
+        live=None,
+        runtime_stop_timeout_s: float = 5.0,
+    ):
         self.db = db
         self.task_id = task_id
         self.epoch = epoch
@@ -71,8 +81,13 @@ class TaskHandle:
     # -- fenced writes -----------------------------------------------------------------------
     def emit_event(self, kind: str, payload: dict | None = None) -> None:
         """Append an event to the task's history."""
-        row = self.db.one("event_append_if_held", kind=kind, abort=self._live_abort(),
-                          payload=self._scrub(payload or {}), **self._fence())
+        row = self.db.one(
+            "event_append_if_held",
+            kind=kind,
+            abort=self._live_abort(),
+            payload=self._scrub(payload or {}),
+            **self._fence(),
+        )
         if row is None:
             self._lost()
 
@@ -88,8 +103,12 @@ class TaskHandle:
         if status is not None:
             self._move(status, phase=phase)
         elif phase is not None:
-            if self.db.one("task_set_phase_if_held", phase=phase, abort=self._live_abort(),
-                           **self._fence()) is None:
+            if (
+                self.db.one(
+                    "task_set_phase_if_held", phase=phase, abort=self._live_abort(), **self._fence()
+                )
+                is None
+            ):
                 self._lost()
 
     def set_artifacts(self, **patch) -> None:
@@ -98,34 +117,70 @@ class TaskHandle:
             self.planned = list(patch["plannedResources"])
         if "appliedResources" in patch:
             self.applied = list(patch["appliedResources"])
-        if self.db.one("task_merge_artifacts_if_held", patch=self._scrub(patch),
-                       abort=self._live_abort(), **self._fence()) is None:
+        if (
+            self.db.one(
+                "task_merge_artifacts_if_held",
+                patch=self._scrub(patch),
+                abort=self._live_abort(),
+                **self._fence(),
+            )
+            is None
+        ):
             self._lost()
 
     def strip_source_keys(self, field: str, names: list[str]) -> None:
         """Remove these keys from the persisted source's `field` map and record their names on
         sensitive_keys, so clones re-ask them (a runner's re-scrub: it can only remove)."""
-        if self.db.one("task_strip_source_keys_if_held", field=field, names=sorted(names),
-                       abort=self._live_abort(), **self._fence()) is None:
+        if (
+            self.db.one(
+                "task_strip_source_keys_if_held",
+                field=field,
+                names=sorted(names),
+                abort=self._live_abort(),
+                **self._fence(),
+            )
+            is None
+        ):
             self._lost()
 
-    def start_local_process(self, argv: list[str], *, label: str | None = None,
-                            resume: dict | None = None, **popen_kwargs) -> runtimes.LocalProcess:
+    def start_local_process(
+        self,
+        argv: list[str],
+        *,
+        label: str | None = None,
+        resume: dict | None = None,
+        **popen_kwargs,
+    ) -> runtimes.LocalProcess:
         """Start argv in a process group of its own, recorded as a task runtime (fenced) before it
         is used; `resume` is kept past its death for a later run. Stop it with `.stop()` or
         `.wait(abort)`; whatever still runs when the run ends is stopped by the engine."""
         self.abort.raise_if_aborted()
         process = runtimes.start_local_runtime(
-            self.db, self.task_id, epoch=self.epoch, owner=self.owner, argv=argv, label=label,
-            resume=resume, stop_timeout_s=self.runtime_stop_timeout_s, **popen_kwargs)
+            self.db,
+            self.task_id,
+            epoch=self.epoch,
+            owner=self.owner,
+            argv=argv,
+            label=label,
+            resume=resume,
+            stop_timeout_s=self.runtime_stop_timeout_s,
+            **popen_kwargs,
+        )
         if process is None:
             self._lost()
         return process
 
     def record_devbox(self, devbox_id: str) -> None:
         """Record the task's devbox before using it, so the engine can pause it if this run dies."""
-        if self.db.one("task_set_devbox_if_held", devbox_id=devbox_id, abort=self._live_abort(),
-                       **self._fence()) is None:
+        if (
+            self.db.one(
+                "task_set_devbox_if_held",
+                devbox_id=devbox_id,
+                abort=self._live_abort(),
+                **self._fence(),
+            )
+            is None
+        ):
             self._lost()
 
     def devbox_paused(self, devbox_id: str) -> None:
@@ -149,18 +204,38 @@ class TaskHandle:
         """-> cancelled, itemizing what was applied (nothing, partially, fully). Deletes nothing."""
         applied_names = {(r["kind"], r["name"]) for r in self.applied}
         not_applied = [r for r in self.planned if (r["kind"], r["name"]) not in applied_names]
-        extent = ("nothing" if not self.applied else "fully" if not not_applied else "partially")
-        self.set_artifacts(cancellation={"applied": extent, "appliedResources": self.applied,
-                                         "notAppliedResources": not_applied})
-        self._move(Status.CANCELLED, reason="cancel_acknowledged",
-                   message=f"cancelled; {extent} applied")
+        extent = "nothing" if not self.applied else "fully" if not not_applied else "partially"
+        self.set_artifacts(
+            cancellation={
+                "applied": extent,
+                "appliedResources": self.applied,
+                "notAppliedResources": not_applied,
+            }
+        )
+        self._move(
+            Status.CANCELLED, reason="cancel_acknowledged", message=f"cancelled; {extent} applied"
+        )
 
     # -- internals -----------------------------------------------------------------------------
-    def _move(self, to: Status, *, reason: str | None = None, message: str | None = None,
-              phase: str | None = None) -> None:
-        moved = transition(self.db, self.task_id, to, reason=reason, message=message, phase=phase,
-                           guard=Guard(expect_epoch=self.epoch, expect_owner=self.owner),
-                           actor="runner", abort=self._live_abort())
+    def _move(
+        self,
+        to: Status,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        phase: str | None = None,
+    ) -> None:
+        moved = transition(
+            self.db,
+            self.task_id,
+            to,
+            reason=reason,
+            message=message,
+            phase=phase,
+            guard=Guard(expect_epoch=self.epoch, expect_owner=self.owner),
+            actor="runner",
+            abort=self._live_abort(),
+        )
         if not moved:
             self._lost()
         if to is not Status.APPLYING:
@@ -179,7 +254,7 @@ class TaskHandle:
     def _bounded(self, text: str, limit: int) -> str:
         """Scrubbed, THEN cut: cutting first could leave a secret's prefix behind."""
         text = self._scrub(str(text))
-        return text if len(text) <= limit else text[:limit - 3] + "..."
+        return text if len(text) <= limit else text[: limit - 3] + "..."
 
     def _lost(self):
         self.abort.abort(LEASE_LOST)

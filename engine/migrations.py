@@ -6,6 +6,7 @@ cleanup workers can neither deadlock with them nor make them wait. Only when som
 does it take the advisory lock, re-read the ledger (another boot may have just finished) and apply
 each pending file in numeric order, each in its own transaction together with its ledger row.
 """
+
 import logging
 import re
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class Migration:
 @dataclass(frozen=True)
 class MigrationState:
     """One migration as a database sees it: applied_at None means pending."""
+
     version: int
     name: str
     applied_at: datetime | None = None
@@ -61,22 +63,29 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
             raise RuntimeError(f"migration file {path.name} is not named NNNN_name.sql")
         version = int(match.group(1))
         if version in found:
-            raise RuntimeError(f"two migrations numbered {version:04d}: "
-                               f"{found[version].path.name}, {path.name}")
+            raise RuntimeError(
+                f"two migrations numbered {version:04d}: {found[version].path.name}, {path.name}"
+            )
         found[version] = Migration(version, match.group(2), path)
     return [found[v] for v in sorted(found)]
 
 
 def status(url: str, directory: Path = MIGRATIONS_DIR) -> list[MigrationState]:
-    """Every known migration with when it was applied (None: pending), plus unknown recorded ones."""
+    """Every known migration with when it was applied (None: pending), and unknown recorded ones."""
     with _connect(url) as conn:
         recorded = _recorded(conn)
     files = {m.version: m for m in discover(directory)}
-    states = [MigrationState(m.version, m.name, recorded[v]["applied_at"], recorded[v]["adopted"])
-              if v in recorded else MigrationState(m.version, m.name)
-              for v, m in files.items()]
-    states += [MigrationState(v, r["name"], r["applied_at"], r["adopted"], unknown=True)
-               for v, r in recorded.items() if v not in files]
+    states = [
+        MigrationState(m.version, m.name, recorded[v]["applied_at"], recorded[v]["adopted"])
+        if v in recorded
+        else MigrationState(m.version, m.name)
+        for v, m in files.items()
+    ]
+    states += [
+        MigrationState(v, r["name"], r["applied_at"], r["adopted"], unknown=True)
+        for v, r in recorded.items()
+        if v not in files
+    ]
     return sorted(states, key=lambda s: s.version)
 
 
@@ -107,16 +116,21 @@ def _apply_pending(conn: psycopg.Connection, migrations: list[Migration]) -> lis
             if state["has_schema"]:
                 # Created by the schema file that ran at every boot before migrations existed.
                 initial = next(m for m in migrations if m.version == INITIAL_VERSION)
-                conn.execute(queries["schema_migrations_record"], {
-                    "version": initial.version, "name": initial.name, "adopted": True})
-                log.info("adopted an existing schema as migration %04d_%s",
-                         initial.version, initial.name)
+                conn.execute(
+                    queries["schema_migrations_record"],
+                    {"version": initial.version, "name": initial.name, "adopted": True},
+                )
+                log.info(
+                    "adopted an existing schema as migration %04d_%s", initial.version, initial.name
+                )
     applied = []
     for migration in _pending(conn, migrations):  # re-read: another boot may have applied some
         with conn.transaction():
             conn.execute(migration.sql)
-            conn.execute(queries["schema_migrations_record"], {
-                "version": migration.version, "name": migration.name, "adopted": False})
+            conn.execute(
+                queries["schema_migrations_record"],
+                {"version": migration.version, "name": migration.name, "adopted": False},
+            )
         log.info("applied migration %04d_%s", migration.version, migration.name)
         applied.append(migration)
     return applied
@@ -134,5 +148,6 @@ def _recorded(conn: psycopg.Connection) -> dict[int, dict]:
 
 
 def _connect(url: str) -> psycopg.Connection:
-    return psycopg.connect(url, autocommit=True, row_factory=dict_row,
-                           application_name=APPLICATION_NAME)
+    return psycopg.connect(
+        url, autocommit=True, row_factory=dict_row, application_name=APPLICATION_NAME
+    )

@@ -6,6 +6,7 @@ these wrappers instead. A call that raises is a failure of its integration (metr
 (`NotFound`) or a document the cluster refused (`ApplyError`: the user's manifest, not an outage).
 An abort is neither a failure nor a success.
 """
+
 import dataclasses
 import inspect
 import time
@@ -29,8 +30,15 @@ ANSWERS = (NotFound, ApplyError)
 class Observed:
     """Wraps one integration client; attribute access passes through to it."""
 
-    def __init__(self, target, *, integration: str, subject: str, streaks: Streaks,
-                 secret_values: list[str] | None = None):
+    def __init__(
+        self,
+        target,
+        *,
+        integration: str,
+        subject: str,
+        streaks: Streaks,
+        secret_values: list[str] | None = None,
+    ):
         self._target = target
         self._integration = integration
         self._subject = subject
@@ -54,6 +62,7 @@ class Observed:
                 return self._stream(name, start, result)
             self._settle(name, start, None)
             return result
+
         return call
 
     def __repr__(self) -> str:
@@ -77,23 +86,32 @@ class Observed:
             self._streaks.succeeded(self._subject)
         elif isinstance(error, Exception):
             metrics.INTEGRATION_ERRORS.labels(**labels).inc()
-            self._streaks.failed(self._subject, secrets.scrub(
-                f"{type(error).__name__}: {error}", self._secret_values))
+            self._streaks.failed(
+                self._subject,
+                secrets.scrub(f"{type(error).__name__}: {error}", self._secret_values),
+            )
 
 
 def observe_integrations(integrations: Integrations, streaks: Streaks) -> Integrations:
-    """The same integrations with devbox and gateway calls observed (clusters: `observe_cluster`)."""
+    """The same integrations, devbox and gateway calls observed (clusters: `observe_cluster`)."""
     replaced = {}
     for name in ("devbox", "gateway"):
         target = getattr(integrations, name)
         if target is not None and not isinstance(target, Observed):
-            replaced[name] = Observed(target, integration=name, subject=f"integration:{name}",
-                                      streaks=streaks)
+            replaced[name] = Observed(
+                target, integration=name, subject=f"integration:{name}", streaks=streaks
+            )
     return dataclasses.replace(integrations, **replaced)
 
 
-def observe_cluster(cluster, namespace: str, streaks: Streaks,
-                    secret_values: list[str]) -> Observed:
+def observe_cluster(
+    cluster, namespace: str, streaks: Streaks, secret_values: list[str]
+) -> Observed:
     """A run's cluster client, observed under the namespace whose credentials it uses."""
-    return Observed(cluster, integration="cluster", subject=f"integration:cluster:{namespace}",
-                    streaks=streaks, secret_values=secret_values)
+    return Observed(
+        cluster,
+        integration="cluster",
+        subject=f"integration:cluster:{namespace}",
+        streaks=streaks,
+        secret_values=secret_values,
+    )

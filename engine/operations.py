@@ -4,6 +4,7 @@ use case every surface uses, give a failed cleanup job a fresh attempt budget, r
 Nothing here writes a status: a cancel goes through `actions.cancel_task` (and so through the
 one guarded transition), like any user's.
 """
+
 from uuid import UUID
 
 from engine import actions
@@ -32,12 +33,22 @@ class CleanupJobNotFound(DomainError):
     code = "cleanup_job_not_found"
 
 
-def list_tasks(runtime: EngineRuntime, *, namespace: str | None = None,
-               project_id: str | None = None, statuses: list[str] | None = None,
-               limit: int = 50) -> list[dict]:
+def list_tasks(
+    runtime: EngineRuntime,
+    *,
+    namespace: str | None = None,
+    project_id: str | None = None,
+    statuses: list[str] | None = None,
+    limit: int = 50,
+) -> list[dict]:
     """The newest tasks across namespaces (snapshots)."""
-    rows = runtime.db.all("task_list_for_operator", namespace=namespace, project_id=project_id,
-                          statuses=statuses or None, limit=limit)
+    rows = runtime.db.all(
+        "task_list_for_operator",
+        namespace=namespace,
+        project_id=project_id,
+        statuses=statuses or None,
+        limit=limit,
+    )
     return [dto.snapshot(r) for r in rows]
 
 
@@ -46,9 +57,16 @@ def show_task(runtime: EngineRuntime, task_id: UUID) -> dict:
     row = runtime.db.one("task_get_any_namespace", task_id=task_id)
     if row is None:
         raise TaskNotFound()
-    events = [dto.event(e) for e in runtime.db.all(
-        "event_list_for_task", task_id=task_id, namespace=row["namespace"], after_seq=0,
-        limit=EVENTS_SHOWN)]
+    events = [
+        dto.event(e)
+        for e in runtime.db.all(
+            "event_list_for_task",
+            task_id=task_id,
+            namespace=row["namespace"],
+            after_seq=0,
+            limit=EVENTS_SHOWN,
+        )
+    ]
     snapshot = dto.snapshot(row)
     return {"snapshot": snapshot, "events": events, "explanation": explain(snapshot, events)}
 
@@ -62,11 +80,14 @@ def cancel_task(runtime: EngineRuntime, task_id: UUID) -> dict:
     return dto.snapshot(actions.cancel_task(runtime, identity, task_id))
 
 
-def list_cleanup_jobs(runtime: EngineRuntime, *, states: list[str] | None = None,
-                      limit: int = 50) -> list[dict]:
+def list_cleanup_jobs(
+    runtime: EngineRuntime, *, states: list[str] | None = None, limit: int = 50
+) -> list[dict]:
     """The newest cleanup jobs, optionally of some states."""
-    return [cleanup_job(r) for r in runtime.db.all("cleanup_job_list", states=states or None,
-                                                   limit=limit)]
+    return [
+        cleanup_job(r)
+        for r in runtime.db.all("cleanup_job_list", states=states or None, limit=limit)
+    ]
 
 
 def retry_cleanup_job(runtime: EngineRuntime, job_id: int) -> dict:
@@ -81,11 +102,18 @@ def retry_cleanup_job(runtime: EngineRuntime, job_id: int) -> dict:
 
 def cleanup_job(row: dict) -> dict:
     """A cleanup job as operators read it (the snapshot holds handles, never secrets)."""
-    return {"id": row["id"], "trigger": str(row["trigger"]), "state": str(row["state"]),
-            "operationId": row["operation_id"], "taskId": _str(row["task_id"]),
-            "namespace": row["namespace"], "attempts": row["attempts"],
-            "nextAttemptAt": _iso(row["next_attempt_at"]), "lastError": row["last_error"],
-            "updatedAt": _iso(row["updated_at"])}
+    return {
+        "id": row["id"],
+        "trigger": str(row["trigger"]),
+        "state": str(row["state"]),
+        "operationId": row["operation_id"],
+        "taskId": _str(row["task_id"]),
+        "namespace": row["namespace"],
+        "attempts": row["attempts"],
+        "nextAttemptAt": _iso(row["next_attempt_at"]),
+        "lastError": row["last_error"],
+        "updatedAt": _iso(row["updated_at"]),
+    }
 
 
 def list_streaks(runtime: EngineRuntime) -> list[dict]:
@@ -93,13 +121,18 @@ def list_streaks(runtime: EngineRuntime) -> list[dict]:
     items = []
     for row in runtime.streaks.current():
         age_s = row["age"].total_seconds()
-        items.append({
-            "subject": row["subject"], "consecutiveFailures": row["consecutive_failures"],
-            "firstFailureAt": row["first_failure_at"].isoformat(),
-            "lastFailureAt": row["last_failure_at"].isoformat(),
-            "lastError": row["last_error"], "lastOwner": row["last_owner"],
-            "ageSeconds": round(age_s), "persistent": age_s >= PERSISTENT_AFTER_S,
-        })
+        items.append(
+            {
+                "subject": row["subject"],
+                "consecutiveFailures": row["consecutive_failures"],
+                "firstFailureAt": row["first_failure_at"].isoformat(),
+                "lastFailureAt": row["last_failure_at"].isoformat(),
+                "lastError": row["last_error"],
+                "lastOwner": row["last_owner"],
+                "ageSeconds": round(age_s),
+                "persistent": age_s >= PERSISTENT_AFTER_S,
+            }
+        )
     return items
 
 

@@ -4,6 +4,7 @@ A group is identified by its leader's pid, pgid and start time (and the boot), s
 never mistaken for it. Nothing here touches storage: engine/runtimes.py records groups as
 `task_runtimes` rows.
 """
+
 import os
 import signal
 import socket
@@ -33,7 +34,6 @@ class StopUnconfirmed(Exception):
     """A process group could not be confirmed stopped (retryable)."""
 
 
-
 @dataclass(frozen=True)
 class ProcessIdentity:
     """Enough to find a process group again and to tell it from a reused pid."""
@@ -47,8 +47,12 @@ class ProcessIdentity:
 
     @classmethod
     def of_row(cls, row: dict) -> "ProcessIdentity | None":
-        if row.get("liveness") != "process" or None in (row.get("pid"), row.get("pgid"),
-                                                        row.get("start_ticks"), row.get("boot_id")):
+        if row.get("liveness") != "process" or None in (
+            row.get("pid"),
+            row.get("pgid"),
+            row.get("start_ticks"),
+            row.get("boot_id"),
+        ):
             return None
         return cls(row["host"], row["boot_id"], row["pid"], row["pgid"], row["start_ticks"])
 
@@ -74,7 +78,7 @@ def _stat(pid: int) -> _Stat | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # comm may hold spaces and parentheses: the fields start after the last ')'.
-    fields = raw[raw.rindex(")") + 2:].split()
+    fields = raw[raw.rindex(")") + 2 :].split()
     return _Stat(state=fields[0], pgrp=int(fields[2]), start_ticks=int(fields[19]))
 
 
@@ -94,8 +98,9 @@ def group_members(pgid: int, *, started_since: int = 0) -> list[int]:
     return members
 
 
-def process_liveness(host: str, boot: str | None, pid: int | None,
-                     start_ticks: int | None) -> Liveness:
+def process_liveness(
+    host: str, boot: str | None, pid: int | None, start_ticks: int | None
+) -> Liveness:
     """Whether one recorded process (not a group) still runs here."""
     if host != HOST or None in (boot, pid, start_ticks):
         return Liveness.UNKNOWN
@@ -167,8 +172,9 @@ def _wait_gone(identity: ProcessIdentity, timeout_s: float) -> bool:
     return True
 
 
-def stop_group(identity: ProcessIdentity, *, timeout_s: float,
-               kill_wait_s: float = KILL_CONFIRM_S) -> str:
+def stop_group(
+    identity: ProcessIdentity, *, timeout_s: float, kill_wait_s: float = KILL_CONFIRM_S
+) -> str:
     """SIGTERM to the whole group, SIGKILL after `timeout_s`, then confirm no member is left.
 
     Returns "absent" (already gone), "terminated" or "killed"; raises StopUnconfirmed when a
@@ -189,7 +195,6 @@ def stop_group(identity: ProcessIdentity, *, timeout_s: float,
         return "killed"
     left = group_members(identity.pgid, started_since=identity.start_ticks)
     raise StopUnconfirmed(f"process group {identity.pgid}: {len(left)} member(s) survived SIGKILL")
-
 
 
 @lru_cache(maxsize=1)

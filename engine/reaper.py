@@ -1,5 +1,6 @@
 """The reaper: resolves what no live runner will. Every sweep is a guarded CAS, so several
 processes sweeping at once is harmless; every verdict records a task event."""
+
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,21 +42,56 @@ class Reaper:
         """The sweeps, in the order they run (a pending cancel outranks a failure)."""
         s = self.settings
         return [
-            _Sweep("cancel_deadline", "task_list_ids_cancel_overdue", "cancel_ack_deadline_s",
-                   Status.CANCELLED, LEASED_SOURCES, Guard(cancel_older_than_s=s.cancel_ack_deadline_s),
-                   "cancel_deadline", "cancel was not acknowledged in time; cancelled by the engine"),
-            _Sweep("lease_expired_cancel", "task_list_ids_lease_expired", None, Status.CANCELLED, LEASED_SOURCES,
-                   Guard(if_lease_expired=True, if_cancel_pending=True),
-                   "cancel_acknowledged", "the run's process is gone; the pending cancel resolves it"),
-            _Sweep("run_timeout", "task_list_ids_run_overdue", "max_run_s", Status.FAILED, LEASED_SOURCES,
-                   Guard(claimed_older_than_s=s.max_run_s), "timeout",
-                   f"the run exceeded the maximum duration of {s.max_run_s:g}s"),
-            _Sweep("lease_expired", "task_list_ids_lease_expired", None, Status.FAILED, LEASED_SOURCES,
-                   Guard(if_lease_expired=True, if_cancel_pending=False), "interrupted",
-                   "the server running this deployment stopped"),
-            _Sweep("never_started", "task_list_ids_queued_overdue", "queued_start_deadline_s",
-                   Status.FAILED, [Status.QUEUED], Guard(created_older_than_s=s.queued_start_deadline_s),
-                   "never_started", "the deployment was never started"),
+            _Sweep(
+                "cancel_deadline",
+                "task_list_ids_cancel_overdue",
+                "cancel_ack_deadline_s",
+                Status.CANCELLED,
+                LEASED_SOURCES,
+                Guard(cancel_older_than_s=s.cancel_ack_deadline_s),
+                "cancel_deadline",
+                "cancel was not acknowledged in time; cancelled by the engine",
+            ),
+            _Sweep(
+                "lease_expired_cancel",
+                "task_list_ids_lease_expired",
+                None,
+                Status.CANCELLED,
+                LEASED_SOURCES,
+                Guard(if_lease_expired=True, if_cancel_pending=True),
+                "cancel_acknowledged",
+                "the run's process is gone; the pending cancel resolves it",
+            ),
+            _Sweep(
+                "run_timeout",
+                "task_list_ids_run_overdue",
+                "max_run_s",
+                Status.FAILED,
+                LEASED_SOURCES,
+                Guard(claimed_older_than_s=s.max_run_s),
+                "timeout",
+                f"the run exceeded the maximum duration of {s.max_run_s:g}s",
+            ),
+            _Sweep(
+                "lease_expired",
+                "task_list_ids_lease_expired",
+                None,
+                Status.FAILED,
+                LEASED_SOURCES,
+                Guard(if_lease_expired=True, if_cancel_pending=False),
+                "interrupted",
+                "the server running this deployment stopped",
+            ),
+            _Sweep(
+                "never_started",
+                "task_list_ids_queued_overdue",
+                "queued_start_deadline_s",
+                Status.FAILED,
+                [Status.QUEUED],
+                Guard(created_older_than_s=s.queued_start_deadline_s),
+                "never_started",
+                "the deployment was never started",
+            ),
         ]
 
     def sweep(self, now: datetime | None = None) -> dict[str, int]:
@@ -71,9 +107,21 @@ class Reaper:
                 params["deadline_s"] = getattr(self.settings, sweep.deadline)
             with metrics.timed(metrics.SWEEP_DURATION, sweep=sweep.name):
                 ids = [row["id"] for row in self.db.all(sweep.candidates, **params)]
-                moved = transition(self.db, ids, sweep.to, from_statuses=sweep.sources,
-                                   guard=sweep.guard, reason=sweep.reason, message=sweep.message,
-                                   actor="reaper", now=now) if ids else []
+                moved = (
+                    transition(
+                        self.db,
+                        ids,
+                        sweep.to,
+                        from_statuses=sweep.sources,
+                        guard=sweep.guard,
+                        reason=sweep.reason,
+                        message=sweep.message,
+                        actor="reaper",
+                        now=now,
+                    )
+                    if ids
+                    else []
+                )
             resolved[sweep.name] = len(moved)
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
@@ -81,16 +129,20 @@ class Reaper:
         # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py runs them).
         with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):
             resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(
-                self.db, grace_s=self.settings.devbox_pause_grace_s, streaks=self.streaks,
-                now=now)
+                self.db, grace_s=self.settings.devbox_pause_grace_s, streaks=self.streaks, now=now
+            )
         with metrics.timed(metrics.SWEEP_DURATION, sweep="purge"):
             resolved["purge"] = cleanup_jobs.enqueue_purges(
-                self.db, retention_s=self.settings.retention_days * 86400,
+                self.db,
+                retention_s=self.settings.retention_days * 86400,
                 limit=min(cleanup_jobs.PURGE_KICK, self.settings.purge_batch),
-                streaks=self.streaks, now=now)
+                streaks=self.streaks,
+                now=now,
+            )
         with metrics.timed(metrics.SWEEP_DURATION, sweep="orphaned_runtimes"):
             resolved["orphaned_runtimes"] = runtimes.judge_orphaned_elsewhere(
-                self.db, lease_ttl_s=self.settings.lease_ttl_s, now=now)
+                self.db, lease_ttl_s=self.settings.lease_ttl_s, now=now
+            )
         for name in ("pause_devboxes", "purge"):
             if resolved[name]:
                 log.info("reaper %s: %d cleanup job(s) enqueued", name, resolved[name])

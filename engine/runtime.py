@@ -3,6 +3,7 @@
 One per process (created by the app factory). Its greenlets: one runner per leased task it
 launched, the lease renewer, the reaper, the cleanup worker and the NOTIFY listener (the Fanout).
 """
+
 import logging
 import os
 import socket
@@ -25,8 +26,8 @@ from engine.handle import TaskHandle
 from engine.integrations import Integrations
 from engine.observed import observe_cluster, observe_integrations
 from engine.processes import KILL_CONFIRM_S
-from engine.reaper import Reaper
 from engine.readside.fanout import Fanout, LiveFeed
+from engine.reaper import Reaper
 from engine.runners import runner_for
 from engine.runners.context import RunContext
 from engine.status import LEASED, Status
@@ -49,16 +50,20 @@ class EngineRuntime:
         #: Lease owner id: unique per process lifetime, readable by an operator.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: What keeps failing in this process's loops and integration calls (seed 002).
-        self.streaks = Streaks(db, owner=self.owner, secret_values=[
-            settings.devbox_signing_key, settings.gateway_api_key])
+        self.streaks = Streaks(
+            db,
+            owner=self.owner,
+            secret_values=[settings.devbox_signing_key, settings.gateway_api_key],
+        )
         self.integrations = observe_integrations(integrations, self.streaks)
         self.fanout = Fanout(db, streaks=self.streaks)
         #: Unpersisted frames (streamed model tokens) for this process's viewers.
         self.live = LiveFeed()
         self.reaper = Reaper(db, settings, self.streaks)
         #: Durable cleanup jobs, this process's local runtime groups, startup reconciliation.
-        self.cleanup = CleanupWorker(db, settings, self.integrations, self.owner,
-                                     streaks=self.streaks)
+        self.cleanup = CleanupWorker(
+            db, settings, self.integrations, self.owner, streaks=self.streaks
+        )
         self.runs: dict[UUID, _Run] = {}
         #: Tasks with a lease-state check queued (a burst of NOTIFYs costs one read).
         self._checking: set[UUID] = set()
@@ -83,8 +88,12 @@ class EngineRuntime:
     def shutdown(self) -> None:
         """Stop launching, abort runners, then fail every lease still held (idempotent)."""
         if self._shutting_down:
-            self._shutdown_done.wait(timeout=self.settings.shutdown_grace_s + 5
-                                     + self.settings.runtime_stop_timeout_s + KILL_CONFIRM_S)
+            self._shutdown_done.wait(
+                timeout=self.settings.shutdown_grace_s
+                + 5
+                + self.settings.runtime_stop_timeout_s
+                + KILL_CONFIRM_S
+            )
             return
         self._shutting_down = True
         self.accepting = False
@@ -146,20 +155,36 @@ class EngineRuntime:
     def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None) -> None:
         """Run a freshly claimed task in this process, its secrets held only in memory."""
         declared = set(row["sensitive_keys"])
-        secret_values = [v for k, v in inputs.items()
-                         if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)]
-        handle = TaskHandle(self.db, row["id"], epoch=row["lease_epoch"], owner=self.owner,
-                            abort=AbortSignal(), secret_values=secret_values, live=self.live,
-                            runtime_stop_timeout_s=self.settings.runtime_stop_timeout_s)
+        secret_values = [
+            v
+            for k, v in inputs.items()
+            if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)
+        ]
+        handle = TaskHandle(
+            self.db,
+            row["id"],
+            epoch=row["lease_epoch"],
+            owner=self.owner,
+            abort=AbortSignal(),
+            secret_values=secret_values,
+            live=self.live,
+            runtime_stop_timeout_s=self.settings.runtime_stop_timeout_s,
+        )
         _, run_fn = runner_for(row["source_kind"])
         ctx = RunContext(
-            task_id=row["id"], project_id=row["project_id"], source=row["source"],
-            inputs=dict(inputs), sensitive_keys=list(row["sensitive_keys"]),
+            task_id=row["id"],
+            project_id=row["project_id"],
+            source=row["source"],
+            inputs=dict(inputs),
+            sensitive_keys=list(row["sensitive_keys"]),
             result_identities=dict(row["artifact_summary"].get("resultIdentities") or {}),
-            cluster=None, integrations=self.integrations, target_namespace=row["project_id"],
+            cluster=None,
+            integrations=self.integrations,
+            target_namespace=row["project_id"],
             readiness_timeout_s=self.settings.readiness_timeout_s,
             readiness_poll_s=self.settings.readiness_poll_s,
-            artifacts=dict(row["artifact_summary"]), namespace=row["namespace"],
+            artifacts=dict(row["artifact_summary"]),
+            namespace=row["namespace"],
         )
         run = _Run(handle)
         self.runs[row["id"]] = run
@@ -176,8 +201,12 @@ class EngineRuntime:
         logs.TASK.set((str(ctx.task_id), ctx.namespace))
         try:
             try:
-                ctx.cluster = observe_cluster(self.integrations.cluster(kubeconfig),
-                                              ctx.namespace, self.streaks, handle.secret_values)
+                ctx.cluster = observe_cluster(
+                    self.integrations.cluster(kubeconfig),
+                    ctx.namespace,
+                    self.streaks,
+                    handle.secret_values,
+                )
                 run_fn(handle, ctx)
                 if handle.outcome is None:
                     handle.fail("runner_error", "the runner stopped without an outcome")
@@ -187,12 +216,15 @@ class EngineRuntime:
                 log.info("task %s: lease lost; runner stopped", handle.task_id)
             except Exception as exc:
                 if handle.abort.aborted:
-                    # The abort broke the call mid-way (e.g. a closed connection): it is not a failure.
+                    # The abort broke the call mid-way (e.g. a closed connection): not a failure.
                     self._resolve_abort(handle, handle.abort.reason)
                 else:
                     # Scrubbed: an exception message may quote a manifest carrying a secret.
-                    log.error("task %s: runner crashed: %s", handle.task_id,
-                              secrets.scrub(traceback.format_exc(), handle.secret_values))
+                    log.error(
+                        "task %s: runner crashed: %s",
+                        handle.task_id,
+                        secrets.scrub(traceback.format_exc(), handle.secret_values),
+                    )
                     # The handle scrubs, then bounds: cutting first could keep a secret's prefix.
                     handle.fail("runner_error", f"{type(exc).__name__}: {exc}")
         except LeaseLost:
@@ -222,12 +254,25 @@ class EngineRuntime:
     def _resolve_interrupted(self, handle: TaskHandle, message: str) -> None:
         """A held lease this process gives up: cancelled if a cancel is pending, else failed."""
         fence = Guard(expect_epoch=handle.epoch, expect_owner=self.owner)
-        moved = transition(self.db, handle.task_id, Status.CANCELLED, guard=replace(
-            fence, if_cancel_pending=True), reason="cancel_acknowledged", message=message,
-            actor="engine")
+        moved = transition(
+            self.db,
+            handle.task_id,
+            Status.CANCELLED,
+            guard=replace(fence, if_cancel_pending=True),
+            reason="cancel_acknowledged",
+            message=message,
+            actor="engine",
+        )
         if not moved:
-            transition(self.db, handle.task_id, Status.FAILED, guard=fence,
-                       reason="interrupted", message=message, actor="engine")
+            transition(
+                self.db,
+                handle.task_id,
+                Status.FAILED,
+                guard=fence,
+                reason="interrupted",
+                message=message,
+                actor="engine",
+            )
 
     def abort_local(self, task_id: UUID, reason: str) -> bool:
         """Fire the abort of a runner in this process; whether there was one."""
@@ -251,10 +296,14 @@ class EngineRuntime:
 
     def renew_once(self) -> None:
         """One renewal tick: renew all held leases; abort runners whose lease is gone."""
-        held = {task_id: run.handle.epoch for task_id, run in self.runs.items()
-                if run.handle.outcome is None}
-        still_held = leases.renew_all(self.db, held, owner=self.owner,
-                                      lease_ttl_s=self.settings.lease_ttl_s)
+        held = {
+            task_id: run.handle.epoch
+            for task_id, run in self.runs.items()
+            if run.handle.outcome is None
+        }
+        still_held = leases.renew_all(
+            self.db, held, owner=self.owner, lease_ttl_s=self.settings.lease_ttl_s
+        )
         for task_id in held:
             if task_id not in still_held:
                 self.abort_local(task_id, LEASE_LOST)
@@ -286,8 +335,12 @@ class EngineRuntime:
     def _check_run(self, task_id: UUID, run: _Run) -> None:
         self._checking.discard(task_id)
         row = self.db.one("task_get_lease_state", task_id=task_id)
-        if row is None or row["status"] not in LEASED or row["lease_epoch"] != run.handle.epoch \
-                or row["lease_owner"] != self.owner:
+        if (
+            row is None
+            or row["status"] not in LEASED
+            or row["lease_epoch"] != run.handle.epoch
+            or row["lease_owner"] != self.owner
+        ):
             if run.handle.outcome is None:
                 run.handle.abort.abort(LEASE_LOST)
         elif row["cancel_requested_at"] is not None:

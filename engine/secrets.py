@@ -3,6 +3,7 @@
 Persist-side stripping, DTO redaction and form generation all ask `is_sensitive`, so they can
 never disagree about what a secret is.
 """
+
 import base64
 import json
 import logging
@@ -26,20 +27,32 @@ _server_secrets: list[str] = []
 _SERVER_SECRETS_MAX = 256
 
 
-def is_sensitive(name: str, *, declared: set[str] | frozenset = frozenset(),
-                 input_type: str | None = None) -> bool:
+def is_sensitive(
+    name: str, *, declared: set[str] | frozenset = frozenset(), input_type: str | None = None
+) -> bool:
     """Declared sensitive, typed as a secret, or named like one."""
-    return (name in declared or (input_type or "").lower() in _SENSITIVE_TYPES
-            or bool(_SENSITIVE_NAME.search(name)))
+    return (
+        name in declared
+        or (input_type or "").lower() in _SENSITIVE_TYPES
+        or bool(_SENSITIVE_NAME.search(name))
+    )
 
 
-def split(values: dict, *, declared: set[str] | frozenset = frozenset(),
-          types: dict[str, str] | None = None) -> tuple[dict, dict]:
+def split(
+    values: dict,
+    *,
+    declared: set[str] | frozenset = frozenset(),
+    types: dict[str, str] | None = None,
+) -> tuple[dict, dict]:
     """(plain, sensitive) halves of a name -> value mapping."""
     types = types or {}
     plain, sensitive = {}, {}
     for name, value in values.items():
-        target = sensitive if is_sensitive(name, declared=declared, input_type=types.get(name)) else plain
+        target = (
+            sensitive
+            if is_sensitive(name, declared=declared, input_type=types.get(name))
+            else plain
+        )
         target[name] = value
     return plain, sensitive
 
@@ -53,9 +66,11 @@ def register_server_secret(value: str | None) -> None:
 
 def too_short(values: dict, sensitive: set[str]) -> list[str]:
     """Names of sensitive values under MIN_SECRET_CHARS (refused: they cannot be scrubbed)."""
-    return sorted(name for name, value in values.items()
-                  if name in sensitive and isinstance(value, str) and value
-                  and len(value) < MIN_SECRET_CHARS)
+    return sorted(
+        name
+        for name, value in values.items()
+        if name in sensitive and isinstance(value, str) and value and len(value) < MIN_SECRET_CHARS
+    )
 
 
 def scrub(obj, secret_values: list[str] = ()):
@@ -110,8 +125,13 @@ _CREDENTIALS = [
     # Authorization header values and bare bearer tokens
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
     # name=value or "name": "value" where the name is a secret's (password=..., "token": "...")
-    (re.compile(r"(?i)([\"']?[a-z0-9_-]*" + _SENSITIVE_NAME.pattern + r"[a-z0-9_-]*[\"']?\s*[:=]\s*)"
-                r"(\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"), r"\1" + REDACTED),
+    (
+        re.compile(
+            r"(?i)([\"']?[a-z0-9_-]*" + _SENSITIVE_NAME.pattern + r"[a-z0-9_-]*[\"']?\s*[:=]\s*)"
+            r"(\"[^\"]*\"|'[^']*'|[^\s,;&}]+)"
+        ),
+        r"\1" + REDACTED,
+    ),
 ]
 
 
@@ -145,7 +165,8 @@ class StreamScrubber:
         longest = len(self._needles[0])
         while i < len(text):
             if len(text) - i < longest and any(
-                    len(n) > len(text) - i and n.startswith(text[i:]) for n in self._needles):
+                len(n) > len(text) - i and n.startswith(text[i:]) for n in self._needles
+            ):
                 break  # may still become a secret: wait for more text
             match = next((n for n in self._needles if text.startswith(n, i)), None)
             if match:

@@ -1,4 +1,5 @@
 """Task statuses and the transition table (seed 000), as data."""
+
 from enum import StrEnum
 
 

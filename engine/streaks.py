@@ -16,6 +16,7 @@ the recurring shape of the work, never one run (`reaper`, `cleanup:devbox_pause`
 The in-memory counter is the throttle authority, so a store that is itself failing (the database
 is down) cannot starve the reporting; the durable count is what the lines quote when available.
 """
+
 import logging
 import time
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ class _Tracker:
 class Streaks:
     """Reports the outcomes of repeated work; one per engine runtime, shared by its loops."""
 
-    def __init__(self, db: Database, *, owner: str, secret_values: list[str] | None = None,
-                 on_change=None):
+    def __init__(
+        self, db: Database, *, owner: str, secret_values: list[str] | None = None, on_change=None
+    ):
         self.db = db
         self.owner = owner
         #: Server credentials (signing keys, API keys) no error message may carry into a row.
@@ -62,8 +64,9 @@ class Streaks:
         self._trackers: dict[str, _Tracker] = {}
         self._stale_checked: dict[str, float] = {}
 
-    def failed(self, subject: str, error: BaseException | str, *,
-               now: datetime | None = None) -> None:
+    def failed(
+        self, subject: str, error: BaseException | str, *, now: datetime | None = None
+    ) -> None:
         """One more failure of `subject`: record it, and log it if the throttle says so."""
         message = self.describe(error)
         tracker = self._trackers.setdefault(subject, _Tracker())
@@ -71,8 +74,9 @@ class Streaks:
         seen = tracker.count  # before any wait: concurrent failures each get their own number
         row = None
         try:
-            row = self.db.one("streak_record_failure", subject=subject, error=message,
-                              owner=self.owner, now=now)
+            row = self.db.one(
+                "streak_record_failure", subject=subject, error=message, owner=self.owner, now=now
+            )
         except Exception as exc:  # the store may be what is failing: the lines still go out
             log.debug("streak %s: could not record the failure: %s", subject, exc)
         count = row["consecutive_failures"] if row else seen
@@ -86,11 +90,18 @@ class Streaks:
         extra = {"subject": subject, "consecutiveFailures": count, "streakAgeSeconds": round(age_s)}
         if persistent:
             tracker.persistent_reported = True
-            log.error("%s failing persistently for %s (%d consecutive failures): %s",
-                                  subject, _duration(age_s), count, message, extra=extra)
+            log.error(
+                "%s failing persistently for %s (%d consecutive failures): %s",
+                subject,
+                _duration(age_s),
+                count,
+                message,
+                extra=extra,
+            )
         else:
-            log.warning("%s failed (%d consecutive failures): %s", subject, count,
-                                    message, extra=extra)
+            log.warning(
+                "%s failed (%d consecutive failures): %s", subject, count, message, extra=extra
+            )
 
     def succeeded(self, subject: str, *, now: datetime | None = None) -> None:
         """`subject` worked: end its streak (one INFO line when there was one)."""
@@ -106,8 +117,9 @@ class Streaks:
             if tracker is not None:
                 ended = self.db.one("streak_delete", subject=subject)
             else:
-                ended = self.db.one("streak_delete_if_stale", subject=subject,
-                                    stale_s=STALE_AFTER_S, now=now)
+                ended = self.db.one(
+                    "streak_delete_if_stale", subject=subject, stale_s=STALE_AFTER_S, now=now
+                )
         except Exception as exc:
             if tracker is not None:
                 self._trackers[subject] = tracker  # try again on the next success
@@ -117,8 +129,12 @@ class Streaks:
         if count and self.on_change is not None:
             self.on_change(subject, 0)
         if count:
-            log.info("%s recovered after %d consecutive failures", subject, count,
-                                 extra={"subject": subject, "afterConsecutiveFailures": count})
+            log.info(
+                "%s recovered after %d consecutive failures",
+                subject,
+                count,
+                extra={"subject": subject, "afterConsecutiveFailures": count},
+            )
 
     def describe(self, error: BaseException | str) -> str:
         """The error as one bounded line with every known credential scrubbed."""

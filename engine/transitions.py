@@ -1,4 +1,5 @@
 """The one guarded transition: the only code that writes a task's status."""
+
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,12 +68,23 @@ def transition(
     ids = [task_ids] if isinstance(task_ids, (UUID, str)) else list(task_ids)
     verdicts = {str(src): TRANSITIONS[(src, to)] for src in from_statuses}
     moved = db.all(
-        "task_transition", abort=abort,
-        task_ids=ids, to=str(to), from_statuses=[str(s) for s in from_statuses],
-        verdicts=json.dumps(verdicts), reason=reason, message=message, phase=phase, actor=actor,
-        claim_owner=claim_owner, lease_ttl_s=lease_ttl_s, now=now,
-        namespace=guard.namespace, expect_epoch=guard.expect_epoch,
-        expect_owner=guard.expect_owner, if_lease_expired=guard.if_lease_expired,
+        "task_transition",
+        abort=abort,
+        task_ids=ids,
+        to=str(to),
+        from_statuses=[str(s) for s in from_statuses],
+        verdicts=json.dumps(verdicts),
+        reason=reason,
+        message=message,
+        phase=phase,
+        actor=actor,
+        claim_owner=claim_owner,
+        lease_ttl_s=lease_ttl_s,
+        now=now,
+        namespace=guard.namespace,
+        expect_epoch=guard.expect_epoch,
+        expect_owner=guard.expect_owner,
+        if_lease_expired=guard.if_lease_expired,
         if_cancel_pending=guard.if_cancel_pending,
         cancel_older_than_s=guard.cancel_older_than_s,
         claimed_older_than_s=guard.claimed_older_than_s,

@@ -9,6 +9,7 @@ gevent hub for seconds, so the YAML loader refuses aliases outright. PostgreSQL 
 character in text and jsonb, and a lone UTF-16 surrogate (which `json` decodes happily) anywhere.
 All of these are refused here, at the edge, with a message naming the problem.
 """
+
 import json
 import re
 
@@ -63,13 +64,18 @@ class _StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
-            raise ComposerError(None, None, "YAML aliases are not accepted",
-                                self.peek_event().start_mark)
+            raise ComposerError(
+                None, None, "YAML aliases are not accepted", self.peek_event().start_mark
+            )
         self._depth += 1
         try:
             if self._depth > MAX_JSON_DEPTH:
-                raise ComposerError(None, None, f"YAML nested deeper than {MAX_JSON_DEPTH} levels",
-                                    self.peek_event().start_mark)
+                raise ComposerError(
+                    None,
+                    None,
+                    f"YAML nested deeper than {MAX_JSON_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

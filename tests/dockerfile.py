@@ -1,5 +1,6 @@
 """Read the Dockerfile and .dockerignore as Docker would, so tests replay the image's own
 commands instead of restating them (the Docker daemon may not run containers on test machines)."""
+
 import json
 import re
 import shlex
@@ -50,8 +51,9 @@ class Dockerfile:
                 words = shlex.split(args)
                 options = [w for w in words if w.startswith("--")]
                 paths = [w for w in words if not w.startswith("--")]
-                origin = next((o.split("=", 1)[1] for o in options if o.startswith("--from=")),
-                              None)
+                origin = next(
+                    (o.split("=", 1)[1] for o in options if o.startswith("--from=")), None
+                )
                 stage.copies.append((origin, paths[:-1], paths[-1]))
         return cls(stages)
 

@@ -1,9 +1,10 @@
 """Fakes at the integrations boundary. They record every call and honour abort signals."""
+
 import threading
 from dataclasses import dataclass, field
 
 from engine.abort import AbortSignal
-from engine.integrations.base import ApplyError, AppliedResource, Readiness, ResourceRef
+from engine.integrations.base import AppliedResource, ApplyError, Readiness, ResourceRef
 
 
 @dataclass
@@ -240,8 +241,9 @@ class FakeGatewayServer:
             body = json.loads(raw_body) if raw_body else None
         except ValueError:
             body = None
-        headers = {k[5:].replace("_", "-").title(): v for k, v in environ.items()
-                   if k.startswith("HTTP_")}
+        headers = {
+            k[5:].replace("_", "-").title(): v for k, v in environ.items() if k.startswith("HTTP_")
+        }
         if environ.get("CONTENT_TYPE"):
             headers["Content-Type"] = environ["CONTENT_TYPE"]
         request = GatewayRequest(environ["REQUEST_METHOD"], environ["PATH_INFO"], headers, body)
@@ -250,19 +252,26 @@ class FakeGatewayServer:
         if reply.head_delay_s:
             gevent.sleep(reply.head_delay_s)
         if reply.status != 200:
-            start_response(f"{reply.status} Scripted", [("Content-Type", "application/json"),
-                                                        *reply.headers])
+            start_response(
+                f"{reply.status} Scripted", [("Content-Type", "application/json"), *reply.headers]
+            )
             message = reply.text or f"scripted {reply.status}"  # an error's text, when scripted
             return [json.dumps({"error": {"message": message}}).encode()]
-        start_response("200 OK", [("Content-Type", "text/event-stream"),
-                                  ("Cache-Control", "no-cache"), *reply.headers])
+        start_response(
+            "200 OK",
+            [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), *reply.headers],
+        )
         return self._stream(reply, request)
 
     def _stream(self, reply: Reply, request: GatewayRequest):
         def event(delta: dict, finish=None) -> bytes:
-            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
-                     "model": "fake", "choices": [{"index": 0, "delta": delta,
-                                                   "finish_reason": finish}]}
+            chunk = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "fake",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
             return f"data: {json.dumps(chunk)}\n\n".encode()
 
         try:
@@ -271,8 +280,10 @@ class FakeGatewayServer:
                 request.finished = True
                 return
             yield event({"role": "assistant", "content": ""})
-            pieces = [reply.text[i:i + reply.chunk_chars]
-                      for i in range(0, len(reply.text), reply.chunk_chars)]
+            pieces = [
+                reply.text[i : i + reply.chunk_chars]
+                for i in range(0, len(reply.text), reply.chunk_chars)
+            ]
             for n, piece in enumerate(pieces):
                 if reply.cut_after is not None and n >= reply.cut_after:
                     return

@@ -1,10 +1,11 @@
 """Helpers shared by test modules (tests import these, never each other)."""
+
 import json
 import os
 import socket
 import subprocess
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import gevent
@@ -41,16 +42,24 @@ def secret_forms(value: str) -> list[str]:
     """The ways a secret value could be persisted: raw, JSON-escaped, base64."""
     import base64
     import json
+
     return [value, json.dumps(value)[1:-1], base64.b64encode(value.encode()).decode().rstrip("=")]
 
 
 def dump_database(sql_conn) -> str:
     """Every row of every table, as text (for "found nowhere" assertions)."""
-    tables = [r["tablename"] for r in sql_conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+    tables = [
+        r["tablename"]
+        for r in sql_conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchall()
+    ]
     assert {"deploy_tasks", "deploy_task_events"} <= set(tables)
-    return "\n".join(r["row"] for t in tables for r in sql_conn.execute(
-        f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall())
+    return "\n".join(
+        r["row"]
+        for t in tables
+        for r in sql_conn.execute(f'SELECT row_to_json(x)::text AS row FROM "{t}" x').fetchall()
+    )
 
 
 def free_port() -> int:
@@ -67,8 +76,14 @@ class ServerProcess:
         self.base = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def wait_healthy(self, timeout=30.0):
         def healthy():
@@ -78,6 +93,7 @@ class ServerProcess:
                 return requests.get(self.base + "/healthz", timeout=1).ok
             except requests.RequestException:
                 return False
+
         wait_for(healthy, timeout, interval=0.1, message="server health")
         return self
 
@@ -95,7 +111,6 @@ class ServerProcess:
         self.log.close()
 
 
-
 def late_events(sql_conn, task_ids) -> list[dict]:
     """Events recorded after their task's terminal status event (the history must never lie)."""
     return sql_conn.execute(
@@ -103,12 +118,15 @@ def late_events(sql_conn, task_ids) -> list[dict]:
         "JOIN (SELECT task_id, min(seq) AS seq FROM deploy_task_events "
         "      WHERE kind = 'status' AND payload->>'to' IN ('completed', 'failed', 'cancelled') "
         "      GROUP BY task_id) terminal ON terminal.task_id = e.task_id "
-        "WHERE e.seq > terminal.seq AND e.task_id = ANY(%s)", (list(task_ids),)).fetchall()
+        "WHERE e.seq > terminal.seq AND e.task_id = ANY(%s)",
+        (list(task_ids),),
+    ).fetchall()
 
 
 def canary(label: str = "secret") -> str:
     """A secret value no test data could contain by chance."""
     import uuid
+
     return f"CANARY-{label}-{uuid.uuid4().hex}"
 
 
@@ -126,8 +144,9 @@ def template(name="webapp", **args) -> dict:
 
 
 def create(client, source, project_id="demo", **body) -> dict:
-    response = client.post("/api/v1/tasks",
-                           json={"projectId": project_id, "source": source, **body})
+    response = client.post(
+        "/api/v1/tasks", json={"projectId": project_id, "source": source, **body}
+    )
     assert response.status_code == 201, response.get_json()
     return response.get_json()
 
@@ -142,6 +161,7 @@ def wait(client, task_id, *statuses, timeout=10.0) -> dict:
     def current():
         snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
         return snap if snap["status"] in statuses else None
+
     return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
 
 
@@ -150,17 +170,23 @@ def events(client, task_id) -> list[dict]:
 
 
 def steps(client, task_id, step) -> list[dict]:
-    return [e["payload"] for e in events(client, task_id)
-            if e["kind"] == "step" and e["payload"]["step"] == step]
+    return [
+        e["payload"]
+        for e in events(client, task_id)
+        if e["kind"] == "step" and e["payload"]["step"] == step
+    ]
 
 
 def applied_manifests(cluster, kind=None) -> list[dict]:
-    return [c.manifest for c in cluster.calls
-            if c.op == "apply" and c.outcome == "ok" and kind in (None, c.ref.kind)]
+    return [
+        c.manifest
+        for c in cluster.calls
+        if c.op == "apply" and c.outcome == "ok" and kind in (None, c.ref.kind)
+    ]
 
 
 #: A pinned clock for tests of the read side: `at(s)` is T0 plus s seconds.
-T0 = datetime(2026, 7, 6, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 7, 6, 12, 0, tzinfo=UTC)
 
 
 def at(seconds: float) -> datetime:
@@ -179,10 +205,15 @@ END = ("end", None)
 class EventStream:
     """An SSE client reading frames into a queue from its own greenlet."""
 
-    def __init__(self, base: str, project: str = "demo", path: str | None = None,
-                 headers: dict | None = None):
-        self.response = requests.get(base + (path or STREAM.format(project=project)),
-                                     stream=True, timeout=(5, 60), headers=headers)
+    def __init__(
+        self, base: str, project: str = "demo", path: str | None = None, headers: dict | None = None
+    ):
+        self.response = requests.get(
+            base + (path or STREAM.format(project=project)),
+            stream=True,
+            timeout=(5, 60),
+            headers=headers,
+        )
         assert self.response.status_code == 200, self.response.text
         assert self.response.headers["Content-Type"].startswith("text/event-stream")
         self.served_by = self.response.headers["X-Served-By"]

@@ -1,6 +1,7 @@
 """The integrations boundary: stateless, abort-aware adapters. Tests inject fakes here."""
+
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from engine.integrations.base import Cluster, Devbox, Gateway, Templates
 

@@ -1,4 +1,5 @@
 """Types shared by every integration and runner (no storage, no Flask)."""
+
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -25,12 +26,20 @@ class ResourceRef:
     @classmethod
     def of(cls, manifest: dict, default_namespace: str | None = None) -> "ResourceRef":
         meta = manifest.get("metadata", {})
-        return cls(manifest.get("apiVersion", ""), manifest.get("kind", ""), meta.get("name", ""),
-                   meta.get("namespace", default_namespace))
+        return cls(
+            manifest.get("apiVersion", ""),
+            manifest.get("kind", ""),
+            meta.get("name", ""),
+            meta.get("namespace", default_namespace),
+        )
 
     def as_json(self) -> dict:
-        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name,
-                "namespace": self.namespace}
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+        }
 
     def label(self) -> str:
         return f"{self.kind}/{self.name}"
@@ -78,7 +87,7 @@ def upstream_text(value, limit: int) -> str:
     if not isinstance(value, str):
         return ""
     text = " ".join("".join(c if c.isprintable() else " " for c in value).split())
-    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 class UnknownKind(ApplyError):
@@ -126,8 +135,9 @@ class Devbox(Protocol):
 class Gateway(Protocol):
     """An OpenAI-compatible chat-completions gateway (engine/integrations/gateway.py)."""
 
-    def stream_chat(self, messages: list[dict], *, session_id: str,
-                    abort: AbortSignal) -> Iterator[str]:
+    def stream_chat(
+        self, messages: list[dict], *, session_id: str, abort: AbortSignal
+    ) -> Iterator[str]:
         """The answer's content, piece by piece, as the model streams it."""
 
 
@@ -143,6 +153,7 @@ class Templates(Protocol):
     def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
         """The names a template source declares sensitive."""
 
-    def instantiate(self, manifests: list[dict], *, cluster: Cluster,
-                    abort: AbortSignal) -> list[AppliedResource]:
+    def instantiate(
+        self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
+    ) -> list[AppliedResource]:
         """Apply every document of one instance as a single provider call."""

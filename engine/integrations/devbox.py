@@ -12,6 +12,7 @@ Routes (all under DEVBOX_URL, JSON bodies):
   POST   /v1/namespaces/<ns>/devboxes/<id>/pause     -> 200 or 204
   DELETE /v1/namespaces/<ns>/devboxes/<id>           -> 200 or 204
 """
+
 import time
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -53,11 +54,19 @@ class DevboxClient:
 
     label = "devbox"
 
-    def __init__(self, base_url: str, signing_key: str, *, timeout_s: float = 30.0,
-                 exec_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        base_url: str,
+        signing_key: str,
+        *,
+        timeout_s: float = 30.0,
+        exec_timeout_s: float = 300.0,
+    ):
         if len((signing_key or "").encode()) < MIN_KEY_BYTES:
-            raise ValueError(f"the devbox API needs a signing key (DEVBOX_SIGNING_KEY) of at "
-                             f"least {MIN_KEY_BYTES} bytes")
+            raise ValueError(
+                f"the devbox API needs a signing key (DEVBOX_SIGNING_KEY) of at "
+                f"least {MIN_KEY_BYTES} bytes"
+            )
         self.base_url = base_url.rstrip("/")
         self._signing_key = signing_key
         secrets.register_server_secret(signing_key)
@@ -71,8 +80,15 @@ class DevboxClient:
     def token(self, namespace: str) -> str:
         """A fresh JWT scoped to one namespace, signed with the server's key."""
         now = int(time.time())
-        claims = {"iss": TOKEN_ISSUER, "aud": TOKEN_AUDIENCE, "sub": f"namespace:{namespace}",
-                  "namespace": namespace, "iat": now, "nbf": now, "exp": now + TOKEN_TTL_S}
+        claims = {
+            "iss": TOKEN_ISSUER,
+            "aud": TOKEN_AUDIENCE,
+            "sub": f"namespace:{namespace}",
+            "namespace": namespace,
+            "iat": now,
+            "nbf": now,
+            "exp": now + TOKEN_TTL_S,
+        }
         token = jwt.encode(claims, self._signing_key, algorithm=TOKEN_ALGORITHM)
         secrets.register_server_secret(token)  # a bearer credential while it lives
         return token
@@ -90,17 +106,32 @@ class DevboxClient:
         """Re-attach to an existing devbox (resuming it if paused); NotFound when it is gone."""
         self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/attach", {}, abort=abort)
 
-    def exec(self, devbox_id: str, command: list[str], *, namespace: str, abort: AbortSignal,
-             timeout_s: float | None = None) -> ExecResult:
+    def exec(
+        self,
+        devbox_id: str,
+        command: list[str],
+        *,
+        namespace: str,
+        abort: AbortSignal,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
         """Run one command (argv, no shell) inside the devbox; its exit code and output."""
         timeout_s = timeout_s or self.exec_timeout_s
-        body = self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/exec",
-                          {"command": list(command), "timeoutSeconds": int(timeout_s)},
-                          abort=abort, read_timeout_s=timeout_s + self.timeout_s)
+        body = self._call(
+            "POST",
+            namespace,
+            f"/{quote(devbox_id, safe='')}/exec",
+            {"command": list(command), "timeoutSeconds": int(timeout_s)},
+            abort=abort,
+            read_timeout_s=timeout_s + self.timeout_s,
+        )
         if not isinstance(body, dict) or not isinstance(body.get("exitCode"), int):
             raise IntegrationError("the devbox API answered exec without an exit code")
-        return ExecResult(body["exitCode"], str(body.get("stdout") or "")[:MAX_OUTPUT_CHARS],
-                          str(body.get("stderr") or "")[:MAX_OUTPUT_CHARS])
+        return ExecResult(
+            body["exitCode"],
+            str(body.get("stdout") or "")[:MAX_OUTPUT_CHARS],
+            str(body.get("stderr") or "")[:MAX_OUTPUT_CHARS],
+        )
 
     def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
         """Pause (idempotent); NotFound when it is gone."""
@@ -111,25 +142,41 @@ class DevboxClient:
         self._call("DELETE", namespace, f"/{quote(devbox_id, safe='')}", None, abort=abort)
 
     # -- internals -------------------------------------------------------------------------------
-    def _call(self, method: str, namespace: str, path: str, body: dict | None, *,
-              abort: AbortSignal, read_timeout_s: float | None = None):
+    def _call(
+        self,
+        method: str,
+        namespace: str,
+        path: str,
+        body: dict | None,
+        *,
+        abort: AbortSignal,
+        read_timeout_s: float | None = None,
+    ):
         url = f"{self.base_url}/v1/namespaces/{quote(namespace, safe='')}/devboxes{path}"
         headers = {"Authorization": f"Bearer {self.token(namespace)}", "Accept": "application/json"}
         # The HTTP exchange runs in a greenlet of its own that the abort kills: it touches no
         # database connection, so killing it mid-read only drops its socket.
         try:
-            response = abort.run(self._http.request, method, url, json=body, headers=headers,
-                                 timeout=(self.timeout_s, read_timeout_s or self.timeout_s))
+            response = abort.run(
+                self._http.request,
+                method,
+                url,
+                json=body,
+                headers=headers,
+                timeout=(self.timeout_s, read_timeout_s or self.timeout_s),
+            )
         except requests.RequestException as exc:
             raise IntegrationError(f"devbox API unreachable: {type(exc).__name__}") from exc
         if response.status_code == 404:
             raise NotFound(f"devbox not found ({method} {path or '/'})")
         if response.status_code in (401, 403):
-            raise IntegrationError(f"the devbox API refused the server credential "
-                                   f"(HTTP {response.status_code})")
+            raise IntegrationError(
+                f"the devbox API refused the server credential (HTTP {response.status_code})"
+            )
         if response.status_code >= 400:
-            raise IntegrationError(f"devbox API error: HTTP {response.status_code} "
-                                   f"{_detail(response)}".rstrip())
+            raise IntegrationError(
+                f"devbox API error: HTTP {response.status_code} {_detail(response)}".rstrip()
+            )
         if response.status_code == 204 or not response.content:
             return {}
         try:

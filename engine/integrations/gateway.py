@@ -8,8 +8,9 @@ Retries are bounded and happen only before the first byte of an answer (connecti
 timeouts, 429 and 5xx): once text has been handed out, a retry would repeat it. An abort
 shuts the socket down at once, so a turn stops mid-stream within milliseconds.
 """
+
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 import requests
 import urllib3
@@ -46,9 +47,17 @@ class GatewayClient:
 
     label = "gateway"
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, *,
-                 retries: int = 2, connect_timeout_s: float = 5.0,
-                 idle_timeout_s: float = 120.0, backoff_s: float = RETRY_BACKOFF_S):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        retries: int = 2,
+        connect_timeout_s: float = 5.0,
+        idle_timeout_s: float = 120.0,
+        backoff_s: float = RETRY_BACKOFF_S,
+    ):
         if not model:
             raise ValueError("the gateway needs a model (GATEWAY_MODEL)")
         self.base_url = base_url.rstrip("/")
@@ -64,8 +73,9 @@ class GatewayClient:
     def __repr__(self) -> str:  # never show the key
         return f"GatewayClient({self.base_url!r}, model={self.model!r})"
 
-    def stream_chat(self, messages: list[dict], *, session_id: str,
-                    abort: AbortSignal) -> Iterator[str]:
+    def stream_chat(
+        self, messages: list[dict], *, session_id: str, abort: AbortSignal
+    ) -> Iterator[str]:
         """The answer's content, piece by piece, as the model streams it.
 
         Raises GatewayError (after the bounded retries, or once the stream broke off) and
@@ -116,21 +126,28 @@ class GatewayClient:
             except _Retryable as exc:
                 if attempt >= self.retries:
                     raise GatewayError(f"the gateway failed {attempt + 1} times: {exc}") from None
-                delay = getattr(exc, "retry_after", None) or self.backoff_s * (2 ** attempt)
+                delay = getattr(exc, "retry_after", None) or self.backoff_s * (2**attempt)
                 attempt += 1
                 log.info("gateway attempt %d failed (%s); retrying in %.1fs", attempt, exc, delay)
                 abort.sleep(min(delay, MAX_RETRY_AFTER_S))
 
     def _open_once(self, messages, session_id):
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                   SESSION_HEADER: session_id}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            SESSION_HEADER: session_id,
+        }
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         body = {"model": self.model, "messages": messages, "stream": True}
         try:
-            response = self._http.post(f"{self.base_url}/chat/completions", json=body,
-                                       headers=headers, stream=True,
-                                       timeout=(self.connect_timeout_s, self.idle_timeout_s))
+            response = self._http.post(
+                f"{self.base_url}/chat/completions",
+                json=body,
+                headers=headers,
+                stream=True,
+                timeout=(self.connect_timeout_s, self.idle_timeout_s),
+            )
         except requests.RequestException as exc:
             raise _Retryable(type(exc).__name__) from exc
         if response.status_code != 200:
@@ -140,8 +157,9 @@ class GatewayClient:
                 error = _Retryable(f"HTTP {response.status_code} {detail}".rstrip())
                 error.retry_after = _retry_after(response)
                 raise error
-            raise GatewayError(f"the gateway refused the turn: HTTP {response.status_code} "
-                               f"{detail}".rstrip())
+            raise GatewayError(
+                f"the gateway refused the turn: HTTP {response.status_code} {detail}".rstrip()
+            )
         events = _sse_data(response)
         try:
             first = next(events)
@@ -155,6 +173,7 @@ class GatewayClient:
         def replay():
             yield first
             yield from events
+
         return response, replay()
 
 
@@ -188,8 +207,10 @@ def _parse_chunk(data: str) -> tuple[str, str | None]:
     if "error" in chunk:
         error = chunk["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise GatewayError("the gateway reported an error mid-answer: "
-                           + (upstream_text(message, 200) or "no message"))
+        raise GatewayError(
+            "the gateway reported an error mid-answer: "
+            + (upstream_text(message, 200) or "no message")
+        )
     choices = chunk.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
         return "", None  # e.g. a usage-only chunk

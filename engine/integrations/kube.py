@@ -12,6 +12,7 @@ with exponential backoff, honouring Retry-After. Error text is built from the AP
 It stays one module (just over 500 lines) because apply, readiness and the retry policy share one
 request path; splitting the policy out is the next step if it grows.
 """
+
 import email.utils
 import random
 import time
@@ -25,15 +26,38 @@ from kubernetes import client as kube_client
 from kubernetes.client.exceptions import ApiException
 
 from engine.abort import AbortSignal
-from engine.integrations.base import (ApplyError, AppliedResource, IntegrationError, NotFound,
-                                      Readiness, ResourceRef, UnknownKind, upstream_text)
-from engine.integrations.base import ENGINE_NAME
-from engine.integrations.kubeconfig import (InvalidKubeconfig, KubeTarget, NetworkPolicy,
-                                            check_kubeconfig, parse_kubeconfig, pool_manager)
+from engine.integrations.base import (
+    ENGINE_NAME,
+    AppliedResource,
+    ApplyError,
+    IntegrationError,
+    NotFound,
+    Readiness,
+    ResourceRef,
+    UnknownKind,
+    upstream_text,
+)
+from engine.integrations.kubeconfig import (
+    InvalidKubeconfig,
+    KubeTarget,
+    NetworkPolicy,
+    check_kubeconfig,
+    parse_kubeconfig,
+    pool_manager,
+)
 from engine.untrusted import load_json
 
-__all__ = ["InvalidKubeconfig", "KubeBackend", "KubeCluster", "KubeTarget", "NetworkPolicy",
-           "RetryPolicy", "check_kubeconfig", "parse_kubeconfig", "retry_after_seconds"]
+__all__ = [
+    "InvalidKubeconfig",
+    "KubeBackend",
+    "KubeCluster",
+    "KubeTarget",
+    "NetworkPolicy",
+    "RetryPolicy",
+    "check_kubeconfig",
+    "parse_kubeconfig",
+    "retry_after_seconds",
+]
 
 DEFAULT_FIELD_MANAGER = ENGINE_NAME
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -47,9 +71,13 @@ CONNECT_TIMEOUT_MAX_S = 10.0
 #: 501 is absent on purpose: "not implemented" does not get better by asking again.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Transport failures worth another attempt (a TLS failure is not: it is a configuration error).
-RETRYABLE_ERRORS = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError,
-                    urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError,
-                    ConnectionError)
+RETRYABLE_ERRORS = (
+    urllib3.exceptions.NewConnectionError,
+    urllib3.exceptions.ConnectTimeoutError,
+    urllib3.exceptions.ReadTimeoutError,
+    urllib3.exceptions.ProtocolError,
+    ConnectionError,
+)
 APPLY_PATCH = "application/apply-patch+yaml"
 #: Kinds whose readiness is their own Ready condition (absent means not ready yet).
 READY_CONDITION_KINDS = frozenset({"TemplateInstance"})
@@ -57,6 +85,7 @@ MESSAGE_MAX_CHARS = 500
 
 
 # -- HTTP -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -71,7 +100,7 @@ class RetryPolicy:
         """Seconds before retry number `retry` (0-based): Retry-After when given, else backoff."""
         if retry_after_s is not None:
             return min(retry_after_s, self.retry_after_max_s)
-        ceiling = min(self.backoff_max_s, self.backoff_s * 2 ** retry)
+        ceiling = min(self.backoff_max_s, self.backoff_s * 2**retry)
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
@@ -114,8 +143,9 @@ class _Response:
             value = load_json(self.body)
         except ValueError:
             value = None
-        text = upstream_text(value.get("message") if isinstance(value, dict) else None,
-                             MESSAGE_MAX_CHARS)
+        text = upstream_text(
+            value.get("message") if isinstance(value, dict) else None, MESSAGE_MAX_CHARS
+        )
         return f"{text or 'no Status message'} (HTTP {self.status})"
 
 
@@ -157,10 +187,15 @@ def _group_version_path(api_version: str) -> str | None:
 class KubeCluster:
     """One run's view of one cluster: stateless beyond a discovery cache and a connection pool."""
 
-    def __init__(self, target: KubeTarget, addresses: tuple[str, ...], *,
-                 field_manager: str = DEFAULT_FIELD_MANAGER,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 retry: RetryPolicy = RetryPolicy()):
+    def __init__(
+        self,
+        target: KubeTarget,
+        addresses: tuple[str, ...],
+        *,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        retry: RetryPolicy = RetryPolicy(),
+    ):
         """`addresses`: the server's addresses as NetworkPolicy.resolve checked them."""
         self.target = target
         self.field_manager = field_manager
@@ -204,14 +239,22 @@ class KubeCluster:
             resource = self._resource(ref, abort)
             if not resource.namespaced:
                 # The cluster's own word, for every source: a task deploys into a namespace.
-                raise ApplyError(f"{ref.kind} is cluster-scoped on this cluster; a task may only "
-                                 "create namespaced objects", ref)
+                raise ApplyError(
+                    f"{ref.kind} is cluster-scoped on this cluster; a task may only "
+                    "create namespaced objects",
+                    ref,
+                )
             namespace = ref.namespace or self.target.namespace
             # No "applying X" prefix: the runner reports "applying X failed: <this message>".
             response = self._request(
-                "PATCH", resource.path(namespace, ref.name), abort=abort, what=None,
-                body=manifest, content_type=APPLY_PATCH,
-                query=[("fieldManager", self.field_manager), ("force", "true")])
+                "PATCH",
+                resource.path(namespace, ref.name),
+                abort=abort,
+                what=None,
+                body=manifest,
+                content_type=APPLY_PATCH,
+                query=[("fieldManager", self.field_manager), ("force", "true")],
+            )
         except ApplyError:
             raise
         except IntegrationError as exc:
@@ -224,8 +267,13 @@ class KubeCluster:
         abort.raise_if_aborted()
         resource = self._resource(ref, abort)
         namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
-        response = self._request("GET", resource.path(namespace, ref.name), abort=abort,
-                                 what=f"reading {ref.label()}", not_found_ok=True)
+        response = self._request(
+            "GET",
+            resource.path(namespace, ref.name),
+            abort=abort,
+            what=f"reading {ref.label()}",
+            not_found_ok=True,
+        )
         if response.status == 404:
             return Readiness(False, "not found")
         obj = response.json()
@@ -245,9 +293,14 @@ class KubeCluster:
             # A kind the cluster no longer serves (its CRD is gone) has no objects left.
             raise NotFound(str(exc)) from exc
         namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
-        response = self._request("DELETE", resource.path(namespace, ref.name), abort=abort,
-                                 what=f"deleting {ref.label()}", not_found_ok=True,
-                                 query=[("propagationPolicy", "Background")])
+        response = self._request(
+            "DELETE",
+            resource.path(namespace, ref.name),
+            abort=abort,
+            what=f"deleting {ref.label()}",
+            not_found_ok=True,
+            query=[("propagationPolicy", "Background")],
+        )
         if response.status == 404:
             raise NotFound(f"{ref.label()} does not exist")
 
@@ -270,22 +323,25 @@ class KubeCluster:
         path = _group_version_path(api_version)
         if path is None:
             raise UnknownKind(f"{api_version!r} is not an apiVersion", ref)
-        response = self._request("GET", path, abort=abort, what=f"discovering {api_version}",
-                                 not_found_ok=True)
+        response = self._request(
+            "GET", path, abort=abort, what=f"discovering {api_version}", not_found_ok=True
+        )
         if response.status == 404:
             raise UnknownKind(f"the cluster does not serve {api_version}", ref)
         kinds = {}
         for entry in response.json().get("resources") or []:
             name = entry.get("name") or ""
             if "/" not in name and entry.get("kind"):
-                kinds.setdefault(entry["kind"], _Resource(api_version, name,
-                                                          bool(entry.get("namespaced"))))
+                kinds.setdefault(
+                    entry["kind"], _Resource(api_version, name, bool(entry.get("namespaced")))
+                )
         self._discovery[api_version] = kinds
         return kinds
 
     # -- readiness helpers ----------------------------------------------------------------------
-    def _service_readiness(self, service: dict, namespace: str | None, name: str,
-                           abort: AbortSignal) -> Readiness:
+    def _service_readiness(
+        self, service: dict, namespace: str | None, name: str, abort: AbortSignal
+    ) -> Readiness:
         spec = service.get("spec") or {}
         if spec.get("type") == "ExternalName":
             return Readiness(True, "ExternalName service")
@@ -295,20 +351,36 @@ class KubeCluster:
             return Readiness(True, "no selector: endpoints are managed outside the cluster")
         slices = _Resource("discovery.k8s.io/v1", "endpointslices", True)
         response = self._request(
-            "GET", slices.path(namespace), abort=abort, what=f"reading endpoints of Service/{name}",
-            query=[("labelSelector", f"kubernetes.io/service-name={name}")])
-        ready = sum(1 for item in response.json().get("items") or []
-                    for endpoint in item.get("endpoints") or []
-                    if endpoint.get("addresses")
-                    and (endpoint.get("conditions") or {}).get("ready") is not False)
+            "GET",
+            slices.path(namespace),
+            abort=abort,
+            what=f"reading endpoints of Service/{name}",
+            query=[("labelSelector", f"kubernetes.io/service-name={name}")],
+        )
+        ready = sum(
+            1
+            for item in response.json().get("items") or []
+            for endpoint in item.get("endpoints") or []
+            if endpoint.get("addresses")
+            and (endpoint.get("conditions") or {}).get("ready") is not False
+        )
         if ready:
             return Readiness(True, f"{ready} ready endpoint{'s' if ready != 1 else ''}")
         return Readiness(False, "no ready endpoints")
 
     # -- one logical call, with retries ---------------------------------------------------------
-    def _request(self, method: str, path: str, *, abort: AbortSignal, what: str | None,
-                 query: list | None = None, body: dict | None = None,
-                 content_type: str = "application/json", not_found_ok: bool = False) -> _Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        abort: AbortSignal,
+        what: str | None,
+        query: list | None = None,
+        body: dict | None = None,
+        content_type: str = "application/json",
+        not_found_ok: bool = False,
+    ) -> _Response:
         """One API call under the retry policy; the response, or IntegrationError/ApiError.
 
         `what` ("reading Service/web") prefixes error messages.
@@ -317,8 +389,14 @@ class KubeCluster:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
-        request = self._api.param_serialize(method, path, query_params=query, header_params=headers,
-                                            body=body, auth_settings=["BearerToken"])
+        request = self._api.param_serialize(
+            method,
+            path,
+            query_params=query,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         attempts = self.retry.max_retries + 1
         for attempt in range(attempts):
             retry_after = None
@@ -343,18 +421,26 @@ class KubeCluster:
             if attempt + 1 < attempts:
                 abort.sleep(self.retry.delay_s(attempt, retry_after))
         raise IntegrationError(
-            f"{prefix}gave up after {attempts} attempts; last: {failure}"[:MESSAGE_MAX_CHARS])
+            f"{prefix}gave up after {attempts} attempts; last: {failure}"[:MESSAGE_MAX_CHARS]
+        )
 
-    def _send(self, method: str, url: str, headers: dict, body,
-              post_params) -> _Response | Exception:
+    def _send(
+        self, method: str, url: str, headers: dict, body, post_params
+    ) -> _Response | Exception:
         """One HTTP attempt, in its own greenlet: killing it (abort) closes its connection.
 
         A failure is returned, not raised: gevent's hub prints the traceback of every greenlet
         that dies raising, and a retried connection error is not worth a traceback in the log.
         """
         try:
-            response = self._api.call_api(method, url, header_params=headers, body=body,
-                                          post_params=post_params, _request_timeout=self._timeout)
+            response = self._api.call_api(
+                method,
+                url,
+                header_params=headers,
+                body=body,
+                post_params=post_params,
+                _request_timeout=self._timeout,
+            )
             data = response.read()
         except Exception as exc:
             return exc
@@ -362,6 +448,7 @@ class KubeCluster:
 
 
 # -- readiness rules ------------------------------------------------------------------------------
+
 
 def _generation_pending(obj: dict) -> str | None:
     generation = (obj.get("metadata") or {}).get("generation")
@@ -372,8 +459,11 @@ def _generation_pending(obj: dict) -> str | None:
 
 
 def _conditions(obj: dict) -> dict:
-    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []
-            if isinstance(c, dict)}
+    return {
+        c.get("type"): c
+        for c in (obj.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    }
 
 
 def _deployment_readiness(obj: dict) -> Readiness:
@@ -422,8 +512,11 @@ def _condition_readiness(obj: dict, *, required: bool) -> Readiness:
     """An object's own Ready condition when it has one (required for some kinds), else exists."""
     ready = _conditions(obj).get("Ready")
     if ready is None:
-        return Readiness(False, "waiting for the Ready condition") if required else \
-            Readiness(True, "exists")
+        return (
+            Readiness(False, "waiting for the Ready condition")
+            if required
+            else Readiness(True, "exists")
+        )
     detail = ready.get("message") or ready.get("reason") or ""
     if ready.get("status") == "True":
         return Readiness(True, detail or "Ready")
@@ -439,26 +532,35 @@ _READINESS_BY_KIND = {
 
 # -- the backend --------------------------------------------------------------------------------
 
+
 class KubeBackend:
     """Builds a KubeCluster per run from the request's kubeconfig (CLUSTER_BACKEND=kubernetes)."""
 
     label = "kubernetes"
 
-    def __init__(self, *, field_manager: str = DEFAULT_FIELD_MANAGER,
-                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 retry: RetryPolicy = RetryPolicy(), network: NetworkPolicy = NetworkPolicy()):
+    def __init__(
+        self,
+        *,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        retry: RetryPolicy = RetryPolicy(),
+        network: NetworkPolicy | None = None,
+    ):
         self.field_manager = field_manager
         self.request_timeout_s = request_timeout_s
         self.retry = retry
-        self.network = network
+        self.network = network or NetworkPolicy()
 
     @classmethod
     def from_settings(cls, settings) -> "KubeBackend":
-        return cls(field_manager=settings.kube_field_manager,
-                   request_timeout_s=settings.kube_request_timeout_s,
-                   retry=RetryPolicy(max_retries=settings.kube_max_retries,
-                                     backoff_s=settings.kube_retry_backoff_s),
-                   network=NetworkPolicy.from_settings(settings))
+        return cls(
+            field_manager=settings.kube_field_manager,
+            request_timeout_s=settings.kube_request_timeout_s,
+            retry=RetryPolicy(
+                max_retries=settings.kube_max_retries, backoff_s=settings.kube_retry_backoff_s
+            ),
+            network=NetworkPolicy.from_settings(settings),
+        )
 
     def check(self, kubeconfig) -> KubeTarget:
         """Validate a kubeconfig without connecting anywhere; InvalidKubeconfig when unusable."""
@@ -474,8 +576,13 @@ class KubeBackend:
             addresses = self.network.resolve(target)
         except InvalidKubeconfig as exc:
             return NoKubeconfig(str(exc))
-        return KubeCluster(target, addresses, field_manager=self.field_manager,
-                           request_timeout_s=self.request_timeout_s, retry=self.retry)
+        return KubeCluster(
+            target,
+            addresses,
+            field_manager=self.field_manager,
+            request_timeout_s=self.request_timeout_s,
+            retry=self.retry,
+        )
 
 
 class NoKubeconfig:

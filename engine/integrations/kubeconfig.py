@@ -20,6 +20,7 @@ an operator network (KUBE_ALLOWED_NETWORKS) opts it in, and the connections go t
 checked addresses, so a second DNS answer (rebinding) is never asked for. TLS still verifies the
 certificate against the URL's own hostname (or `tls-server-name`), and SNI carries it.
 """
+
 import base64
 import binascii
 import ipaddress
@@ -51,11 +52,16 @@ class InvalidKubeconfig(IntegrationError):
 # -- parsing --------------------------------------------------------------------------------------
 
 #: Fields that would make the server read its own files or run commands for a user.
-_REFUSED_CLUSTER_FIELDS = {"certificate-authority": "certificate-authority-data",
-                           "proxy-url": None}
-_REFUSED_USER_FIELDS = {"client-certificate": "client-certificate-data",
-                        "client-key": "client-key-data", "tokenFile": "token",
-                        "exec": None, "auth-provider": None, "username": None, "password": None}
+_REFUSED_CLUSTER_FIELDS = {"certificate-authority": "certificate-authority-data", "proxy-url": None}
+_REFUSED_USER_FIELDS = {
+    "client-certificate": "client-certificate-data",
+    "client-key": "client-key-data",
+    "tokenFile": "token",
+    "exec": None,
+    "auth-provider": None,
+    "username": None,
+    "password": None,
+}
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ def _server_url(value) -> str:
     if any(c.isspace() or ord(c) < 0x20 or c == "\\" for c in server):
         raise InvalidKubeconfig("cluster.server must not contain spaces, controls or backslashes")
     try:
-        parts.port
+        _ = parts.port  # urllib parses the port lazily: reading it is the check
     except ValueError:
         raise InvalidKubeconfig("cluster.server has an invalid port")
     return server
@@ -140,8 +146,12 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
         raise InvalidKubeconfig("the kubeconfig must be a mapping")
     contexts = kubeconfig.get("contexts") or []
     name = kubeconfig.get("current-context")
-    if not name and isinstance(contexts, list) and len(contexts) == 1 \
-            and isinstance(contexts[0], dict):
+    if (
+        not name
+        and isinstance(contexts, list)
+        and len(contexts) == 1
+        and isinstance(contexts[0], dict)
+    ):
         name = contexts[0].get("name")
     if not name:
         raise InvalidKubeconfig("the kubeconfig has no current-context")
@@ -176,6 +186,7 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
 
 # -- where the server may connect -----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class NetworkPolicy:
     """Which cluster addresses this server connects to (KUBE_ALLOWED_NETWORKS, KUBE_ALLOW_HTTP)."""
@@ -207,8 +218,11 @@ class NetworkPolicy:
             return True
         if ip.version == 6 and ip.ipv4_mapped is not None:
             return self.allows(str(ip.ipv4_mapped))
-        return ip.is_global and not ip.is_multicast \
+        return (
+            ip.is_global
+            and not ip.is_multicast
             and not any(ip in net for net in _ALWAYS_REFUSED if net.version == ip.version)
+        )
 
     def resolve(self, target: KubeTarget) -> tuple[str, ...]:
         """The addresses of the target's host, each one checked; InvalidKubeconfig otherwise.
@@ -216,8 +230,10 @@ class NetworkPolicy:
         This is the only lookup: the connections go to these addresses.
         """
         if target.scheme == "http" and not self.allow_http:
-            raise InvalidKubeconfig("cluster.server must be https (this server does not allow "
-                                    "plain http: KUBE_ALLOW_HTTP)")
+            raise InvalidKubeconfig(
+                "cluster.server must be https (this server does not allow "
+                "plain http: KUBE_ALLOW_HTTP)"
+            )
         try:
             infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError, OSError):
@@ -229,7 +245,8 @@ class NetworkPolicy:
         if not all(self.allows(a) for a in addresses):
             raise InvalidKubeconfig(
                 "cluster.server is a loopback, link-local, private or otherwise internal address; "
-                "this server does not connect there (KUBE_ALLOWED_NETWORKS opts networks in)")
+                "this server does not connect there (KUBE_ALLOWED_NETWORKS opts networks in)"
+            )
         return addresses
 
 
@@ -244,6 +261,7 @@ def check_kubeconfig(kubeconfig, network: NetworkPolicy = NetworkPolicy()) -> Ku
 
 
 # -- TLS without files ----------------------------------------------------------------------------
+
 
 def _load_cert_chain_in_memory(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
     """Load a client certificate and key into `context` without a named file.
@@ -265,8 +283,9 @@ def _load_cert_chain_in_memory(context: ssl.SSLContext, cert_pem: bytes, key_pem
         os.close(fd)
 
 
-def _load_cert_chain_via_private_dir(context: ssl.SSLContext, cert_pem: bytes,
-                                     key_pem: bytes) -> None:
+def _load_cert_chain_via_private_dir(
+    context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes
+) -> None:
     """Fallback where memfd is missing (not Linux): a 0700 dir removed before this returns.
 
     The file exists only while OpenSSL reads it (microseconds); a SIGKILL inside that window
@@ -292,7 +311,7 @@ def _load_cert_chain_via_private_dir(context: ssl.SSLContext, cert_pem: bytes,
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def ssl_context(target: KubeTarget) -> ssl.SSLContext:
@@ -308,7 +327,8 @@ def ssl_context(target: KubeTarget) -> ssl.SSLContext:
                 context.load_verify_locations(cadata=target.ca_pem)
             except ssl.SSLError as exc:
                 raise InvalidKubeconfig(
-                    f"certificate-authority-data cannot be loaded: {exc.reason}")
+                    f"certificate-authority-data cannot be loaded: {exc.reason}"
+                )
         else:
             context.load_default_certs()
     if target.client_cert_pem and target.client_key_pem:
@@ -317,6 +337,7 @@ def ssl_context(target: KubeTarget) -> ssl.SSLContext:
 
 
 # -- connections to the checked addresses only ----------------------------------------------------
+
 
 class _PinnedConnectionMixin:
     """Connects to the addresses checked at resolve time instead of looking the host up again.
@@ -336,9 +357,12 @@ class _PinnedConnectionMixin:
         for address in self.pinned_addresses:
             try:
                 return urllib3_connection.create_connection(
-                    (address, self.port), self.timeout, source_address=self.source_address,
-                    socket_options=self.socket_options)
-            except socket.timeout:
+                    (address, self.port),
+                    self.timeout,
+                    source_address=self.source_address,
+                    socket_options=self.socket_options,
+                )
+            except TimeoutError:
                 error = ConnectTimeoutError(self, f"connecting to {self.host} timed out")
             except OSError as exc:
                 error = exc
@@ -367,8 +391,7 @@ class PinnedPoolManager(urllib3.PoolManager):
         if (scheme, host.lower(), port) != self._origin:
             raise urllib3.exceptions.HTTPError("refusing a request to another server")
         pool = super()._new_pool(scheme, host, port, request_context)
-        pool.ConnectionCls = _PinnedHTTPSConnection if scheme == "https" \
-            else _PinnedHTTPConnection
+        pool.ConnectionCls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
         pool.conn_kw = {**pool.conn_kw, "pinned_addresses": self._addresses}
         return pool
 

@@ -5,15 +5,25 @@ SANDBOX_APPLY_DELAY_S, SANDBOX_READY_DELAY_S, SANDBOX_NEVER_READY, SANDBOX_APPLY
 or "all"). An image or name containing one of these markers simulates it for one deployment:
 `sandbox-never-ready`, `sandbox-apply-error`, `sandbox-slow` (apply takes 10x longer).
 """
+
 import time
 from dataclasses import dataclass
 
 from engine.abort import AbortSignal
-from engine.integrations.base import (ApplyError, AppliedResource, NotFound, Readiness,
-                                      ResourceRef)
+from engine.integrations.base import AppliedResource, ApplyError, NotFound, Readiness, ResourceRef
 
-KNOWN_KINDS = {"Deployment", "StatefulSet", "Service", "Secret", "ConfigMap", "Job",
-               "PersistentVolumeClaim", "Ingress", "Namespace", "TemplateInstance"}
+KNOWN_KINDS = {
+    "Deployment",
+    "StatefulSet",
+    "Service",
+    "Secret",
+    "ConfigMap",
+    "Job",
+    "PersistentVolumeClaim",
+    "Ingress",
+    "Namespace",
+    "TemplateInstance",
+}
 
 
 @dataclass
@@ -27,8 +37,9 @@ class SandboxCluster:
 
     label = "sandbox"
 
-    def __init__(self, *, apply_delay_s: float, ready_delay_s: float, never_ready: bool,
-                 apply_error: str):
+    def __init__(
+        self, *, apply_delay_s: float, ready_delay_s: float, never_ready: bool, apply_error: str
+    ):
         self.apply_delay_s = apply_delay_s
         self.ready_delay_s = ready_delay_s
         self.never_ready = never_ready
@@ -46,7 +57,9 @@ class SandboxCluster:
             raise ApplyError(f"sandbox: simulated apply error for {ref.label()}", ref)
         never = self.never_ready or "sandbox-never-ready" in text
         existed = ref in self.objects
-        self.objects[ref] = _Stored(manifest, None if never else time.monotonic() + self.ready_delay_s)
+        self.objects[ref] = _Stored(
+            manifest, None if never else time.monotonic() + self.ready_delay_s
+        )
         return AppliedResource(ref, "configured" if existed else "created")
 
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
@@ -109,15 +122,26 @@ class SandboxDevbox:
     def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
         abort.sleep(SANDBOX_EXEC_DELAY_S)
         devbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
-        self.boxes[devbox_id] = {"namespace": namespace, "taskId": str(task_id),
-                                 "state": "running", "repos": {}}
+        self.boxes[devbox_id] = {
+            "namespace": namespace,
+            "taskId": str(task_id),
+            "state": "running",
+            "repos": {},
+        }
         return devbox_id
 
     def attach(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
         self._box(devbox_id, namespace)["state"] = "running"
 
-    def exec(self, devbox_id: str, command: list[str], *, namespace: str, abort: AbortSignal,
-             timeout_s: float | None = None) -> ExecResult:
+    def exec(
+        self,
+        devbox_id: str,
+        command: list[str],
+        *,
+        namespace: str,
+        abort: AbortSignal,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
         box = self._box(devbox_id, namespace)
         if box["state"] != "running":
             raise IntegrationError(f"sandbox devbox {devbox_id} is paused")
@@ -147,8 +171,30 @@ class SandboxDevbox:
 
 
 #: Words a prompt's resource name skips.
-_FILLER = {"a", "an", "the", "deploy", "please", "me", "my", "with", "for", "and", "to", "of",
-           "on", "in", "app", "application", "service", "run", "create", "set", "up", "some"}
+_FILLER = {
+    "a",
+    "an",
+    "the",
+    "deploy",
+    "please",
+    "me",
+    "my",
+    "with",
+    "for",
+    "and",
+    "to",
+    "of",
+    "on",
+    "in",
+    "app",
+    "application",
+    "service",
+    "run",
+    "create",
+    "set",
+    "up",
+    "some",
+}
 
 
 class SandboxGateway:
@@ -169,16 +215,24 @@ class SandboxGateway:
         text = self.answer(messages)
         for start in range(0, len(text), self.CHUNK_CHARS):
             abort.sleep(self.chunk_delay_s)
-            yield text[start:start + self.CHUNK_CHARS]
+            yield text[start : start + self.CHUNK_CHARS]
 
     def answer(self, messages: list[dict]) -> str:
         """The whole answer the sandbox gives to this conversation."""
         task = next((m["content"] for m in messages if m.get("role") == "user"), "")
         follow_up = any(m.get("role") == "assistant" for m in messages)
         if "sandbox-needs-input" in task and not follow_up:
-            body = {"needInputs": [{"name": "ADMIN_PASSWORD", "type": "password",
-                                    "sensitive": True, "required": True,
-                                    "description": "admin password for the sandbox app"}]}
+            body = {
+                "needInputs": [
+                    {
+                        "name": "ADMIN_PASSWORD",
+                        "type": "password",
+                        "sensitive": True,
+                        "required": True,
+                        "description": "admin password for the sandbox app",
+                    }
+                ]
+            }
             return "I need one input first:\n```json\n" + json.dumps(body, indent=1) + "\n```\n"
         name = _name_for(task)
         labels = {"app.kubernetes.io/name": name, "deploy.sandbox/generated": "true"}
@@ -187,25 +241,55 @@ class SandboxGateway:
         args = {"name": name, "image": "nginx:1.27", "replicas": 1}
         if "sandbox-needs-input" in task:
             args["ADMIN_PASSWORD"] = "${input:ADMIN_PASSWORD}"
-            manifests.append({"apiVersion": "v1", "kind": "Secret",
-                              "metadata": {"name": f"{name}-admin", "labels": labels},
-                              "type": "Opaque",
-                              "stringData": {"ADMIN_PASSWORD": "${input:ADMIN_PASSWORD}"}})
-            container["env"] = [{"name": "ADMIN_PASSWORD", "valueFrom": {"secretKeyRef": {
-                "name": f"{name}-admin", "key": "ADMIN_PASSWORD"}}}]
+            manifests.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": f"{name}-admin", "labels": labels},
+                    "type": "Opaque",
+                    "stringData": {"ADMIN_PASSWORD": "${input:ADMIN_PASSWORD}"},
+                }
+            )
+            container["env"] = [
+                {
+                    "name": "ADMIN_PASSWORD",
+                    "valueFrom": {
+                        "secretKeyRef": {"name": f"{name}-admin", "key": "ADMIN_PASSWORD"}
+                    },
+                }
+            ]
         manifests += [
-            {"apiVersion": "apps/v1", "kind": "Deployment",
-             "metadata": {"name": name, "labels": labels},
-             "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
-                      "template": {"metadata": {"labels": labels},
-                                   "spec": {"containers": [container]}}}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-             "spec": {"selector": {"app.kubernetes.io/name": name},
-                      "ports": [{"port": 80, "targetPort": 80}]}},
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [container]},
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "selector": {"app.kubernetes.io/name": name},
+                    "ports": [{"port": 80, "targetPort": 80}],
+                },
+            },
         ]
-        body = {"plan": {"summary": f"sandbox plan: an nginx-like Deployment '{name}' and its "
-                                    f"Service", "generator": "sandbox", "args": args},
-                "manifests": manifests}
+        body = {
+            "plan": {
+                "summary": f"sandbox plan: an nginx-like Deployment '{name}' and its Service",
+                "generator": "sandbox",
+                "args": args,
+            },
+            "manifests": manifests,
+        }
         return "Here is the plan:\n```json\n" + json.dumps(body, indent=1) + "\n```\n"
 
 

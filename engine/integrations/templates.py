@@ -10,6 +10,7 @@ named after `${instance}` (two instances never collide, and failure cleanup can 
 own instance); a sensitive input is referenced only inside a `Secret` (secrets reach the cluster as
 Secrets and nowhere else); a sensitive input has no default.
 """
+
 import copy
 import logging
 import re
@@ -75,8 +76,9 @@ class InvalidInputs(TemplateError):
 class InstantiationError(IntegrationError):
     """The provider call stopped part-way; `applied` is what it had applied by then."""
 
-    def __init__(self, message: str, *, ref: ResourceRef, applied: list[AppliedResource],
-                 reason: str):
+    def __init__(
+        self, message: str, *, ref: ResourceRef, applied: list[AppliedResource], reason: str
+    ):
         super().__init__(message)
         self.ref = ref
         self.applied = list(applied)
@@ -99,9 +101,14 @@ class InputDecl:
     description: str = ""
 
     def as_json(self) -> dict:
-        return {"name": self.name, "type": self.type, "default": self.default,
-                "required": self.required, "sensitive": self.sensitive,
-                "description": self.description}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "default": self.default,
+            "required": self.required,
+            "sensitive": self.sensitive,
+            "description": self.description,
+        }
 
     def coerce(self, value):
         """The value as this input's type; ValueError naming the expected type."""
@@ -138,8 +145,12 @@ class Template:
 
     def summary(self) -> dict:
         """What GET /api/v1/templates shows: declarations, never values."""
-        return {"name": self.name, "title": self.title, "description": self.description,
-                "inputs": [d.as_json() for d in self.inputs]}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputs": [d.as_json() for d in self.inputs],
+        }
 
     @property
     def input_names(self) -> set[str]:
@@ -178,16 +189,22 @@ class Template:
 
     def render(self, *, instance: str, namespace: str, values: dict) -> list[dict]:
         """The instance's manifests: placeholders substituted, namespace and labels set."""
-        context = {"instance": instance, "namespace": namespace,
-                   **{f"inputs.{k}": v for k, v in values.items()}}
+        context = {
+            "instance": instance,
+            "namespace": namespace,
+            **{f"inputs.{k}": v for k, v in values.items()},
+        }
         manifests = []
         for doc in self.resources:
             manifest = _substitute(copy.deepcopy(doc), context)
             meta = manifest.setdefault("metadata", {})
             meta["namespace"] = namespace
-            meta["labels"] = {**(meta.get("labels") or {}), INSTANCE_LABEL: instance,
-                              TEMPLATE_LABEL: self.name,
-                              "app.kubernetes.io/managed-by": MANAGED_BY}
+            meta["labels"] = {
+                **(meta.get("labels") or {}),
+                INSTANCE_LABEL: instance,
+                TEMPLATE_LABEL: self.name,
+                "app.kubernetes.io/managed-by": MANAGED_BY,
+            }
             manifests.append(manifest)
         return manifests
 
@@ -240,8 +257,9 @@ class TemplateCatalog:
         given = set(source.get("args") or {}) | set(inputs or {})
         return sorted(template.sensitive_names & given)
 
-    def instantiate(self, manifests: list[dict], *, cluster: Cluster,
-                    abort: AbortSignal) -> list[AppliedResource]:
+    def instantiate(
+        self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
+    ) -> list[AppliedResource]:
         """Apply every document of one instance as a single provider call.
 
         Atomic as the runner sees it: a cancel arriving mid-way lets the call finish (the cancel
@@ -264,11 +282,13 @@ class TemplateCatalog:
                 try:
                     applied.append(cluster.apply(manifest, abort=inner))
                 except ApplyError as exc:
-                    raise TemplateApplyError(str(exc), ref=ref, applied=applied,
-                                             reason=exc.reason) from exc
+                    raise TemplateApplyError(
+                        str(exc), ref=ref, applied=applied, reason=exc.reason
+                    ) from exc
                 except IntegrationError as exc:
-                    raise InstantiationError(str(exc), ref=ref, applied=applied,
-                                             reason=exc.reason) from exc
+                    raise InstantiationError(
+                        str(exc), ref=ref, applied=applied, reason=exc.reason
+                    ) from exc
         finally:
             abort.remove(forward)
         return applied
@@ -343,11 +363,17 @@ def _validate(raw) -> Template:
             raise ValueError(f"resource {i}: unknown placeholders {sorted(refs - known)}")
         misplaced = manifests.sensitive_outside_secret_data(doc, sensitive, PLACEHOLDER)
         if misplaced:
-            raise ValueError(f"resource {i}: sensitive inputs {sorted(misplaced)} may only be "
-                             "used in a Secret's data or stringData")
-    return Template(name=name, title=str(raw.get("title") or name),
-                    description=str(raw.get("description") or ""), inputs=inputs,
-                    resources=tuple(resources))
+            raise ValueError(
+                f"resource {i}: sensitive inputs {sorted(misplaced)} may only be "
+                "used in a Secret's data or stringData"
+            )
+    return Template(
+        name=name,
+        title=str(raw.get("title") or name),
+        description=str(raw.get("description") or ""),
+        inputs=inputs,
+        resources=tuple(resources),
+    )
 
 
 def _input(item) -> InputDecl:
@@ -366,8 +392,14 @@ def _input(item) -> InputDecl:
         if not isinstance(item.get(flag, False), bool):
             raise ValueError(f"input {name}: {flag} must be true or false")
     sensitive = item.get("sensitive", False) or secrets.is_sensitive(name, input_type=input_type)
-    decl = InputDecl(name=name, type=input_type, default=None, required=item.get("required", False),
-                     sensitive=sensitive, description=str(item.get("description") or ""))
+    decl = InputDecl(
+        name=name,
+        type=input_type,
+        default=None,
+        required=item.get("required", False),
+        sensitive=sensitive,
+        description=str(item.get("description") or ""),
+    )
     default = item.get("default")
     if default is not None:
         if sensitive:
@@ -375,8 +407,14 @@ def _input(item) -> InputDecl:
         default = decl.coerce(default)
     elif not decl.required and input_type in {"integer", "boolean"}:
         raise ValueError(f"input {name}: an optional {input_type} input needs a default")
-    return InputDecl(name=name, type=input_type, default=default, required=decl.required,
-                     sensitive=sensitive, description=decl.description)
+    return InputDecl(
+        name=name,
+        type=input_type,
+        default=default,
+        required=decl.required,
+        sensitive=sensitive,
+        description=decl.description,
+    )
 
 
 def _references(obj):

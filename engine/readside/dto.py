@@ -1,5 +1,6 @@
 """Snapshot and projection DTOs (camelCase JSON). Secrets never reach here: they were stripped
 before persist; redaction of sensitive-named keys below is defence in depth."""
+
 import base64
 import json
 from datetime import datetime
@@ -30,11 +31,19 @@ def _redacted(source: dict, sensitive_keys: list[str]) -> dict:
 
     def walk(obj):
         if isinstance(obj, dict):
-            return {k: (secrets.REDACTED if secrets.is_sensitive(k, declared=declared)
-                        and not isinstance(v, (dict, list)) else walk(v)) for k, v in obj.items()}
+            return {
+                k: (
+                    secrets.REDACTED
+                    if secrets.is_sensitive(k, declared=declared)
+                    and not isinstance(v, (dict, list))
+                    else walk(v)
+                )
+                for k, v in obj.items()
+            }
         if isinstance(obj, list):
             return [walk(v) for v in obj]
         return obj
+
     return walk(source)
 
 
@@ -96,8 +105,11 @@ def projection(row: dict) -> dict:
         "sourceKind": row["source_kind"],
         "summary": source_summary(row["source_kind"], source),
         "createdBy": row["created_by"],
-        "title": source.get("name") or source.get("template") or source.get("repo")
-                 or (source.get("prompt") or "")[:200] or row["source_kind"],
+        "title": source.get("name")
+        or source.get("template")
+        or source.get("repo")
+        or (source.get("prompt") or "")[:200]
+        or row["source_kind"],
         "active": Status(row["status"]) in ACTIVE,
         "cancelRequestedAt": _iso(row["cancel_requested_at"]),
         "retriedFromTaskId": _id(row["retried_from_task_id"]),
@@ -114,8 +126,12 @@ def projection(row: dict) -> dict:
 
 
 def event(row: dict) -> dict:
-    return {"seq": row["seq"], "kind": row["kind"], "payload": row["payload"],
-            "createdAt": _iso(row["created_at"])}
+    return {
+        "seq": row["seq"],
+        "kind": row["kind"],
+        "payload": row["payload"],
+        "createdAt": _iso(row["created_at"]),
+    }
 
 
 def encode_cursor(row: dict) -> str:
@@ -141,8 +157,11 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
     except ValueError:
         raise invalid from None
     # Exactly the shape encode_cursor writes: anything else is someone else's string.
-    if not (isinstance(decoded, list) and len(decoded) == 2
-            and all(isinstance(part, str) for part in decoded)):
+    if not (
+        isinstance(decoded, list)
+        and len(decoded) == 2
+        and all(isinstance(part, str) for part in decoded)
+    ):
         raise invalid
     try:
         created_at = datetime.fromisoformat(decoded[0])

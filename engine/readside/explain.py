@@ -1,17 +1,18 @@
 """A plain-language account of a task, built from its row and events (the explain tool)."""
+
 import re
 
 from engine.readside import timeline
 from engine.status import Status
 
 NEXT_STEPS = {
-    "readiness_timeout": "Check the workload's pods (image pull, crash loop, probes); the resources "
-                         "were kept. Redeploy once the cause is fixed.",
+    "readiness_timeout": "Check the workload's pods (image pull, crash loop, probes); "
+    "the resources were kept. Redeploy once the cause is fixed.",
     "interrupted": "The server running it stopped mid-run. Redeploy: it converges on the same "
-                   "resources.",
+    "resources.",
     "timeout": "The run exceeded its maximum duration. Redeploy, and check what it waited on.",
     "never_started": "The task was never started (the server failed right after accepting it). "
-                     "Redeploy it.",
+    "Redeploy it.",
     "apply_failed": "The cluster refused a resource; fix the source (edit & redeploy).",
     "unknown_kind": "The cluster does not serve one of the resource kinds; fix the source.",
 }
@@ -39,8 +40,11 @@ def failure_help(failure: dict | None) -> dict | None:
     refused = _REFUSED.search(message)
     if reason == "apply_failed" and refused:
         cause = f"The cluster refused {refused.group(1)}."
-    return {"cause": cause, "next": NEXT_STEPS.get(reason, "Look at the failed step, then redeploy."),
-            "raw": f"{reason}: {message}" if reason else message}
+    return {
+        "cause": cause,
+        "next": NEXT_STEPS.get(reason, "Look at the failed step, then redeploy."),
+        "raw": f"{reason}: {message}" if reason else message,
+    }
 
 
 #: How much of the end of a task's history explain shows.
@@ -56,7 +60,9 @@ def explain(snapshot: dict, events: list[dict], tail: list[dict] | None = None) 
     lines = [f"{what} into project {snapshot['projectId']}."]
     if snapshot["retriedFromTaskId"]:
         lines.append(f"It redeploys task {snapshot['retriedFromTaskId']}.")
-    steps = [_describe_step(e) for e in events if e["kind"] in ("step", "status", "cancel_requested")]
+    steps = [
+        _describe_step(e) for e in events if e["kind"] in ("step", "status", "cancel_requested")
+    ]
     applied = [f"{r['kind']}/{r['name']}" for r in snapshot["appliedResources"]]
     status = snapshot["status"]
     next_steps: list[str] = []
@@ -75,22 +81,34 @@ def explain(snapshot: dict, events: list[dict], tail: list[dict] | None = None) 
         lines.append(f"It is waiting for inputs: {', '.join(names) or 'see the form'}.")
         next_steps.append("Submit the inputs to resume it, or cancel it.")
     else:
-        lines.append(f"It is {status}" + (" and cancelling." if snapshot["cancelRequestedAt"] else "."))
+        lines.append(
+            f"It is {status}" + (" and cancelling." if snapshot["cancelRequestedAt"] else ".")
+        )
         next_steps.append("Wait for it to finish, or cancel it.")
     if applied:
         lines.append(f"Applied: {', '.join(applied)}.")
     tail = sorted(events if tail is None else tail, key=lambda e: int(e["seq"]))
     recent = [_describe_step(e) for e in tail if e["kind"] != "gateway"][-RECENT_LINES:]
-    return {"taskId": snapshot["id"], "status": status, "summary": " ".join(lines),
-            "steps": steps, "applied": applied, "nextSteps": next_steps, "recent": recent,
-            "logTail": log_tail(tail) if status == Status.FAILED else None}
+    return {
+        "taskId": snapshot["id"],
+        "status": status,
+        "summary": " ".join(lines),
+        "steps": steps,
+        "applied": applied,
+        "nextSteps": next_steps,
+        "recent": recent,
+        "logTail": log_tail(tail) if status == Status.FAILED else None,
+    }
 
 
 def log_tail(events: list[dict]) -> str | None:
     """The end of what the runner reported: the model's streamed output when it had one, else
     its step messages (apply results). Runner events are scrubbed of secrets when written."""
-    model = "".join(str((e["payload"] or {}).get("text") or "") for e in events
-                    if e["kind"] == "gateway" and (e["payload"] or {}).get("type") == "delta")
+    model = "".join(
+        str((e["payload"] or {}).get("text") or "")
+        for e in events
+        if e["kind"] == "gateway" and (e["payload"] or {}).get("type") == "delta"
+    )
     if model:
         return model[-LOG_TAIL_CHARS:]
     messages = []
@@ -114,7 +132,7 @@ def _describe_source(source: dict) -> str:
     if kind == "github":
         return f"Deploying GitHub repository {source.get('repo')}"
     if kind == "prompt":
-        return f"Deploying from the prompt \"{(source.get('prompt') or '')[:80]}\""
+        return f'Deploying from the prompt "{(source.get("prompt") or "")[:80]}"'
     return f"Deploying a {kind} source"
 
 

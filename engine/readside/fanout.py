@@ -4,6 +4,7 @@ Payloads carry ids only ({namespace, project, task}); subscribers re-read rows. 
 listener reconnects, every subscriber receives REBOOTSTRAP because notifications in the gap
 are lost. A subscriber that falls behind gets REBOOTSTRAP instead of an unbounded queue.
 """
+
 import json
 import logging
 import time
@@ -28,16 +29,19 @@ PROBE_INTERVAL_S = 30.0
 class Subscription:
     """A filtered view of the channel; iterate `get()` for payload dicts."""
 
-    def __init__(self, fanout: "Fanout", *, namespace: str | None, project: str | None,
-                 task: str | None):
+    def __init__(
+        self, fanout: "Fanout", *, namespace: str | None, project: str | None, task: str | None
+    ):
         self.fanout = fanout
         self.namespace, self.project, self.task = namespace, project, task
         self.queue: Queue = Queue(SUBSCRIBER_QUEUE_SIZE)
 
     def matches(self, payload: dict) -> bool:
-        return ((self.namespace is None or payload.get("namespace") == self.namespace)
-                and (self.project is None or payload.get("project") == self.project)
-                and (self.task is None or payload.get("task") == self.task))
+        return (
+            (self.namespace is None or payload.get("namespace") == self.namespace)
+            and (self.project is None or payload.get("project") == self.project)
+            and (self.task is None or payload.get("task") == self.task)
+        )
 
     def offer(self, payload: dict) -> None:
         try:

@@ -6,6 +6,7 @@ resource card's `running` stays green (it reports a healthy resource, not progre
 holds no mapping of its own: it only shows the classes and labels rendered from here (the
 optimistic "Cancelling…" label included, carried on the cancel button).
 """
+
 import re
 from dataclasses import dataclass
 
@@ -49,8 +50,9 @@ CANCELLING_LABEL = "Cancelling…"
 PHASE_LABELS = {"verify": "Verifying"}
 
 
-def task(status: str, *, cancel_requested_at: str | None = None,
-         phase: str | None = None) -> Presentation:
+def task(
+    status: str, *, cancel_requested_at: str | None = None, phase: str | None = None
+) -> Presentation:
     """How a task's status shows (dock chip, placeholder, timeline header)."""
     status = Status(status)
     base = STATUS[status]
@@ -63,8 +65,9 @@ def task(status: str, *, cancel_requested_at: str | None = None,
 
 def of(item: dict) -> Presentation:
     """Presentation of a projection or snapshot dict."""
-    return task(item["status"], cancel_requested_at=item.get("cancelRequestedAt"),
-                phase=item.get("phase"))
+    return task(
+        item["status"], cancel_requested_at=item.get("cancelRequestedAt"), phase=item.get("phase")
+    )
 
 
 #: Timeline step state -> presentation (same hues as task statuses).
@@ -120,13 +123,22 @@ def attention(item: dict, *, superseded: bool = False, dismissed: bool = False) 
 
 def failure(item: dict) -> dict | None:
     """A failed task's plain-language cause, next step and raw detail (the explain tool's words)."""
-    from engine.readside.explain import failure_help  # explain builds on the timeline, which uses us
+    from engine.readside.explain import (
+        failure_help,  # explain builds on the timeline, which uses us
+    )
+
     return failure_help(item.get("failure"))
 
 
 #: Field names whose words are not simply their parts.
-FIELD_LABELS = {"env": "Environment variables", "args": "Arguments", "repo": "Repository",
-                "ref": "Branch, tag or commit", "url": "URL", "id": "ID"}
+FIELD_LABELS = {
+    "env": "Environment variables",
+    "args": "Arguments",
+    "repo": "Repository",
+    "ref": "Branch, tag or commit",
+    "url": "URL",
+    "id": "ID",
+}
 
 
 def field_label(name: str) -> str:

@@ -14,6 +14,7 @@ Visibility rules (seed 000: "finished tasks linger in memory" is a defect this s
 - dismissed finished tasks never show (dismissal is client-local: a cookie the page sends);
 - events of another project are ignored, so a switch of project can never leak tasks.
 """
+
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -68,8 +69,14 @@ class ResourceCard:
 
 
 #: Cards of one deployment: its workloads first, then how it is reached, then the rest.
-KIND_ORDER = {"Deployment": 0, "StatefulSet": 0, "DaemonSet": 0, "Job": 1, "Service": 2,
-              "Ingress": 3}
+KIND_ORDER = {
+    "Deployment": 0,
+    "StatefulSet": 0,
+    "DaemonSet": 0,
+    "Job": 1,
+    "Service": 2,
+    "Ingress": 3,
+}
 
 
 def _time(value: str | None) -> datetime | None:
@@ -160,29 +167,54 @@ class TaskStore:
 
     def chips(self) -> list[dict]:
         """The dock's tasks, newest first."""
-        return self._memoized("chips", lambda: sorted(
-            self._items.values(), key=lambda i: (i.get("createdAt") or "", i["id"]), reverse=True))
+        return self._memoized(
+            "chips",
+            lambda: sorted(
+                self._items.values(),
+                key=lambda i: (i.get("createdAt") or "", i["id"]),
+                reverse=True,
+            ),
+        )
 
     def placeholders(self) -> list[dict]:
         """The canvas's deployment placeholders: one per active task, oldest first."""
-        return self._memoized("placeholders", lambda: [
-            i for i in reversed(self.chips()) if Status(i["status"]) in ACTIVE])
+        return self._memoized(
+            "placeholders",
+            lambda: [i for i in reversed(self.chips()) if Status(i["status"]) in ACTIVE],
+        )
 
     def resource_cards(self) -> tuple[ResourceCard, ...]:
         """Result resources as cards; the newest task that applied a resource owns its card."""
+
         def build():
             cards: dict[str, ResourceCard] = {}
             for item in reversed(self.chips()):
                 for res in item.get("appliedResources") or []:
-                    card = ResourceCard(res.get("kind", ""), res.get("name", ""),
-                                        res.get("namespace"), item["id"], item["status"],
-                                        owner_title=item.get("title") or "",
-                                        endpoint=res.get("endpoint"))
+                    card = ResourceCard(
+                        res.get("kind", ""),
+                        res.get("name", ""),
+                        res.get("namespace"),
+                        item["id"],
+                        item["status"],
+                        owner_title=item.get("title") or "",
+                        endpoint=res.get("endpoint"),
+                    )
                     cards[card.key] = card
             # Grouped by the deployment that owns them, then workloads before their services.
-            return tuple(sorted(cards.values(), key=lambda c: (c.owner_title, c.owner_id,
-                                                               KIND_ORDER.get(c.kind, 9), c.kind,
-                                                               c.name, c.key)))
+            return tuple(
+                sorted(
+                    cards.values(),
+                    key=lambda c: (
+                        c.owner_title,
+                        c.owner_id,
+                        KIND_ORDER.get(c.kind, 9),
+                        c.kind,
+                        c.name,
+                        c.key,
+                    ),
+                )
+            )
+
         return self._memoized("cards", build)
 
     def successor_of(self, task_id: str) -> str | None:
@@ -196,8 +228,9 @@ class TaskStore:
     def attention(self, task_id: str) -> str | None:
         """Why this task asks for the user, or None (see presentation.attention)."""
         item = self._items[task_id]
-        return presentation.attention(item, superseded=self.is_superseded(task_id),
-                                      dismissed=task_id in self._dismissed)
+        return presentation.attention(
+            item, superseded=self.is_superseded(task_id), dismissed=task_id in self._dismissed
+        )
 
     # -- internals -----------------------------------------------------------------------------
     def _upsert(self, item: dict, now: datetime) -> Changes:
@@ -274,15 +307,22 @@ class TaskStore:
 BOARD_LIMIT = 200
 
 
-def read_board(db, namespace: str, project_id: str, *, before: dict | None = None,
-               limit: int = BOARD_LIMIT) -> list[dict]:
+def read_board(
+    db, namespace: str, project_id: str, *, before: dict | None = None, limit: int = BOARD_LIMIT
+) -> list[dict]:
     """One page of a project's board as projections, newest first: every active task, every
     failed one not yet redeployed (however old), and the others finished within the grace
     window. `before`: the last projection of the previous page (the next page starts after it)."""
-    rows = db.all("task_list_project_board", namespace=namespace, project_id=project_id,
-                  window_s=GRACE_WINDOW_S, limit=limit, now=None,
-                  cursor_created_at=before["createdAt"] if before else None,
-                  cursor_id=before["id"] if before else None)
+    rows = db.all(
+        "task_list_project_board",
+        namespace=namespace,
+        project_id=project_id,
+        window_s=GRACE_WINDOW_S,
+        limit=limit,
+        now=None,
+        cursor_created_at=before["createdAt"] if before else None,
+        cursor_id=before["id"] if before else None,
+    )
     return [dto.projection(r) for r in rows]
 
 
@@ -296,12 +336,26 @@ def read_task(db, namespace: str, task_id) -> dict | None:
     return db.one("task_get", task_id=task_id, namespace=namespace)
 
 
-def read_task_page(db, namespace: str, *, project_id: str | None, statuses: list[str] | None,
-                   cursor: tuple | None, limit: int) -> list[dict]:
+def read_task_page(
+    db,
+    namespace: str,
+    *,
+    project_id: str | None,
+    statuses: list[str] | None,
+    cursor: tuple | None,
+    limit: int,
+) -> list[dict]:
     """Up to `limit` task rows, newest first, after `cursor` ((created_at, id), or None)."""
     created_at, task_id = cursor or (None, None)
-    return db.all("task_list_page", namespace=namespace, project_id=project_id,
-                  statuses=statuses, cursor_created_at=created_at, cursor_id=task_id, limit=limit)
+    return db.all(
+        "task_list_page",
+        namespace=namespace,
+        project_id=project_id,
+        statuses=statuses,
+        cursor_created_at=created_at,
+        cursor_id=task_id,
+        limit=limit,
+    )
 
 
 def read_projects(db, namespace: str) -> list[dict]:

@@ -4,6 +4,7 @@ Pure logic over event dicts (`dto.event` shape: seq, kind, payload, createdAt). 
 built once from a bootstrap read, then fed one event at a time as the stream delivers them, so a
 live frame carries exactly one entry and the one step it changed.
 """
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -11,9 +12,16 @@ from engine.readside import dto, presentation
 from engine.status import Status
 
 #: Known step keys, with the words the timeline shows; others show capitalized.
-STEP_LABELS = {"render": "Render manifests", "plan": "Plan", "apply": "Apply resources",
-               "verify": "Verify readiness", "inputs": "Collect inputs", "devbox": "Devbox",
-               "instantiate": "Instantiate template", "allocate": "Allocate identities"}
+STEP_LABELS = {
+    "render": "Render manifests",
+    "plan": "Plan",
+    "apply": "Apply resources",
+    "verify": "Verify readiness",
+    "inputs": "Collect inputs",
+    "devbox": "Devbox",
+    "instantiate": "Instantiate template",
+    "allocate": "Allocate identities",
+}
 #: Most events a timeline reads (the bootstrap page size).
 MAX_EVENTS = 1000
 #: Sequence numbers come from one global sequence, so an event can commit after events with later
@@ -93,9 +101,14 @@ def entry(event: dict) -> Entry:
         tone = shown.tone
     else:
         detail = payload.get("message") or payload.get("detail")
-    return Entry(seq=int(event["seq"]), kind=kind, title=title,
-                 detail=str(detail) if detail is not None else None, tone=tone,
-                 at=event.get("createdAt"))
+    return Entry(
+        seq=int(event["seq"]),
+        kind=kind,
+        title=title,
+        detail=str(detail) if detail is not None else None,
+        tone=tone,
+        at=event.get("createdAt"),
+    )
 
 
 class Timeline:
@@ -121,12 +134,19 @@ class Timeline:
         if event["kind"] == "step" and payload.get("step"):
             key = payload["step"]
             previous = self.steps.get(key)
-            changed = Step(key=key, label=STEP_LABELS.get(key, key.capitalize()),
-                           state=payload.get("state", ""), detail=payload.get("detail"),
-                           order=previous.order if previous else len(self.steps),
-                           started_at=(previous.started_at if previous and previous.started_at
-                                       else event.get("createdAt")),
-                           at=event.get("createdAt"))
+            changed = Step(
+                key=key,
+                label=STEP_LABELS.get(key, key.capitalize()),
+                state=payload.get("state", ""),
+                detail=payload.get("detail"),
+                order=previous.order if previous else len(self.steps),
+                started_at=(
+                    previous.started_at
+                    if previous and previous.started_at
+                    else event.get("createdAt")
+                ),
+                at=event.get("createdAt"),
+            )
             self.steps[key] = changed
         return line, changed
 
@@ -176,18 +196,28 @@ def outcome(snapshot: dict) -> Outcome | None:
         not_applied = cancellation["notAppliedResources"]
     else:
         names = {(r.get("kind"), r.get("name")) for r in applied}
-        not_applied = [r for r in snapshot.get("plannedResources") or []
-                       if (r.get("kind"), r.get("name")) not in names]
+        not_applied = [
+            r
+            for r in snapshot.get("plannedResources") or []
+            if (r.get("kind"), r.get("name")) not in names
+        ]
     extent = cancellation.get("applied") or (
-        "nothing" if not applied else "partially" if not_applied else "fully")
+        "nothing" if not applied else "partially" if not_applied else "fully"
+    )
     return Outcome(extent=extent, applied=list(applied), not_applied=list(not_applied))
 
 
-def read_events(db, namespace: str, task_id, *, after_seq: int = 0,
-                limit: int = MAX_EVENTS) -> list[dict]:
+def read_events(
+    db, namespace: str, task_id, *, after_seq: int = 0, limit: int = MAX_EVENTS
+) -> list[dict]:
     """A task's events after `after_seq`, oldest first (`dto.event` shape)."""
-    rows = db.all("event_list_for_task", task_id=task_id, namespace=namespace,
-                  after_seq=after_seq, limit=limit)
+    rows = db.all(
+        "event_list_for_task",
+        task_id=task_id,
+        namespace=namespace,
+        after_seq=after_seq,
+        limit=limit,
+    )
     return [dto.event(r) for r in rows]
 
 

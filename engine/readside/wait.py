@@ -3,6 +3,7 @@
 Fed by the process's NOTIFY fanout (subscribe first, then read, so no change falls in between):
 each notification about the task triggers one re-read; nothing polls on a timer.
 """
+
 import time
 
 from engine.db import Database
@@ -13,8 +14,9 @@ from engine.status import TERMINAL, Status
 MAX_WAIT_S = 300
 
 
-def wait_until_settled(db: Database, fanout: Fanout, namespace: str, task_id,
-                       timeout_s: float) -> tuple[dict | None, str]:
+def wait_until_settled(
+    db: Database, fanout: Fanout, namespace: str, task_id, timeout_s: float
+) -> tuple[dict | None, str]:
     """(row, outcome): outcome is "terminal", "blocked" or "timeout"; row None if it is gone."""
     subscription = fanout.subscribe(namespace=namespace, task=str(task_id))
     try:

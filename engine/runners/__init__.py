@@ -1,4 +1,5 @@
 """Runners: one per source kind family. They use a TaskHandle and integrations, never storage."""
+
 from engine.runners import ai, database, direct, template
 
 #: source kind -> (runner name, run function)

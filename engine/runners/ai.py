@@ -8,6 +8,7 @@ Session: the devbox id and the gateway session id live in artifact_summary.aiSes
 resumed after /input re-attaches to both. Every terminal path pauses the devbox (server
 credential) and records it; a parked (blocked) task keeps its devbox as it is.
 """
+
 import json
 import logging
 import time
@@ -18,10 +19,19 @@ import gevent
 import yaml
 
 from engine import secrets
-from engine.abort import AbortSignal, Aborted
-from engine.answer import (MAX_ANSWER_CHARS, PROTOCOL, MalformedAnswer, check_secret_placement,
-                           missing_inputs, parse_answer, placeholders, sanitize,
-                           sanitize_declaration, substitute)
+from engine.abort import Aborted, AbortSignal
+from engine.answer import (
+    MAX_ANSWER_CHARS,
+    PROTOCOL,
+    MalformedAnswer,
+    check_secret_placement,
+    missing_inputs,
+    parse_answer,
+    placeholders,
+    sanitize,
+    sanitize_declaration,
+    substitute,
+)
 from engine.integrations.base import IntegrationError, NotFound
 from engine.runners import direct
 from engine.runners.context import RunContext
@@ -44,6 +54,7 @@ CLONE_TIMEOUT_S = 300.0
 MAX_LISTED_FILES = 200
 GITHUB_URL = "https://github.com/{repo}.git"
 
+
 @dataclass
 class AiSession:
     """What a resumed run re-attaches to (persisted as artifact_summary.aiSession)."""
@@ -62,20 +73,33 @@ class AiSession:
         raw = artifacts.get("aiSession") or {}
         if not raw.get("sessionId"):
             return cls(session_id=f"sess-{uuid.uuid4().hex}")
-        return cls(session_id=raw["sessionId"], devbox_id=raw.get("devboxId"),
-                   turns=int(raw.get("turns") or 0), input_rounds=int(raw.get("inputRounds") or 0),
-                   cloned=bool(raw.get("cloned")), asked=list(raw.get("asked") or []))
+        return cls(
+            session_id=raw["sessionId"],
+            devbox_id=raw.get("devboxId"),
+            turns=int(raw.get("turns") or 0),
+            input_rounds=int(raw.get("inputRounds") or 0),
+            cloned=bool(raw.get("cloned")),
+            asked=list(raw.get("asked") or []),
+        )
 
     def as_json(self) -> dict:
-        return {"sessionId": self.session_id, "devboxId": self.devbox_id, "turns": self.turns,
-                "inputRounds": self.input_rounds, "cloned": self.cloned, "asked": self.asked}
+        return {
+            "sessionId": self.session_id,
+            "devboxId": self.devbox_id,
+            "turns": self.turns,
+            "inputRounds": self.input_rounds,
+            "cloned": self.cloned,
+            "asked": self.asked,
+        }
 
 
 def run(handle, ctx: RunContext) -> None:
     """One run of an AI task: plan with the model, then apply and verify (or park blocked)."""
     integrations = ctx.integrations
-    if getattr(integrations, "devbox", None) is None \
-            or getattr(integrations, "gateway", None) is None:
+    if (
+        getattr(integrations, "devbox", None) is None
+        or getattr(integrations, "gateway", None) is None
+    ):
         handle.fail("ai_unavailable", "no devbox or gateway is configured on this server")
         return
     session = AiSession.from_artifacts(ctx.artifacts)
@@ -91,8 +115,9 @@ def run(handle, ctx: RunContext) -> None:
             pause_devbox(handle, ctx, opened[-1])
 
 
-def _run(handle, ctx: RunContext, session: AiSession, sensitive: set[str],
-         opened: list[str]) -> None:
+def _run(
+    handle, ctx: RunContext, session: AiSession, sensitive: set[str], opened: list[str]
+) -> None:
     try:
         _open_devbox(handle, ctx, session, opened)
         files = _prepare_workspace(handle, ctx, session) if ctx.source["kind"] == "github" else []
@@ -129,8 +154,9 @@ def _run(handle, ctx: RunContext, session: AiSession, sensitive: set[str],
                     check_secret_placement(answer["manifests"], sensitive)
                 except MalformedAnswer as exc:
                     handle.update_timeline("plan", "failed", str(exc))
-                    handle.fail("malformed_answer",
-                                f"the model's answer is not a usable plan: {exc}")
+                    handle.fail(
+                        "malformed_answer", f"the model's answer is not a usable plan: {exc}"
+                    )
                     return
                 _deploy(handle, ctx, session, answer, sensitive)
                 return
@@ -139,8 +165,10 @@ def _run(handle, ctx: RunContext, session: AiSession, sensitive: set[str],
         missing = missing_inputs(declared, ctx.inputs)
         if missing:
             if session.input_rounds >= MAX_INPUT_ROUNDS:
-                handle.fail("too_many_input_rounds",
-                            f"the model asked for inputs {MAX_INPUT_ROUNDS + 1} times")
+                handle.fail(
+                    "too_many_input_rounds",
+                    f"the model asked for inputs {MAX_INPUT_ROUNDS + 1} times",
+                )
                 return
             session.input_rounds += 1
             session.asked = declared
@@ -151,9 +179,14 @@ def _run(handle, ctx: RunContext, session: AiSession, sensitive: set[str],
         # It asked for what we already hold: tell it so and take another turn.
         sensitive |= {d["name"] for d in declared if d["sensitive"]}
         handle.add_secret_values([v for k, v in ctx.inputs.items() if k in sensitive])
-        messages += [{"role": "assistant", "content": json.dumps({"needInputs": declared})},
-                     {"role": "user", "content": inputs_text(ctx, sensitive)
-                      + "\nAll of them are provided. Answer with the plan and manifests now."}]
+        messages += [
+            {"role": "assistant", "content": json.dumps({"needInputs": declared})},
+            {
+                "role": "user",
+                "content": inputs_text(ctx, sensitive)
+                + "\nAll of them are provided. Answer with the plan and manifests now.",
+            },
+        ]
     handle.fail("malformed_answer", f"no plan after {MAX_TURNS_PER_RUN} turns")
 
 
@@ -188,10 +221,18 @@ def _prepare_workspace(handle, ctx: RunContext, session: AiSession) -> list[str]
     repo, ref = ctx.source["repo"], ctx.source.get("ref")
     if not session.cloned:
         handle.update_timeline("clone", "started", repo + (f"@{ref}" if ref else ""))
-        command = ["git", "clone", "--depth", "1"] + (["--branch", ref] if ref else []) \
+        command = (
+            ["git", "clone", "--depth", "1"]
+            + (["--branch", ref] if ref else [])
             + ["--", GITHUB_URL.format(repo=repo), CLONE_DIR]
-        result = devbox.exec(session.devbox_id, command, namespace=ctx.namespace,
-                             abort=handle.abort, timeout_s=CLONE_TIMEOUT_S)
+        )
+        result = devbox.exec(
+            session.devbox_id,
+            command,
+            namespace=ctx.namespace,
+            abort=handle.abort,
+            timeout_s=CLONE_TIMEOUT_S,
+        )
         if not result.ok:
             detail = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
             handle.update_timeline("clone", "failed", detail)
@@ -199,8 +240,12 @@ def _prepare_workspace(handle, ctx: RunContext, session: AiSession) -> list[str]
         session.cloned = True
         handle.set_artifacts(aiSession=session.as_json())
         handle.update_timeline("clone", "done", repo)
-    listing = devbox.exec(session.devbox_id, ["git", "-C", CLONE_DIR, "ls-files"],
-                          namespace=ctx.namespace, abort=handle.abort)
+    listing = devbox.exec(
+        session.devbox_id,
+        ["git", "-C", CLONE_DIR, "ls-files"],
+        namespace=ctx.namespace,
+        abort=handle.abort,
+    )
     return listing.stdout.splitlines()[:MAX_LISTED_FILES] if listing.ok else []
 
 
@@ -217,8 +262,12 @@ def pause_devbox(handle, ctx: RunContext, devbox_id: str) -> None:
     except NotFound:
         pass  # gone: nothing is left running
     except (IntegrationError, Aborted) as exc:
-        log.warning("task %s: pausing devbox %s failed (%s); the reaper retries",
-                    ctx.task_id, devbox_id, exc)
+        log.warning(
+            "task %s: pausing devbox %s failed (%s); the reaper retries",
+            ctx.task_id,
+            devbox_id,
+            exc,
+        )
         return
     except Exception:
         log.exception("task %s: pausing devbox %s failed", ctx.task_id, devbox_id)
@@ -232,23 +281,31 @@ def pause_devbox(handle, ctx: RunContext, devbox_id: str) -> None:
 
 
 # -- the gateway turn -----------------------------------------------------------------------------
-def conversation(ctx: RunContext, session: AiSession, files: list[str],
-                 sensitive: set[str]) -> list[dict]:
+def conversation(
+    ctx: RunContext, session: AiSession, files: list[str], sensitive: set[str]
+) -> list[dict]:
     """The messages of the next turn: the task, and on a resume the question and its answers."""
     source = ctx.source
     if source["kind"] == "github":
         ref = f" (ref {source['ref']})" if source.get("ref") else ""
-        task = (f"Repository: {source['repo']}{ref}\nCloned into the devbox at {CLONE_DIR}. "
-                "Files:\n" + "\n".join(files))
+        task = (
+            f"Repository: {source['repo']}{ref}\nCloned into the devbox at {CLONE_DIR}. "
+            "Files:\n" + "\n".join(files)
+        )
     else:
         task = f"Prompt: {source['prompt']}"
     task += f"\nTarget: Kubernetes namespace {ctx.target_namespace}."
     messages = [{"role": "system", "content": PROTOCOL}]
     if session.asked:
-        messages += [{"role": "user", "content": task},
-                     {"role": "assistant", "content": json.dumps({"needInputs": session.asked})},
-                     {"role": "user", "content": inputs_text(ctx, sensitive)
-                      + "\nAnswer with the plan and manifests now."}]
+        messages += [
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": json.dumps({"needInputs": session.asked})},
+            {
+                "role": "user",
+                "content": inputs_text(ctx, sensitive)
+                + "\nAnswer with the plan and manifests now.",
+            },
+        ]
     elif ctx.inputs:
         messages.append({"role": "user", "content": task + "\n" + inputs_text(ctx, sensitive)})
     else:
@@ -274,13 +331,15 @@ def gateway_turn(handle, ctx: RunContext, session: AiSession, messages: list[dic
     turn = session.turns
     handle.set_artifacts(aiSession=session.as_json())
     handle.update_timeline("plan", "started", f"gateway turn {turn}")
-    handle.emit_event("gateway", {"type": "turn_started", "turn": turn,
-                                  "sessionId": session.session_id})
+    handle.emit_event(
+        "gateway", {"type": "turn_started", "turn": turn, "sessionId": session.session_id}
+    )
     scrubber = handle.stream_scrubber()
     raw: list[str] = []
     batch = _Batch(handle, turn)
-    stream = ctx.integrations.gateway.stream_chat(messages, session_id=session.session_id,
-                                                  abort=handle.abort)
+    stream = ctx.integrations.gateway.stream_chat(
+        messages, session_id=session.session_id, abort=handle.abort
+    )
     received = 0
     try:
         for piece in stream:
@@ -314,20 +373,29 @@ class _Batch:
     def add(self, text: str) -> None:
         if not text:
             return
-        self.handle.publish("gateway", {"type": "delta", "turn": self.turn, "offset": self.offset,
-                                        "text": text})
+        self.handle.publish(
+            "gateway", {"type": "delta", "turn": self.turn, "offset": self.offset, "text": text}
+        )
         self.pending.append(text)
         self.offset += len(text)
-        if (self.offset - self.pending_start >= BATCH_CHARS
-                or time.monotonic() - self.flushed_at >= BATCH_INTERVAL_S):
+        if (
+            self.offset - self.pending_start >= BATCH_CHARS
+            or time.monotonic() - self.flushed_at >= BATCH_INTERVAL_S
+        ):
             self.flush()
             self.handle.checkpoint()
 
     def flush(self) -> None:
         if self.pending:
-            self.handle.emit_event("gateway", {"type": "delta", "turn": self.turn,
-                                               "offset": self.pending_start,
-                                               "text": "".join(self.pending)})
+            self.handle.emit_event(
+                "gateway",
+                {
+                    "type": "delta",
+                    "turn": self.turn,
+                    "offset": self.pending_start,
+                    "text": "".join(self.pending),
+                },
+            )
         self.pending, self.pending_start = [], self.offset
         self.flushed_at = time.monotonic()
 
@@ -339,8 +407,7 @@ def sensitive_names(ctx: RunContext, declared: list[dict]) -> set[str]:
 
 
 # -- deploy ---------------------------------------------------------------------------------------
-def _deploy(handle, ctx: RunContext, session: AiSession, answer: dict,
-            sensitive: set[str]) -> None:
+def _deploy(handle, ctx: RunContext, session: AiSession, answer: dict, sensitive: set[str]) -> None:
     """Persist the sanitized plan, then apply (substituted in memory) and verify like direct."""
     manifests = [_own(doc, ctx) for doc in answer["manifests"]]
     persisted = [sanitize(doc, sensitive) for doc in manifests]

@@ -5,6 +5,7 @@ The password is the run's in-memory `password` input when given, else generated 
 lives only in the cluster Secret (the StatefulSet reads it through secretKeyRef) and in this run's
 memory; the handle scrubs it from everything the run writes.
 """
+
 from dataclasses import dataclass, field
 from secrets import token_urlsafe
 from urllib.parse import quote
@@ -36,27 +37,58 @@ class Engine:
 
 ENGINES: dict[str, Engine] = {
     "postgresql": Engine(
-        image="postgres", default_version="17", port=5432,
-        data_path="/var/lib/postgresql/data", scheme="postgresql", username="app",
-        secret_env={"POSTGRES_USER": "username", "POSTGRES_PASSWORD": "password",
-                    "POSTGRES_DB": "database"},
-        # A subdirectory: the volume's root may hold lost+found, which initdb refuses.
-        plain_env={"PGDATA": "/var/lib/postgresql/data/pgdata"}),
-    "mysql": Engine(
-        image="mysql", default_version="8.4", port=3306, data_path="/var/lib/mysql",
-        scheme="mysql", username="app",
-        secret_env={"MYSQL_USER": "username", "MYSQL_PASSWORD": "password",
-                    "MYSQL_ROOT_PASSWORD": "password", "MYSQL_DATABASE": "database"}),
-    "redis": Engine(
-        image="redis", default_version="7.4", port=6379, data_path="/data", scheme="redis",
-        username="default", secret_env={"REDIS_PASSWORD": "password"},
-        # Kubernetes expands $(REDIS_PASSWORD) from the env: the value is never in the manifest.
-        args=("--requirepass", "$(REDIS_PASSWORD)", "--appendonly", "yes")),
-    "mongodb": Engine(
-        image="mongo", default_version="8.0", port=27017, data_path="/data/db", scheme="mongodb",
+        image="postgres",
+        default_version="17",
+        port=5432,
+        data_path="/var/lib/postgresql/data",
+        scheme="postgresql",
         username="app",
-        secret_env={"MONGO_INITDB_ROOT_USERNAME": "username",
-                    "MONGO_INITDB_ROOT_PASSWORD": "password", "MONGO_INITDB_DATABASE": "database"}),
+        secret_env={
+            "POSTGRES_USER": "username",
+            "POSTGRES_PASSWORD": "password",
+            "POSTGRES_DB": "database",
+        },
+        # A subdirectory: the volume's root may hold lost+found, which initdb refuses.
+        plain_env={"PGDATA": "/var/lib/postgresql/data/pgdata"},
+    ),
+    "mysql": Engine(
+        image="mysql",
+        default_version="8.4",
+        port=3306,
+        data_path="/var/lib/mysql",
+        scheme="mysql",
+        username="app",
+        secret_env={
+            "MYSQL_USER": "username",
+            "MYSQL_PASSWORD": "password",
+            "MYSQL_ROOT_PASSWORD": "password",
+            "MYSQL_DATABASE": "database",
+        },
+    ),
+    "redis": Engine(
+        image="redis",
+        default_version="7.4",
+        port=6379,
+        data_path="/data",
+        scheme="redis",
+        username="default",
+        secret_env={"REDIS_PASSWORD": "password"},
+        # Kubernetes expands $(REDIS_PASSWORD) from the env: the value is never in the manifest.
+        args=("--requirepass", "$(REDIS_PASSWORD)", "--appendonly", "yes"),
+    ),
+    "mongodb": Engine(
+        image="mongo",
+        default_version="8.0",
+        port=27017,
+        data_path="/data/db",
+        scheme="mongodb",
+        username="app",
+        secret_env={
+            "MONGO_INITDB_ROOT_USERNAME": "username",
+            "MONGO_INITDB_ROOT_PASSWORD": "password",
+            "MONGO_INITDB_DATABASE": "database",
+        },
+    ),
 }
 
 
@@ -80,8 +112,12 @@ def render(ctx: RunContext, *, password: str) -> list[dict]:
     host = f"{name}.{namespace}.svc.cluster.local"
     secret_name = f"{name}-credentials"
     selector = {"app.kubernetes.io/name": name}
-    labels = {**selector, "app.kubernetes.io/component": "database",
-              "app.kubernetes.io/managed-by": direct.FIELD_MANAGER, ENGINE_LABEL: source["engine"]}
+    labels = {
+        **selector,
+        "app.kubernetes.io/component": "database",
+        "app.kubernetes.io/managed-by": direct.FIELD_MANAGER,
+        ENGINE_LABEL: source["engine"],
+    }
 
     def meta(object_name: str) -> dict:
         return {"name": object_name, "namespace": namespace, "labels": labels}
@@ -90,30 +126,61 @@ def render(ctx: RunContext, *, password: str) -> list[dict]:
         "name": source["engine"],
         "image": f"{engine.image}:{version}",
         "ports": [{"name": "db", "containerPort": engine.port}],
-        "env": [{"name": env, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}}
-                for env, key in engine.secret_env.items()]
-               + [{"name": k, "value": v} for k, v in engine.plain_env.items()],
+        "env": [
+            {"name": env, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}}
+            for env, key in engine.secret_env.items()
+        ]
+        + [{"name": k, "value": v} for k, v in engine.plain_env.items()],
         "readinessProbe": {"tcpSocket": {"port": engine.port}, "periodSeconds": 5},
         "volumeMounts": [{"name": "data", "mountPath": engine.data_path}],
     }
     if engine.args:
         container["args"] = list(engine.args)
     return [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": meta(secret_name), "type": "Opaque",
-         "stringData": {"username": engine.username, "password": password, "database": database,
-                        "host": host, "port": str(engine.port),
-                        "uri": _uri(engine, password=password, host=host, database=database)}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
-         "spec": {"clusterIP": "None", "selector": selector,
-                  "ports": [{"name": "db", "port": engine.port, "targetPort": engine.port}]}},
-        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta(name),
-         "spec": {"serviceName": name, "replicas": 1, "selector": {"matchLabels": selector},
-                  "template": {"metadata": {"labels": labels},
-                               "spec": {"containers": [container]}},
-                  "volumeClaimTemplates": [{
-                      "metadata": {"name": "data"},
-                      "spec": {"accessModes": ["ReadWriteOnce"],
-                               "resources": {"requests": {"storage": DATA_VOLUME_SIZE}}}}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta(secret_name),
+            "type": "Opaque",
+            "stringData": {
+                "username": engine.username,
+                "password": password,
+                "database": database,
+                "host": host,
+                "port": str(engine.port),
+                "uri": _uri(engine, password=password, host=host, database=database),
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta(name),
+            "spec": {
+                "clusterIP": "None",
+                "selector": selector,
+                "ports": [{"name": "db", "port": engine.port, "targetPort": engine.port}],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": meta(name),
+            "spec": {
+                "serviceName": name,
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": DATA_VOLUME_SIZE}},
+                        },
+                    }
+                ],
+            },
+        },
     ]
 
 

@@ -1,4 +1,5 @@
 """The direct runner: render manifests for an image source, apply them one by one, verify."""
+
 import time
 
 from engine.integrations.base import ENGINE_NAME, ApplyError, IntegrationError, ResourceRef
@@ -23,9 +24,19 @@ def blocked_on_recorded_secrets(handle: TaskHandle, ctx: RunContext) -> bool:
         return False
     handle.update_timeline("inputs", "blocked", f"waiting for {', '.join(missing)}")
     handle.request_inputs(
-        [{"name": k, "type": "string", "default": None, "required": True, "sensitive": True,
-          "missing": True} for k in missing],
-        message=f"secret values are needed again: {', '.join(missing)}")
+        [
+            {
+                "name": k,
+                "type": "string",
+                "default": None,
+                "required": True,
+                "sensitive": True,
+                "missing": True,
+            }
+            for k in missing
+        ],
+        message=f"secret values are needed again: {', '.join(missing)}",
+    )
     return True
 
 
@@ -42,7 +53,7 @@ def endpoint(manifest: dict, namespace: str | None) -> str | None:
         for rule in spec.get("rules") or []:
             if isinstance(rule, dict) and rule.get("host"):
                 scheme = "https" if spec.get("tls") else "http"
-                paths = ((rule.get("http") or {}).get("paths") or [{}])
+                paths = (rule.get("http") or {}).get("paths") or [{}]
                 path = paths[0].get("path") if isinstance(paths[0], dict) else None
                 return f"{scheme}://{rule['host']}{path or '/'}"
     return None
@@ -77,8 +88,9 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
             return
         applied.append(with_endpoint(result.as_json(), manifest, ctx.target_namespace))
         handle.set_artifacts(appliedResources=applied)
-        handle.update_timeline("apply", "done", f"{ref.label()} {result.action}",
-                               resource=result.as_json())
+        handle.update_timeline(
+            "apply", "done", f"{ref.label()} {result.action}", resource=result.as_json()
+        )
 
     handle.checkpoint()
     verify(handle, ctx, manifests)
@@ -94,8 +106,9 @@ def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
     while True:
         handle.checkpoint()
         try:
-            waiting = [ref for ref in required
-                       if not ctx.cluster.readiness(ref, abort=handle.abort).ready]
+            waiting = [
+                ref for ref in required if not ctx.cluster.readiness(ref, abort=handle.abort).ready
+            ]
         except IntegrationError as exc:
             waiting, last_error = required, str(exc)
         else:
@@ -130,31 +143,49 @@ def render(ctx: RunContext) -> list[dict]:
     manifests = []
     if secret_env:
         secret_name = f"{name}-env"
-        manifests.append({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": secret_name, "namespace": ctx.target_namespace, "labels": labels},
-            "type": "Opaque", "stringData": secret_env,
-        })
-        env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}}
-                for k in sorted(secret_env)]
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": secret_name,
+                    "namespace": ctx.target_namespace,
+                    "labels": labels,
+                },
+                "type": "Opaque",
+                "stringData": secret_env,
+            }
+        )
+        env += [
+            {"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}}
+            for k in sorted(secret_env)
+        ]
     if env:
         container["env"] = env
     if source.get("port"):
         container["ports"] = [{"containerPort": source["port"]}]
-    manifests.append({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ctx.target_namespace, "labels": labels},
-        "spec": {
-            "replicas": source.get("replicas", 1),
-            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-        },
-    })
-    if source.get("port"):
-        manifests.append({
-            "apiVersion": "v1", "kind": "Service",
+    manifests.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
             "metadata": {"name": name, "namespace": ctx.target_namespace, "labels": labels},
-            "spec": {"selector": {"app.kubernetes.io/name": name},
-                     "ports": [{"port": source["port"], "targetPort": source["port"]}]},
-        })
+            "spec": {
+                "replicas": source.get("replicas", 1),
+                "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            },
+        }
+    )
+    if source.get("port"):
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": ctx.target_namespace, "labels": labels},
+                "spec": {
+                    "selector": {"app.kubernetes.io/name": name},
+                    "ports": [{"port": source["port"], "targetPort": source["port"]}],
+                },
+            }
+        )
     return manifests

@@ -12,10 +12,16 @@ Failure cleanup deletes the partial resources only for a typed apply-stage failu
 name this run allocated: never for a reused identity (its resources may predate this task), never
 on cancel (a pending cancel is acknowledged before cleanup is considered).
 """
+
 from engine import secrets
 from engine.integrations.base import IntegrationError, NotFound, ResourceRef
-from engine.integrations.templates import (InstantiationError, InvalidInputs, Template,
-                                           TemplateApplyError, TemplateError)
+from engine.integrations.templates import (
+    InstantiationError,
+    InvalidInputs,
+    Template,
+    TemplateApplyError,
+    TemplateError,
+)
 from engine.runners import direct
 from engine.runners.context import RunContext, TaskHandle
 from engine.status import Status
@@ -52,8 +58,9 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
     handle.update_timeline("identity", "done", instance, reused=not fresh)
 
     manifests = template.render(instance=instance, namespace=ctx.target_namespace, values=values)
-    handle.set_artifacts(plannedResources=[ResourceRef.of(m).as_json() for m in manifests],
-                         appliedResources=[])
+    handle.set_artifacts(
+        plannedResources=[ResourceRef.of(m).as_json() for m in manifests], appliedResources=[]
+    )
     handle.update_timeline("render", "done", f"{len(manifests)} resources")
 
     handle.checkpoint()
@@ -70,9 +77,14 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
         handle.fail(exc.reason, f"instantiating {template.name} failed at {exc.ref.label()}: {exc}")
         return
     by_ref = {(m.get("kind"), (m.get("metadata") or {}).get("name")): m for m in manifests}
-    handle.set_artifacts(appliedResources=[
-        direct.with_endpoint(r.as_json(), by_ref.get((r.ref.kind, r.ref.name), {}),
-                             ctx.target_namespace) for r in applied])
+    handle.set_artifacts(
+        appliedResources=[
+            direct.with_endpoint(
+                r.as_json(), by_ref.get((r.ref.kind, r.ref.name), {}), ctx.target_namespace
+            )
+            for r in applied
+        ]
+    )
     handle.update_timeline("apply", "done", f"{len(applied)} resources applied")
 
     handle.checkpoint()
@@ -85,18 +97,24 @@ def _inputs(handle: TaskHandle, ctx: RunContext, template: Template) -> dict | N
     recorded = set(ctx.sensitive_keys)
     # Authoritative re-scrub: the declarations (and the shared predicate) decide what is secret,
     # whatever create knew when it stripped the source.
-    leaked = {k: v for k, v in persisted.items()
-              if k in template.sensitive_names or secrets.is_sensitive(k, declared=recorded)}
+    leaked = {
+        k: v
+        for k, v in persisted.items()
+        if k in template.sensitive_names or secrets.is_sensitive(k, declared=recorded)
+    }
     memory = {**leaked, **ctx.inputs}
-    sensitive_given = {k: v for k, v in memory.items()
-                       if k in template.sensitive_names or k in leaked}
+    sensitive_given = {
+        k: v for k, v in memory.items() if k in template.sensitive_names or k in leaked
+    }
     handle.add_secret_values([str(v) for v in sensitive_given.values()])
     unrecorded = set(sensitive_given) - recorded
     if leaked or unrecorded:
         # Names only: clones must re-ask them; their values stay in this run's memory.
         handle.strip_source_keys(ARGS, sorted(set(leaked) | unrecorded))
-        handle.emit_event("secrets_rescrubbed", {"stripped": sorted(leaked),
-                                                 "recorded": sorted(unrecorded - set(leaked))})
+        handle.emit_event(
+            "secrets_rescrubbed",
+            {"stripped": sorted(leaked), "recorded": sorted(unrecorded - set(leaked))},
+        )
         recorded |= set(sensitive_given)
     plain = {k: v for k, v in persisted.items() if k not in leaked}
     ignored = sorted((set(plain) | set(memory)) - template.input_names)
@@ -107,14 +125,16 @@ def _inputs(handle: TaskHandle, ctx: RunContext, template: Template) -> dict | N
         handle.fail(exc.reason, f"invalid inputs for {template.name}: {exc}")
         return None
     unanswered = {d.name for d in missing} | {
-        name for name in recorded & template.sensitive_names if name not in memory}
+        name for name in recorded & template.sensitive_names if name not in memory
+    }
     if unanswered:
         handle.update_timeline("inputs", "blocked", ", ".join(sorted(unanswered)))
         # Every declaration (the form re-asks every sensitive input and prefills the others from
         # their declared defaults), marking the ones this run could not answer.
-        handle.request_inputs([{**d.as_json(), "missing": d.name in unanswered}
-                               for d in template.inputs],
-                              message=f"{template.name} needs: {', '.join(sorted(unanswered))}")
+        handle.request_inputs(
+            [{**d.as_json(), "missing": d.name in unanswered} for d in template.inputs],
+            message=f"{template.name} needs: {', '.join(sorted(unanswered))}",
+        )
         return None
     detail = f"ignored undeclared inputs: {', '.join(ignored)}" if ignored else None
     handle.update_timeline("inputs", "done", detail)
@@ -132,8 +152,12 @@ def _delete_partial(handle: TaskHandle, ctx: RunContext, exc: TemplateApplyError
             pass
         except IntegrationError as error:
             kept.append(resource.as_json())
-            handle.update_timeline("cleanup", "failed", f"{resource.ref.label()}: {error}",
-                                   resource=resource.ref.as_json())
+            handle.update_timeline(
+                "cleanup",
+                "failed",
+                f"{resource.ref.label()}: {error}",
+                resource=resource.ref.as_json(),
+            )
             continue
         deleted.append(resource.ref.as_json())
     handle.set_artifacts(appliedResources=kept, cleanup={"deleted": deleted})

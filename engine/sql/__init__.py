@@ -3,6 +3,7 @@
 Each block starts with a `-- name --` line and a one-line `-- description`; callers say
 `queries["task_claim"]`. No SQL lives outside these files (tests excepted).
 """
+
 import re
 from pathlib import Path
 from typing import LiteralString
@@ -20,7 +21,7 @@ def _load() -> dict[str, LiteralString]:
             name = match.group(1)
             if name in found:
                 raise RuntimeError(f"query {name} defined twice")
-            found[name] = text[match.end():end].strip()  # type: ignore[assignment]
+            found[name] = text[match.end() : end].strip()  # type: ignore[assignment]
     return found
 
 

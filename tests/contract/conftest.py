@@ -1,4 +1,5 @@
 """Fixtures for the Kubernetes adapter's contract tests: kmock servers, kubeconfigs, clusters."""
+
 import base64
 import os
 import ssl
@@ -19,10 +20,18 @@ LOOPBACK = NetworkPolicy.parse("127.0.0.0/8,::1/128", allow_http=True)
 LOOPBACK_SETTINGS = dict(kube_allowed_networks="127.0.0.0/8,::1/128", kube_allow_http=True)
 
 
-def kubeconfig_for(server: str, *, namespace: str | None = None, token: str | None = TOKEN,
-                   ca_pem: bytes | None = None, cert_pem: bytes | None = None,
-                   key_pem: bytes | None = None, **cluster_extra) -> dict:
+def kubeconfig_for(
+    server: str,
+    *,
+    namespace: str | None = None,
+    token: str | None = TOKEN,
+    ca_pem: bytes | None = None,
+    cert_pem: bytes | None = None,
+    key_pem: bytes | None = None,
+    **cluster_extra,
+) -> dict:
     """A kubeconfig dict as a user would send it (the `*-data` fields base64-encoded)."""
+
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
 
@@ -38,10 +47,14 @@ def kubeconfig_for(server: str, *, namespace: str | None = None, token: str | No
     context = {"cluster": "c", "user": "u"}
     if namespace:
         context["namespace"] = namespace
-    return {"apiVersion": "v1", "kind": "Config", "current-context": "ctx",
-            "clusters": [{"name": "c", "cluster": cluster}],
-            "users": [{"name": "u", "user": user}],
-            "contexts": [{"name": "ctx", "context": context}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "ctx",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "ctx", "context": context}],
+    }
 
 
 @pytest.fixture
@@ -60,8 +73,9 @@ def mock(mock_server):
 
 @pytest.fixture
 def backend():
-    return KubeBackend(field_manager="contract-tests", request_timeout_s=5.0, retry=FAST_RETRY,
-                       network=LOOPBACK)
+    return KubeBackend(
+        field_manager="contract-tests", request_timeout_s=5.0, retry=FAST_RETRY, network=LOOPBACK
+    )
 
 
 @pytest.fixture
@@ -110,7 +124,7 @@ def open_fd_targets() -> Counter:
 
 def established_client_sockets(port: int) -> int:
     """Open TCP connections of this process to 127.0.0.1:`port` (the client side only)."""
-    inodes = {t[len("socket:["):-1] for t in open_fd_targets() if t.startswith("socket:[")}
+    inodes = {t[len("socket:[") : -1] for t in open_fd_targets() if t.startswith("socket:[")}
     count = 0
     with open("/proc/net/tcp") as table:
         next(table)

@@ -1,5 +1,6 @@
 """Helpers shared by the Kubernetes contract tests (and the browser test that deploys to kmock):
 the deployment they apply, kmock responders, and how a test reads the outcome through the API."""
+
 import base64
 
 import yaml
@@ -8,18 +9,29 @@ from tests.helpers import wait_for
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
 DEPLOYMENT = {
-    "apiVersion": "apps/v1", "kind": "Deployment",
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
     "metadata": {"name": "web", "namespace": "demo", "labels": {"app": "web"}},
-    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-             "template": {"metadata": {"labels": {"app": "web"}},
-                          "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}},
+    "spec": {
+        "replicas": 2,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+        },
+    },
 }
 
 
 def status(code: int, message: str) -> dict:
     """A Kubernetes Status body, as the API server sends with an error."""
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
-            "message": message}
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "message": message,
+    }
 
 
 def echo(request):
@@ -38,7 +50,9 @@ def header(kubeconfig) -> dict:
 
 def wait_finished(client, task_id: str) -> dict:
     """The task's snapshot once it is completed or failed (read through this test's own app)."""
+
     def finished():
         snapshot = client.get(f"/api/v1/tasks/{task_id}").get_json()
         return snapshot if snapshot["status"] in ("completed", "failed") else None
+
     return wait_for(finished, timeout=10.0, message=f"{task_id} to finish")

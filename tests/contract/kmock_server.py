@@ -13,6 +13,7 @@ it cannot stand in for server-side apply (which creates on PATCH).
 Scripts are added from the test greenlet before the requests they answer; kmock reads them from
 its loop thread (plain list appends and reads, safe under the GIL).
 """
+
 import asyncio
 import time
 
@@ -60,8 +61,10 @@ class KMockServer:
         handler = kmock.KubernetesScaffold()
         handler.resources.load_bundled()
         handler.resources[TEMPLATE_INSTANCES] = kmock.ResourceInfo(
-            kind="TemplateInstance", namespaced=True,
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
+            kind="TemplateInstance",
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        )
         ssl_context = self.ssl_context
 
         class Transport(RawTestServer):

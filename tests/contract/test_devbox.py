@@ -1,5 +1,6 @@
 """Contract of engine/integrations/devbox.py against a devbox API on loopback: exact paths and
 bodies, a namespace-scoped HS256 JWT signed with the configured key, typed 404s, aborts."""
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -44,8 +45,9 @@ class FakeDevboxApi:
     def __init__(self):
         self.seen: list[Seen] = []
         self.routes: dict[str, tuple[int, dict | None, float]] = {}
-        self._server = WSGIServer(("127.0.0.1", 0), self._app, log=None,
-                                  handler_class=_RawPathHandler)
+        self._server = WSGIServer(
+            ("127.0.0.1", 0), self._app, log=None, handler_class=_RawPathHandler
+        )
         self._server.start()
 
     @property
@@ -60,10 +62,17 @@ class FakeDevboxApi:
         raw = environ["wsgi.input"].read(length) if length else b""
         # RAW_URI keeps percent-encoding, so the test sees exactly what went on the wire.
         path = environ["RAW_URI"]
-        self.seen.append(Seen(environ["REQUEST_METHOD"], path, environ.get("HTTP_AUTHORIZATION"),
-                              json.loads(raw) if raw else None))
-        status, body, delay_s = self.routes.get(f"{environ['REQUEST_METHOD']} {path}",
-                                                (404, {"message": "no such devbox"}, 0.0))
+        self.seen.append(
+            Seen(
+                environ["REQUEST_METHOD"],
+                path,
+                environ.get("HTTP_AUTHORIZATION"),
+                json.loads(raw) if raw else None,
+            )
+        )
+        status, body, delay_s = self.routes.get(
+            f"{environ['REQUEST_METHOD']} {path}", (404, {"message": "no such devbox"}, 0.0)
+        )
         if delay_s:
             gevent.sleep(delay_s)
         start_response(f"{status} Scripted", [("Content-Type", "application/json")])
@@ -90,8 +99,9 @@ def client(api):
 def claims_of(seen: Seen) -> dict:
     scheme, _, token = seen.authorization.partition(" ")
     assert scheme == "Bearer"
-    return jwt.decode(token, KEY, algorithms=["HS256"], audience="devbox-api",
-                      issuer="deploy-task-engine")
+    return jwt.decode(
+        token, KEY, algorithms=["HS256"], audience="devbox-api", issuer="deploy-task-engine"
+    )
 
 
 BASE = "/v1/namespaces/team-a/devboxes"
@@ -112,8 +122,12 @@ def test_create_posts_the_task_and_returns_the_id_with_a_namespace_scoped_token(
     token = seen.authorization.split(" ", 1)[1]
     assert jwt.get_unverified_header(token)["alg"] == "HS256"
     with pytest.raises(jwt.InvalidSignatureError):
-        jwt.decode(token, "another-key-just-as-long-as-the-real-one", algorithms=["HS256"],
-                   audience="devbox-api")
+        jwt.decode(
+            token,
+            "another-key-just-as-long-as-the-real-one",
+            algorithms=["HS256"],
+            audience="devbox-api",
+        )
     assert KEY not in repr(client)
 
 
@@ -131,16 +145,24 @@ def test_attach_exec_pause_delete_paths_and_bodies(api, client):
     abort = AbortSignal()
 
     client.attach("dbx-1", namespace="team-a", abort=abort)
-    result = client.exec("dbx-1", ["git", "clone", "--depth", "1", "--", "u", "/w"],
-                         namespace="team-a", abort=abort, timeout_s=120)
+    result = client.exec(
+        "dbx-1",
+        ["git", "clone", "--depth", "1", "--", "u", "/w"],
+        namespace="team-a",
+        abort=abort,
+        timeout_s=120,
+    )
     client.pause("dbx-1", namespace="team-a", abort=abort)
     client.delete("dbx-1", namespace="team-a", abort=abort)
 
     assert result == ExecResult(0, "ok\n", "")
     assert [(s.method, s.path, s.body) for s in api.seen] == [
         ("POST", f"{BASE}/dbx-1/attach", {}),
-        ("POST", f"{BASE}/dbx-1/exec",
-         {"command": ["git", "clone", "--depth", "1", "--", "u", "/w"], "timeoutSeconds": 120}),
+        (
+            "POST",
+            f"{BASE}/dbx-1/exec",
+            {"command": ["git", "clone", "--depth", "1", "--", "u", "/w"], "timeoutSeconds": 120},
+        ),
         ("POST", f"{BASE}/dbx-1/pause", {}),
         ("DELETE", f"{BASE}/dbx-1", None),
     ]

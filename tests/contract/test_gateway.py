@@ -1,5 +1,6 @@
 """Contract of engine/integrations/gateway.py against an OpenAI-compatible server on loopback:
 the exact request, SSE parsing, retries before the first byte only, and aborts mid-stream."""
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -59,22 +60,25 @@ def test_no_authorization_header_without_a_key(server):
 
 
 def test_sse_parsing_tolerates_comments_bare_data_usage_chunks_and_null_content(server):
-    raw = (": keepalive\n\n"
-           'data:{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}\n\n'
-           'data: {"choices":[{"index":0,"delta":{"content":"hel"},"finish_reason":null}]}\r\n\r\n'
-           'event: ignored\ndata: {"choices":[{"index":0,"delta":{"content":null},'
-           '"finish_reason":null}]}\n\n'
-           'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}\n\n'
-           'data: {"choices":[],"usage":{"total_tokens":3}}\n\n'
-           'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
-           "data: [DONE]\n\n")
+    raw = (
+        ": keepalive\n\n"
+        'data:{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}\n\n'
+        'data: {"choices":[{"index":0,"delta":{"content":"hel"},"finish_reason":null}]}\r\n\r\n'
+        'event: ignored\ndata: {"choices":[{"index":0,"delta":{"content":null},'
+        '"finish_reason":null}]}\n\n'
+        'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":null}]}\n\n'
+        'data: {"choices":[],"usage":{"total_tokens":3}}\n\n'
+        'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+        "data: [DONE]\n\n"
+    )
     server.script(Reply(raw=raw))
     assert collect(client_for(server)) == ["hel", "lo"]
 
 
 def test_retries_before_the_first_byte_then_succeeds(server):
-    server.script(Reply(status=503), Reply(status=429, headers=(("Retry-After", "0"),)),
-                  Reply(text="done"))
+    server.script(
+        Reply(status=503), Reply(status=429, headers=(("Retry-After", "0"),)), Reply(text="done")
+    )
     assert collect(client_for(server, retries=2)) == ["done"]
     assert len(server.requests) == 3
     # Every attempt is the same request.
@@ -96,8 +100,13 @@ def test_a_refusal_is_not_retried(server):
 
 
 def test_an_unreachable_gateway_is_retried_then_reported():
-    client = GatewayClient(f"http://127.0.0.1:{free_port()}/v1", "model-x", retries=1,
-                           backoff_s=0.01, connect_timeout_s=1.0)
+    client = GatewayClient(
+        f"http://127.0.0.1:{free_port()}/v1",
+        "model-x",
+        retries=1,
+        backoff_s=0.01,
+        connect_timeout_s=1.0,
+    )
     with pytest.raises(GatewayError, match="failed 2 times"):
         collect(client)
 
@@ -114,8 +123,10 @@ def test_a_stream_that_breaks_off_after_the_first_byte_is_not_retried(server):
 
 
 def test_an_error_event_mid_stream_is_reported(server):
-    raw = ('data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
-           'data: {"error":{"message":"overloaded"}}\n\n')
+    raw = (
+        'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+        'data: {"error":{"message":"overloaded"}}\n\n'
+    )
     server.script(Reply(raw=raw))
     with pytest.raises(GatewayError, match="overloaded"):
         collect(client_for(server))

@@ -14,68 +14,111 @@ SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
 
 
 def deployment_status(available: int) -> dict:
-    return {"metadata": {"name": "web", "namespace": "demo", "generation": 1},
-            "spec": {"replicas": 1},
-            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-                       "availableReplicas": available}}
+    return {
+        "metadata": {"name": "web", "namespace": "demo", "generation": 1},
+        "spec": {"replicas": 1},
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "availableReplicas": available,
+        },
+    }
 
 
-def test_an_image_source_deploys_to_completed_through_the_adapter(
-        make_app, mock_server, mock):
+def test_an_image_source_deploys_to_completed_through_the_adapter(make_app, mock_server, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     mock[f"patch {SERVICE_PATH}"] << 201 << echo
     mock[f"get {DEPLOYMENT_PATH}"][:2] << deployment_status(available=0)
     mock[f"get {DEPLOYMENT_PATH}"] << deployment_status(available=1)
-    backend = KubeBackend(field_manager="deploy-task-engine",
-                          retry=RetryPolicy(max_retries=2, backoff_s=0.01), network=LOOPBACK)
-    app = make_app(cluster_backend="kubernetes", **LOOPBACK_SETTINGS, overrides={
-        "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)})
+    backend = KubeBackend(
+        field_manager="deploy-task-engine",
+        retry=RetryPolicy(max_retries=2, backoff_s=0.01),
+        network=LOOPBACK,
+    )
+    app = make_app(
+        cluster_backend="kubernetes",
+        **LOOPBACK_SETTINGS,
+        overrides={
+            "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
+        },
+    )
     client = app.test_client()
 
-    response = client.post("/api/v1/tasks", headers=header(kubeconfig_for(mock_server.url)),
-                           json={"projectId": "demo", "source": dict(IMAGE_SOURCE)})
+    response = client.post(
+        "/api/v1/tasks",
+        headers=header(kubeconfig_for(mock_server.url)),
+        json={"projectId": "demo", "source": dict(IMAGE_SOURCE)},
+    )
     assert response.status_code == 201, response.get_json()
     snapshot = wait_finished(client, response.get_json()["id"])
 
     assert snapshot["status"] == "completed", snapshot["failure"]
-    assert [(r["kind"], r["name"], r["namespace"], r["action"])
-            for r in snapshot["appliedResources"]] == [
-        ("Deployment", "web", "demo", "created"), ("Service", "web", "demo", "created")]
+    assert [
+        (r["kind"], r["name"], r["namespace"], r["action"]) for r in snapshot["appliedResources"]
+    ] == [("Deployment", "web", "demo", "created"), ("Service", "web", "demo", "created")]
     sent = [r for r in mock["patch"]]
     assert [r.url.path for r in sent] == [DEPLOYMENT_PATH, SERVICE_PATH]
-    assert all(r.params == {"fieldManager": "deploy-task-engine", "force": "true"}
-               and r.headers["Content-Type"] == "application/apply-patch+yaml" for r in sent)
-    assert yaml.safe_load(sent[0].body)["spec"]["template"]["spec"]["containers"][0]["image"] \
+    assert all(
+        r.params == {"fieldManager": "deploy-task-engine", "force": "true"}
+        and r.headers["Content-Type"] == "application/apply-patch+yaml"
+        for r in sent
+    )
+    assert (
+        yaml.safe_load(sent[0].body)["spec"]["template"]["spec"]["containers"][0]["image"]
         == IMAGE_SOURCE["image"]
+    )
     assert len(mock[f"get {DEPLOYMENT_PATH}"]) == 3  # two "not yet", then available
 
 
 def refuse_deployment(mock):
-    mock[f"patch {DEPLOYMENT_PATH}"] << 422 << {
-        "kind": "Status", "code": 422, "message": 'Deployment.apps "web" is invalid: bad image'}
+    (
+        mock[f"patch {DEPLOYMENT_PATH}"]
+        << 422
+        << {"kind": "Status", "code": 422, "message": 'Deployment.apps "web" is invalid: bad image'}
+    )
 
 
 def unserve_deployments(mock):
     del mock.resources["apps/v1/deployments"]
 
 
-@pytest.mark.parametrize("arrange, reason, message", [
-    (refuse_deployment, "apply_failed",
-     'applying Deployment/web failed: Deployment.apps "web" is invalid: bad image (HTTP 422)'),
-    (unserve_deployments, "unknown_kind",
-     "applying Deployment/web failed: the cluster does not serve kind Deployment in apps/v1"),
-])
+@pytest.mark.parametrize(
+    "arrange, reason, message",
+    [
+        (
+            refuse_deployment,
+            "apply_failed",
+            'applying Deployment/web failed: Deployment.apps "web" is invalid: '
+            "bad image (HTTP 422)",
+        ),
+        (
+            unserve_deployments,
+            "unknown_kind",
+            "applying Deployment/web failed: the cluster does not serve kind Deployment in apps/v1",
+        ),
+    ],
+)
 def test_a_refused_apply_fails_the_task_with_the_clusters_reason(
-        make_app, mock_server, mock, arrange, reason, message):
+    make_app, mock_server, mock, arrange, reason, message
+):
     arrange(mock)
     backend = KubeBackend(retry=RetryPolicy(max_retries=0), network=LOOPBACK)
-    app = make_app(cluster_backend="kubernetes", **LOOPBACK_SETTINGS, overrides={
-        "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)})
+    app = make_app(
+        cluster_backend="kubernetes",
+        **LOOPBACK_SETTINGS,
+        overrides={
+            "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
+        },
+    )
 
     client = app.test_client()
 
-    response = client.post("/api/v1/tasks", headers=header(kubeconfig_for(mock_server.url)),
-                           json={"projectId": "demo", "source": dict(IMAGE_SOURCE)})
+    response = client.post(
+        "/api/v1/tasks",
+        headers=header(kubeconfig_for(mock_server.url)),
+        json={"projectId": "demo", "source": dict(IMAGE_SOURCE)},
+    )
     snapshot = wait_finished(client, response.get_json()["id"])
 
     assert snapshot["failure"] == {"reason": reason, "message": message}
@@ -98,8 +141,10 @@ def test_the_kubernetes_backend_requires_a_usable_kubeconfig(make_app, insert_ta
 
     assert app.extensions["engine"].integrations.cluster_label == "kubernetes"
     assert (missing.status_code, missing.get_json()["code"]) == (400, "kubeconfig_required")
-    assert (missing_input.status_code, missing_input.get_json()["code"]) == \
-        (400, "kubeconfig_required")
+    assert (missing_input.status_code, missing_input.get_json()["code"]) == (
+        400,
+        "kubeconfig_required",
+    )
     assert (by_tool.status_code, by_tool.get_json()["code"]) == (400, "kubeconfig_required")
     assert (unusable.status_code, unusable.get_json()["code"]) == (400, "invalid_request")
     assert "user.exec is not supported" in unusable.get_json()["message"]

@@ -1,5 +1,6 @@
 """Contract: what the Kubernetes adapter sends for server-side apply and delete, and how it
 retries, gives up and stops, checked request by request against kmock."""
+
 import time
 
 import gevent
@@ -8,13 +9,25 @@ import pytest
 import yaml
 
 from engine.abort import CANCEL, Aborted, AbortSignal
-from engine.integrations.base import (ApplyError, AppliedResource, IntegrationError, NotFound,
-                                      ResourceRef, UnknownKind)
+from engine.integrations.base import (
+    AppliedResource,
+    ApplyError,
+    IntegrationError,
+    NotFound,
+    ResourceRef,
+    UnknownKind,
+)
 from engine.integrations.kube import KubeBackend, RetryPolicy, retry_after_seconds
 from tests.conftest import free_port, wait_for
-from tests.contract.conftest import (FAST_RETRY, LOOPBACK, TOKEN, established_client_sockets,
-                                     kubeconfig_for)
+from tests.contract.conftest import (
+    FAST_RETRY,
+    LOOPBACK,
+    TOKEN,
+    established_client_sockets,
+    kubeconfig_for,
+)
 from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
+
 
 def test_apply_sends_one_server_side_apply_patch_per_document(kube, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
@@ -43,8 +56,12 @@ def test_a_kind_discovery_reports_cluster_scoped_is_refused_for_every_source(kub
     mock["patch /apis/rbac.authorization.k8s.io/v1/clusterroles/reader"] << 200 << echo
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "reader", "namespace": "demo"}, "rules": []}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "reader", "namespace": "demo"},
+        "rules": [],
+    }
 
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"  # positive control
     for doc in (namespace, role):
@@ -55,11 +72,16 @@ def test_a_kind_discovery_reports_cluster_scoped_is_refused_for_every_source(kub
 
 
 def test_a_namespaced_document_without_namespace_goes_to_the_context_namespace(
-        backend, mock_server, mock):
+    backend, mock_server, mock
+):
     mock["patch /api/v1/namespaces/ctx-ns/configmaps/settings"] << 201 << echo
     kube = backend.cluster(kubeconfig_for(mock_server.url, namespace="ctx-ns"))
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
-                  "data": {"a": "1"}}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings"},
+        "data": {"a": "1"},
+    }
 
     result = kube.apply(config_map, abort=AbortSignal())
 
@@ -70,8 +92,12 @@ def test_a_namespaced_document_without_namespace_goes_to_the_context_namespace(
 def test_discovery_is_read_once_per_group_version_in_a_run(kube, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     mock["patch /apis/apps/v1/namespaces/demo/statefulsets/db"] << 201 << echo
-    statefulset = {"apiVersion": "apps/v1", "kind": "StatefulSet",
-                   "metadata": {"name": "db", "namespace": "demo"}, "spec": {}}
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "demo"},
+        "spec": {},
+    }
 
     kube.apply(DEPLOYMENT, abort=AbortSignal())
     kube.apply(statefulset, abort=AbortSignal())
@@ -80,8 +106,11 @@ def test_discovery_is_read_once_per_group_version_in_a_run(kube, mock):
 
 
 def test_an_unknown_kind_in_a_served_group_version_is_unknown_kind(kube, mock):
-    document = {"apiVersion": "apps/v1", "kind": "Frobnicator",
-                "metadata": {"name": "x", "namespace": "demo"}}
+    document = {
+        "apiVersion": "apps/v1",
+        "kind": "Frobnicator",
+        "metadata": {"name": "x", "namespace": "demo"},
+    }
 
     with pytest.raises(UnknownKind, match="does not serve kind Frobnicator in apps/v1") as caught:
         kube.apply(document, abort=AbortSignal())
@@ -92,8 +121,11 @@ def test_an_unknown_kind_in_a_served_group_version_is_unknown_kind(kube, mock):
 
 
 def test_an_unserved_group_version_is_unknown_kind(kube, mock):
-    document = {"apiVersion": "example.com/v9", "kind": "Widget",
-                "metadata": {"name": "x", "namespace": "demo"}}
+    document = {
+        "apiVersion": "example.com/v9",
+        "kind": "Widget",
+        "metadata": {"name": "x", "namespace": "demo"},
+    }
 
     with pytest.raises(UnknownKind, match="does not serve example.com/v9"):
         kube.apply(document, abort=AbortSignal())
@@ -107,17 +139,22 @@ def test_a_kind_installed_after_discovery_is_found_by_one_refresh(kube, mock):
     kube.apply(DEPLOYMENT, abort=AbortSignal())  # caches apps/v1 without Widget
     mock.resources["apps/v1/widgets"] = kmock.ResourceInfo(kind="Widget", namespaced=True)
 
-    kube.apply({"apiVersion": "apps/v1", "kind": "Widget",
-                "metadata": {"name": "w", "namespace": "demo"}}, abort=AbortSignal())
+    kube.apply(
+        {"apiVersion": "apps/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "demo"}},
+        abort=AbortSignal(),
+    )
 
     assert [r.url.path for r in mock["get"]] == ["/apis/apps/v1", "/apis/apps/v1"]
 
 
-@pytest.mark.parametrize("code, message", [
-    (422, 'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1'),
-    (403, 'deployments.apps "web" is forbidden: User "dev" cannot patch resource'),
-    (404, 'namespaces "demo" not found'),
-])
+@pytest.mark.parametrize(
+    "code, message",
+    [
+        (422, 'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1'),
+        (403, 'deployments.apps "web" is forbidden: User "dev" cannot patch resource'),
+        (404, 'namespaces "demo" not found'),
+    ],
+)
 def test_a_refused_document_is_an_apply_error_with_the_api_message(kube, mock, code, message):
     mock[f"patch {DEPLOYMENT_PATH}"] << code << status(code, message)
 
@@ -169,8 +206,9 @@ def test_retry_after_is_honoured(kube, mock):
 def test_a_read_timeout_is_retried(mock_server, mock):
     mock[f"patch {DEPLOYMENT_PATH}"][:1] << mock_server.hang()
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
-    backend = KubeBackend(field_manager="contract-tests", request_timeout_s=0.3, retry=FAST_RETRY,
-                          network=LOOPBACK)
+    backend = KubeBackend(
+        field_manager="contract-tests", request_timeout_s=0.3, retry=FAST_RETRY, network=LOOPBACK
+    )
     kube = backend.cluster(kubeconfig_for(mock_server.url))
 
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
@@ -189,8 +227,7 @@ def test_an_unreachable_server_is_retried_then_reported(backend):
 def test_urllib3_does_not_retry_behind_the_policy(mock_server, mock):
     # urllib3's default policy would silently repeat a timed-out GET three more times.
     mock["get /apis/apps/v1"] << mock_server.hang()
-    backend = KubeBackend(request_timeout_s=0.2, retry=RetryPolicy(max_retries=0),
-                          network=LOOPBACK)
+    backend = KubeBackend(request_timeout_s=0.2, retry=RetryPolicy(max_retries=0), network=LOOPBACK)
     kube = backend.cluster(kubeconfig_for(mock_server.url))
 
     with pytest.raises(ApplyError, match="gave up after 1 attempts"):
@@ -200,7 +237,8 @@ def test_urllib3_does_not_retry_behind_the_policy(mock_server, mock):
 
 
 def test_an_abort_mid_request_returns_within_a_second_and_closes_the_connection(
-        kube, mock_server, mock):
+    kube, mock_server, mock
+):
     mock[f"patch {DEPLOYMENT_PATH}"][:1] << mock_server.hang()
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     abort = AbortSignal()
@@ -216,8 +254,11 @@ def test_an_abort_mid_request_returns_within_a_second_and_closes_the_connection(
     # The mechanism: the abort, not the (never coming) answer, ended the call and its socket.
     assert elapsed < 5.0
     assert isinstance(call.exception, Aborted) and call.exception.reason == CANCEL
-    wait_for(lambda: established_client_sockets(mock_server.port) == 0, timeout=5.0,
-             message="the abandoned connection to close")
+    wait_for(
+        lambda: established_client_sockets(mock_server.port) == 0,
+        timeout=5.0,
+        message="the abandoned connection to close",
+    )
     # The cluster object stays usable for the next call.
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
 
@@ -258,13 +299,22 @@ def test_delete_asks_for_background_propagation_and_reports_absence(kube, mock):
 
     deletes = list(mock["delete"])
     assert [(r.url.path, r.params) for r in deletes] == [
-        (DEPLOYMENT_PATH, {"propagationPolicy": "Background"})] * 2
+        (DEPLOYMENT_PATH, {"propagationPolicy": "Background"})
+    ] * 2
 
 
-@pytest.mark.parametrize("header, seconds", [
-    ("3", 3.0), (" 0 ", 0.0), ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
-    ("Wed, 21 Oct 2015 07:27:50 GMT", 0.0), ("soon", None), ("-1", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "header, seconds",
+    [
+        ("3", 3.0),
+        (" 0 ", 0.0),
+        ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
+        ("Wed, 21 Oct 2015 07:27:50 GMT", 0.0),
+        ("soon", None),
+        ("-1", None),
+        (None, None),
+    ],
+)
 def test_retry_after_takes_seconds_or_an_http_date(header, seconds):
     now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
 

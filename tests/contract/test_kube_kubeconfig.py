@@ -1,5 +1,6 @@
 """Contract: the user's kubeconfig is used from memory only (TLS included) and never leaves a
 file behind; kubeconfigs that would make the server read files or run commands are refused."""
+
 import base64
 import os
 import re
@@ -13,23 +14,33 @@ from engine.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import ApplyError
 from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig, parse_kubeconfig
 from tests.conftest import wait_for
-from tests.contract.conftest import (TOKEN, established_client_sockets, kubeconfig_for,
-                                     open_fd_targets)
+from tests.contract.conftest import (
+    TOKEN,
+    established_client_sockets,
+    kubeconfig_for,
+    open_fd_targets,
+)
 from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
 
-SERVICE = {"apiVersion": "v1", "kind": "Service",
-           "metadata": {"name": "web", "namespace": "demo"}, "spec": {"ports": [{"port": 80}]}}
+SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "web", "namespace": "demo"},
+    "spec": {"ports": [{"port": 80}]},
+}
 
 
 @pytest.fixture
 def tls_kubeconfig(tls_mock_server, tls_ca, client_cert):
     cert_pem, key_pem = client_cert
-    return kubeconfig_for(tls_mock_server.url, ca_pem=tls_ca.cert_pem.bytes(),
-                          cert_pem=cert_pem, key_pem=key_pem)
+    return kubeconfig_for(
+        tls_mock_server.url, ca_pem=tls_ca.cert_pem.bytes(), cert_pem=cert_pem, key_pem=key_pem
+    )
 
 
 def test_tls_with_ca_and_client_certificate_data_works_from_memory(
-        backend, tls_mock_server, tls_kubeconfig):
+    backend, tls_mock_server, tls_kubeconfig
+):
     tls_mock_server.mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
 
     with backend.cluster(tls_kubeconfig) as kube:
@@ -40,8 +51,7 @@ def test_tls_with_ca_and_client_certificate_data_works_from_memory(
     assert patch.headers["Authorization"] == f"Bearer {TOKEN}"
 
 
-def test_without_the_client_certificate_the_tls_server_refuses(
-        backend, tls_mock_server, tls_ca):
+def test_without_the_client_certificate_the_tls_server_refuses(backend, tls_mock_server, tls_ca):
     kubeconfig = kubeconfig_for(tls_mock_server.url, ca_pem=tls_ca.cert_pem.bytes())
 
     with backend.cluster(kubeconfig) as kube, pytest.raises(ApplyError):
@@ -51,14 +61,22 @@ def test_without_the_client_certificate_the_tls_server_refuses(
 
 
 def test_a_server_certificate_from_another_ca_is_refused_without_retrying(
-        backend, tls_mock_server, client_cert):
+    backend, tls_mock_server, client_cert
+):
     import trustme
-    cert_pem, key_pem = client_cert
-    kubeconfig = kubeconfig_for(tls_mock_server.url, ca_pem=trustme.CA().cert_pem.bytes(),
-                                cert_pem=cert_pem, key_pem=key_pem)
 
-    with backend.cluster(kubeconfig) as kube, \
-            pytest.raises(ApplyError, match="CERTIFICATE_VERIFY_FAILED") as caught:
+    cert_pem, key_pem = client_cert
+    kubeconfig = kubeconfig_for(
+        tls_mock_server.url,
+        ca_pem=trustme.CA().cert_pem.bytes(),
+        cert_pem=cert_pem,
+        key_pem=key_pem,
+    )
+
+    with (
+        backend.cluster(kubeconfig) as kube,
+        pytest.raises(ApplyError, match="CERTIFICATE_VERIFY_FAILED") as caught,
+    ):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
     assert "gave up" not in str(caught.value)
@@ -66,15 +84,22 @@ def test_a_server_certificate_from_another_ca_is_refused_without_retrying(
 
 
 def test_tls_server_name_is_what_the_certificate_is_checked_against(
-        backend, tls_mock_server, tls_ca, client_cert):
+    backend, tls_mock_server, tls_ca, client_cert
+):
     tls_mock_server.mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     cert_pem, key_pem = client_cert
     # The certificate names 127.0.0.1, not localhost.
     server = tls_mock_server.url.replace("127.0.0.1", "localhost")
-    named = kubeconfig_for(server, ca_pem=tls_ca.cert_pem.bytes(), cert_pem=cert_pem,
-                           key_pem=key_pem, **{"tls-server-name": "127.0.0.1"})
-    unnamed = kubeconfig_for(server, ca_pem=tls_ca.cert_pem.bytes(), cert_pem=cert_pem,
-                             key_pem=key_pem)
+    named = kubeconfig_for(
+        server,
+        ca_pem=tls_ca.cert_pem.bytes(),
+        cert_pem=cert_pem,
+        key_pem=key_pem,
+        **{"tls-server-name": "127.0.0.1"},
+    )
+    unnamed = kubeconfig_for(
+        server, ca_pem=tls_ca.cert_pem.bytes(), cert_pem=cert_pem, key_pem=key_pem
+    )
 
     with backend.cluster(named) as kube:
         assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
@@ -86,14 +111,19 @@ def test_tls_server_name_is_what_the_certificate_is_checked_against(
 def test_insecure_skip_tls_verify_skips_verification(backend, tls_mock_server, client_cert):
     tls_mock_server.mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     cert_pem, key_pem = client_cert
-    kubeconfig = kubeconfig_for(tls_mock_server.url, cert_pem=cert_pem, key_pem=key_pem,
-                                **{"insecure-skip-tls-verify": True})
+    kubeconfig = kubeconfig_for(
+        tls_mock_server.url,
+        cert_pem=cert_pem,
+        key_pem=key_pem,
+        **{"insecure-skip-tls-verify": True},
+    )
 
     with backend.cluster(kubeconfig) as kube:
         assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
 
 
 # -- nothing left behind -------------------------------------------------------------------------
+
 
 @pytest.fixture
 def private_tmp(tmp_path, monkeypatch):
@@ -141,10 +171,12 @@ def scenario_abort_mid_request(kube, mock_server):
     assert isinstance(call.exception, Aborted)
 
 
-@pytest.mark.parametrize("scenario", [scenario_success, scenario_exception_mid_run,
-                                      scenario_abort_mid_request])
-def test_no_file_is_left_behind(backend, tls_mock_server, tls_kubeconfig, client_cert,
-                                private_tmp, scenario):
+@pytest.mark.parametrize(
+    "scenario", [scenario_success, scenario_exception_mid_run, scenario_abort_mid_request]
+)
+def test_no_file_is_left_behind(
+    backend, tls_mock_server, tls_kubeconfig, client_cert, private_tmp, scenario
+):
     _, key_pem = client_cert
     system_tmp = Path("/tmp")
     before_tmp = set(system_tmp.iterdir())
@@ -165,10 +197,12 @@ def test_no_file_is_left_behind(backend, tls_mock_server, tls_kubeconfig, client
     assert len(patches(tls_mock_server.mock)) >= 1  # the scenario really talked TLS
 
 
-def test_the_checks_above_catch_the_loader_this_adapter_avoids(private_tmp, tls_kubeconfig,
-                                                               client_cert):
+def test_the_checks_above_catch_the_loader_this_adapter_avoids(
+    private_tmp, tls_kubeconfig, client_cert
+):
     # kubernetes.config's own loader writes *-data fields to temp files: the detector sees it.
     from kubernetes import config
+
     _, key_pem = client_cert
 
     config.new_client_from_config_dict(tls_kubeconfig).close()
@@ -177,6 +211,7 @@ def test_the_checks_above_catch_the_loader_this_adapter_avoids(private_tmp, tls_
 
 
 # -- refused and malformed kubeconfigs -----------------------------------------------------------
+
 
 def with_user(**user):
     config = kubeconfig_for("https://k8s.example:6443", token=None)
@@ -190,29 +225,46 @@ def with_cluster(**cluster):
     return config
 
 
-@pytest.mark.parametrize("kubeconfig, message", [
-    (with_user(exec={"command": "aws", "args": ["eks", "get-token"]}),
-     "user.exec is not supported"),
-    (with_user(**{"auth-provider": {"name": "oidc"}}), "user.auth-provider is not supported"),
-    (with_user(tokenFile="/var/run/secrets/kubernetes.io/serviceaccount/token"),
-     "user.tokenFile is not supported by this server; use token"),
-    (with_user(**{"client-certificate": "/etc/cert.pem", "client-key": "/etc/key.pem"}),
-     "user.client-certificate is not supported by this server; use client-certificate-data"),
-    (with_user(username="admin", password="hunter2"), "user.username is not supported"),
-    (with_cluster(**{"certificate-authority": "/etc/ca.pem"}),
-     "cluster.certificate-authority is not supported by this server; "
-     "use certificate-authority-data"),
-    (with_cluster(**{"proxy-url": "http://proxy:3128"}), "cluster.proxy-url is not supported"),
-    (with_cluster(server="k8s.example:6443"), "cluster.server must be an http(s) URL"),
-    (with_cluster(**{"certificate-authority-data": "not base64!"}),
-     "certificate-authority-data is not valid base64"),
-    (with_user(**{"client-certificate-data": base64.b64encode(b"-----BEGIN X").decode()}),
-     "client-certificate-data and client-key-data go together"),
-    ({**kubeconfig_for("https://k8s.example"), "current-context": "other"},
-     "no context named 'other'"),
-    ({"clusters": [], "users": [], "contexts": []}, "no current-context"),
-    ("just a string", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "kubeconfig, message",
+    [
+        (
+            with_user(exec={"command": "aws", "args": ["eks", "get-token"]}),
+            "user.exec is not supported",
+        ),
+        (with_user(**{"auth-provider": {"name": "oidc"}}), "user.auth-provider is not supported"),
+        (
+            with_user(tokenFile="/var/run/secrets/kubernetes.io/serviceaccount/token"),
+            "user.tokenFile is not supported by this server; use token",
+        ),
+        (
+            with_user(**{"client-certificate": "/etc/cert.pem", "client-key": "/etc/key.pem"}),
+            "user.client-certificate is not supported by this server; use client-certificate-data",
+        ),
+        (with_user(username="admin", password="hunter2"), "user.username is not supported"),
+        (
+            with_cluster(**{"certificate-authority": "/etc/ca.pem"}),
+            "cluster.certificate-authority is not supported by this server; "
+            "use certificate-authority-data",
+        ),
+        (with_cluster(**{"proxy-url": "http://proxy:3128"}), "cluster.proxy-url is not supported"),
+        (with_cluster(server="k8s.example:6443"), "cluster.server must be an http(s) URL"),
+        (
+            with_cluster(**{"certificate-authority-data": "not base64!"}),
+            "certificate-authority-data is not valid base64",
+        ),
+        (
+            with_user(**{"client-certificate-data": base64.b64encode(b"-----BEGIN X").decode()}),
+            "client-certificate-data and client-key-data go together",
+        ),
+        (
+            {**kubeconfig_for("https://k8s.example"), "current-context": "other"},
+            "no context named 'other'",
+        ),
+        ({"clusters": [], "users": [], "contexts": []}, "no current-context"),
+        ("just a string", "must be a mapping"),
+    ],
+)
 def test_unusable_kubeconfigs_are_refused_by_name(kubeconfig, message):
     with pytest.raises(InvalidKubeconfig, match=re.escape(message)):
         parse_kubeconfig(kubeconfig)
@@ -229,8 +281,9 @@ def test_unloadable_tls_material_is_refused_before_any_request(client_cert):
 
 def test_secrets_stay_out_of_messages_and_reprs(client_cert):
     cert_pem, key_pem = client_cert
-    target = parse_kubeconfig(kubeconfig_for("https://k8s.example:6443", cert_pem=cert_pem,
-                                             key_pem=key_pem))
+    target = parse_kubeconfig(
+        kubeconfig_for("https://k8s.example:6443", cert_pem=cert_pem, key_pem=key_pem)
+    )
     with pytest.raises(InvalidKubeconfig) as caught:
         parse_kubeconfig(with_user(username="admin", password="hunter2"))
 
@@ -245,7 +298,10 @@ def test_the_only_context_is_used_when_none_is_current():
     target = parse_kubeconfig(config)
 
     assert (target.server, target.namespace, target.token) == (
-        "https://k8s.example:6443", "team-a", TOKEN)
+        "https://k8s.example:6443",
+        "team-a",
+        TOKEN,
+    )
 
 
 def test_os_memfd_is_what_keeps_the_key_off_disk():

@@ -5,6 +5,7 @@ unique-local and unspecified are refused unless KUBE_ALLOWED_NETWORKS opts them 
 go to exactly the checked addresses; an upstream's error text reaches a task only as its
 structured message, bounded.
 """
+
 import re
 import socket
 
@@ -22,29 +23,46 @@ from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, header, pa
 STRICT = NetworkPolicy()
 
 
-@pytest.mark.parametrize("server", [
-    "https://169.254.169.254", "https://10.1.2.3:6443", "https://172.16.0.1", "https://192.168.1.1",
-    "https://127.0.0.1:6443", "https://localhost:6443", "https://[::1]:6443",
-    "https://2130706433", "https://0x7f.1", "https://0.0.0.0", "https://[::]",
-    "https://100.64.0.1", "https://[fd00::1]", "https://[fe80::1]",
-    "https://[::ffff:127.0.0.1]", "https://[::ffff:169.254.169.254]",
-    "https://metadata.google.internal",
-])
+@pytest.mark.parametrize(
+    "server",
+    [
+        "https://169.254.169.254",
+        "https://10.1.2.3:6443",
+        "https://172.16.0.1",
+        "https://192.168.1.1",
+        "https://127.0.0.1:6443",
+        "https://localhost:6443",
+        "https://[::1]:6443",
+        "https://2130706433",
+        "https://0x7f.1",
+        "https://0.0.0.0",
+        "https://[::]",
+        "https://100.64.0.1",
+        "https://[fd00::1]",
+        "https://[fe80::1]",
+        "https://[::ffff:127.0.0.1]",
+        "https://[::ffff:169.254.169.254]",
+        "https://metadata.google.internal",
+    ],
+)
 def test_internal_addresses_are_refused(server):
     with pytest.raises(InvalidKubeconfig, match="cluster.server"):
         check_kubeconfig(kubeconfig_for(server), STRICT)
 
 
-@pytest.mark.parametrize("server, message", [
-    ("https://user:pw@8.8.8.8", "user name or password"),
-    ("https://token@8.8.8.8", "user name or password"),
-    ("https://8.8.8.8/?", "query or fragment"),
-    ("https://8.8.8.8/api?x=1", "query or fragment"),
-    ("https://8.8.8.8/#", "query or fragment"),
-    ("http://8.8.8.8", "must be https"),
-    ("ftp://8.8.8.8", "http(s) URL"),
-    ("https://8.8.8.8:99999", "invalid port"),
-])
+@pytest.mark.parametrize(
+    "server, message",
+    [
+        ("https://user:pw@8.8.8.8", "user name or password"),
+        ("https://token@8.8.8.8", "user name or password"),
+        ("https://8.8.8.8/?", "query or fragment"),
+        ("https://8.8.8.8/api?x=1", "query or fragment"),
+        ("https://8.8.8.8/#", "query or fragment"),
+        ("http://8.8.8.8", "must be https"),
+        ("ftp://8.8.8.8", "http(s) URL"),
+        ("https://8.8.8.8:99999", "invalid port"),
+    ],
+)
 def test_urls_that_reshape_the_request_are_refused(server, message):
     with pytest.raises(InvalidKubeconfig, match=re.escape(message)):
         check_kubeconfig(kubeconfig_for(server), STRICT)
@@ -92,15 +110,21 @@ def test_a_refused_server_receives_zero_connections(make_app, insert_task, liste
     internal = header(kubeconfig_for(f"https://127.0.0.1:{listener.port}"))
     blocked = insert_task(status="blocked")
 
-    created = client.post("/api/v1/tasks", headers=internal,
-                          json={"projectId": "demo", "source": dict(IMAGE_SOURCE)})
-    answered = client.post(f"/api/v1/tasks/{blocked['id']}/input", headers=internal,
-                           json={"inputs": {"x": "y"}})
-    by_tool = client.post("/api/v1/tools/create_deployment", headers=internal,
-                          json={"projectId": "demo", "source": dict(IMAGE_SOURCE)})
+    created = client.post(
+        "/api/v1/tasks", headers=internal, json={"projectId": "demo", "source": dict(IMAGE_SOURCE)}
+    )
+    answered = client.post(
+        f"/api/v1/tasks/{blocked['id']}/input", headers=internal, json={"inputs": {"x": "y"}}
+    )
+    by_tool = client.post(
+        "/api/v1/tools/create_deployment",
+        headers=internal,
+        json={"projectId": "demo", "source": dict(IMAGE_SOURCE)},
+    )
     # A run whose kubeconfig reached the backend anyway (another caller, a changed DNS answer).
     strict_run = KubeBackend(retry=RetryPolicy(max_retries=0)).cluster(
-        kubeconfig_for(f"https://127.0.0.1:{listener.port}"))
+        kubeconfig_for(f"https://127.0.0.1:{listener.port}")
+    )
     with pytest.raises(ApplyError, match="cluster.server"):
         strict_run.apply(DEPLOYMENT, abort=AbortSignal())
 
@@ -109,10 +133,12 @@ def test_a_refused_server_receives_zero_connections(make_app, insert_task, liste
         assert response.get_json()["code"] == "invalid_request"
         assert "X-Kubeconfig: cluster.server" in response.get_json()["message"]
     assert client.get("/api/v1/tasks?projectId=demo").get_json()["items"] == [
-        client.get(f"/api/v1/tasks/{blocked['id']}").get_json()]
+        client.get(f"/api/v1/tasks/{blocked['id']}").get_json()
+    ]
     # Positive control: the same address, opted in, is reached (and counted).
-    opted_in = KubeBackend(retry=RetryPolicy(max_retries=0), network=NetworkPolicy.parse(
-        "127.0.0.1/32")).cluster(kubeconfig_for(f"https://127.0.0.1:{listener.port}"))
+    opted_in = KubeBackend(
+        retry=RetryPolicy(max_retries=0), network=NetworkPolicy.parse("127.0.0.1/32")
+    ).cluster(kubeconfig_for(f"https://127.0.0.1:{listener.port}"))
     with pytest.raises(ApplyError):
         opted_in.apply(DEPLOYMENT, abort=AbortSignal())
     wait_for(lambda: listener.accepted >= 1, message="the opted-in connection")
@@ -120,7 +146,8 @@ def test_a_refused_server_receives_zero_connections(make_app, insert_task, liste
 
 
 def test_the_host_is_resolved_once_and_the_checked_address_is_the_one_connected_to(
-        mock_server, monkeypatch):
+    mock_server, monkeypatch
+):
     mock_server.mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     real = socket.getaddrinfo
     lookups = []
@@ -152,8 +179,11 @@ def test_a_body_that_is_not_a_status_never_reaches_the_message(kube, mock):
 
     with pytest.raises(ApplyError) as raw:
         kube.apply(DEPLOYMENT, abort=AbortSignal())
-    mock[f"patch {DEPLOYMENT_PATH}"] << 403 << {"kind": "Status", "code": 403,
-                                               "message": structured}
+    (
+        mock[f"patch {DEPLOYMENT_PATH}"]
+        << 403
+        << {"kind": "Status", "code": 403, "message": structured}
+    )
     with pytest.raises(ApplyError) as status:
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
@@ -161,4 +191,3 @@ def test_a_body_that_is_not_a_status_never_reaches_the_message(kube, mock):
     assert str(raw.value) == "no Status message (HTTP 403)"
     assert str(status.value).startswith("deployments.apps is forbidden: xxx")  # positive control
     assert len(str(status.value)) <= 520
-

@@ -1,4 +1,5 @@
 """Contract: how the Kubernetes adapter reads readiness, kind by kind, against kmock."""
+
 import pytest
 
 from engine.abort import AbortSignal
@@ -14,69 +15,122 @@ INSTANCE = ResourceRef("templates.deploy.example/v1", "TemplateInstance", "pg-1"
 
 
 def workload(replicas=2, generation=3, **status):
-    return {"metadata": {"name": "x", "generation": generation}, "spec": {"replicas": replicas},
-            "status": {"observedGeneration": generation, **status}}
+    return {
+        "metadata": {"name": "x", "generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": generation, **status},
+    }
 
 
-@pytest.mark.parametrize("body, expected", [
-    (workload(updatedReplicas=2, availableReplicas=2), Readiness(True, "2/2 replicas available")),
-    (workload(updatedReplicas=2, availableReplicas=3), Readiness(True, "3/2 replicas available")),
-    (workload(updatedReplicas=2, availableReplicas=1), Readiness(False, "1/2 replicas available")),
-    (workload(updatedReplicas=1, availableReplicas=2), Readiness(False, "1/2 replicas updated")),
-    (workload(replicas=0), Readiness(True, "0/0 replicas available")),
-    ({"metadata": {"generation": 1}, "spec": {}, "status": {}},
-     Readiness(False, "waiting for the controller to observe generation 1")),
-    ({**workload(updatedReplicas=2, availableReplicas=2), "metadata": {"generation": 4}},
-     Readiness(False, "waiting for the controller to observe generation 4")),
-    (workload(updatedReplicas=1, availableReplicas=1, conditions=[
-        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
-         "message": "ReplicaSet web-1 has timed out progressing."}]),
-     Readiness(False, "progress deadline exceeded: ReplicaSet web-1 has timed out progressing.")),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (
+            workload(updatedReplicas=2, availableReplicas=2),
+            Readiness(True, "2/2 replicas available"),
+        ),
+        (
+            workload(updatedReplicas=2, availableReplicas=3),
+            Readiness(True, "3/2 replicas available"),
+        ),
+        (
+            workload(updatedReplicas=2, availableReplicas=1),
+            Readiness(False, "1/2 replicas available"),
+        ),
+        (
+            workload(updatedReplicas=1, availableReplicas=2),
+            Readiness(False, "1/2 replicas updated"),
+        ),
+        (workload(replicas=0), Readiness(True, "0/0 replicas available")),
+        (
+            {"metadata": {"generation": 1}, "spec": {}, "status": {}},
+            Readiness(False, "waiting for the controller to observe generation 1"),
+        ),
+        (
+            {**workload(updatedReplicas=2, availableReplicas=2), "metadata": {"generation": 4}},
+            Readiness(False, "waiting for the controller to observe generation 4"),
+        ),
+        (
+            workload(
+                updatedReplicas=1,
+                availableReplicas=1,
+                conditions=[
+                    {
+                        "type": "Progressing",
+                        "status": "False",
+                        "reason": "ProgressDeadlineExceeded",
+                        "message": "ReplicaSet web-1 has timed out progressing.",
+                    }
+                ],
+            ),
+            Readiness(
+                False, "progress deadline exceeded: ReplicaSet web-1 has timed out progressing."
+            ),
+        ),
+    ],
+)
 def test_deployment_is_ready_when_enough_updated_replicas_are_available(kube, mock, body, expected):
     mock["get /apis/apps/v1/namespaces/demo/deployments/web"] << body
 
     assert kube.readiness(DEPLOYMENT, abort=AbortSignal()) == expected
 
 
-@pytest.mark.parametrize("body, ready", [
-    (workload(replicas=3, availableReplicas=3), True),
-    (workload(replicas=3, availableReplicas=2), False),
-    (workload(replicas=1, readyReplicas=1), True),  # clusters older than availableReplicas
-])
+@pytest.mark.parametrize(
+    "body, ready",
+    [
+        (workload(replicas=3, availableReplicas=3), True),
+        (workload(replicas=3, availableReplicas=2), False),
+        (workload(replicas=1, readyReplicas=1), True),  # clusters older than availableReplicas
+    ],
+)
 def test_statefulset_is_ready_when_enough_replicas_are_available(kube, mock, body, ready):
     mock["get /apis/apps/v1/namespaces/demo/statefulsets/db"] << body
 
     assert kube.readiness(STATEFULSET, abort=AbortSignal()).ready is ready
 
 
-@pytest.mark.parametrize("conditions, expected", [
-    ([{"type": "Complete", "status": "True"}], Readiness(True, "complete")),
-    ([{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}],
-     Readiness(False, "failed: BackoffLimitExceeded")),
-    ([], Readiness(False, "running: 0/1 succeeded")),
-])
+@pytest.mark.parametrize(
+    "conditions, expected",
+    [
+        ([{"type": "Complete", "status": "True"}], Readiness(True, "complete")),
+        (
+            [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}],
+            Readiness(False, "failed: BackoffLimitExceeded"),
+        ),
+        ([], Readiness(False, "running: 0/1 succeeded")),
+    ],
+)
 def test_job_is_ready_when_complete(kube, mock, conditions, expected):
     mock["get /apis/batch/v1/namespaces/demo/jobs/migrate"] << {
-        "spec": {}, "status": {"conditions": conditions}}
+        "spec": {},
+        "status": {"conditions": conditions},
+    }
 
     assert kube.readiness(JOB, abort=AbortSignal()) == expected
 
 
 def endpoint_slice(*readiness):
-    return {"endpoints": [{"addresses": [f"10.0.0.{i}"], "conditions": {"ready": r}}
-                          for i, r in enumerate(readiness)]}
+    return {
+        "endpoints": [
+            {"addresses": [f"10.0.0.{i}"], "conditions": {"ready": r}}
+            for i, r in enumerate(readiness)
+        ]
+    }
 
 
-@pytest.mark.parametrize("slices, expected", [
-    ([endpoint_slice(True, False)], Readiness(True, "1 ready endpoint")),
-    ([endpoint_slice(None), endpoint_slice(True)], Readiness(True, "2 ready endpoints")),
-    ([endpoint_slice(False)], Readiness(False, "no ready endpoints")),
-    ([], Readiness(False, "no ready endpoints")),
-])
+@pytest.mark.parametrize(
+    "slices, expected",
+    [
+        ([endpoint_slice(True, False)], Readiness(True, "1 ready endpoint")),
+        ([endpoint_slice(None), endpoint_slice(True)], Readiness(True, "2 ready endpoints")),
+        ([endpoint_slice(False)], Readiness(False, "no ready endpoints")),
+        ([], Readiness(False, "no ready endpoints")),
+    ],
+)
 def test_service_is_ready_when_it_has_ready_endpoints(kube, mock, slices, expected):
     mock["get /api/v1/namespaces/demo/services/web"] << {
-        "spec": {"selector": {"app": "web"}, "clusterIP": "10.96.0.7", "type": "ClusterIP"}}
+        "spec": {"selector": {"app": "web"}, "clusterIP": "10.96.0.7", "type": "ClusterIP"}
+    }
     mock["get /apis/discovery.k8s.io/v1/namespaces/demo/endpointslices"] << {"items": slices}
 
     assert kube.readiness(SERVICE, abort=AbortSignal()) == expected
@@ -85,10 +139,13 @@ def test_service_is_ready_when_it_has_ready_endpoints(kube, mock, slices, expect
     assert listing.params == {"labelSelector": "kubernetes.io/service-name=web"}
 
 
-@pytest.mark.parametrize("spec", [
-    {"clusterIP": "None", "selector": {"app": "web"}},
-    {"type": "ExternalName", "externalName": "db.example.com"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"clusterIP": "None", "selector": {"app": "web"}},
+        {"type": "ExternalName", "externalName": "db.example.com"},
+    ],
+)
 def test_headless_and_external_name_services_are_ready_without_endpoints(kube, mock, spec):
     mock["get /api/v1/namespaces/demo/services/web"] << {"spec": spec}
 
@@ -96,16 +153,24 @@ def test_headless_and_external_name_services_are_ready_without_endpoints(kube, m
     assert not mock["get /apis/discovery.k8s.io/v1/namespaces/demo/endpointslices"]
 
 
-@pytest.mark.parametrize("conditions, expected", [
-    ([{"type": "Ready", "status": "True", "message": "instance provisioned"}],
-     Readiness(True, "instance provisioned")),
-    ([{"type": "Ready", "status": "False", "reason": "Provisioning"}],
-     Readiness(False, "Ready=False: Provisioning")),
-    ([], Readiness(False, "waiting for the Ready condition")),
-])
+@pytest.mark.parametrize(
+    "conditions, expected",
+    [
+        (
+            [{"type": "Ready", "status": "True", "message": "instance provisioned"}],
+            Readiness(True, "instance provisioned"),
+        ),
+        (
+            [{"type": "Ready", "status": "False", "reason": "Provisioning"}],
+            Readiness(False, "Ready=False: Provisioning"),
+        ),
+        ([], Readiness(False, "waiting for the Ready condition")),
+    ],
+)
 def test_template_instance_is_ready_by_its_own_ready_condition(kube, mock, conditions, expected):
     mock[f"get /apis/{INSTANCE.api_version}/namespaces/demo/templateinstances/pg-1"] << {
-        "status": {"conditions": conditions}}
+        "status": {"conditions": conditions}
+    }
 
     assert kube.readiness(INSTANCE, abort=AbortSignal()) == expected
 

@@ -4,6 +4,7 @@ cluster) driven by headless Chromium (Debian's `chromium`, through Playwright's
 
 Screenshots land in test-artifacts/e2e/ (not committed).
 """
+
 import json
 import os
 import re
@@ -22,8 +23,12 @@ ARTIFACTS = ROOT / "test-artifacts" / "e2e"
 WIDE = {"width": 1280, "height": 800}
 NARROW = {"width": 390, "height": 844}
 #: Sandbox cadences slow enough that a browser sees every state, fast enough for a test.
-SERVER_ENV = {"SANDBOX_APPLY_DELAY_S": "0.4", "SANDBOX_READY_DELAY_S": "1.5",
-              "READINESS_POLL_S": "0.2", "ACCESS_LOG": ""}
+SERVER_ENV = {
+    "SANDBOX_APPLY_DELAY_S": "0.4",
+    "SANDBOX_READY_DELAY_S": "1.5",
+    "READINESS_POLL_S": "0.2",
+    "ACCESS_LOG": "",
+}
 
 #: Installed before any page script: records every state a chip, placeholder or timeline header
 #: shows, so a test can assert the sequence (running -> applying -> completed) without racing it.
@@ -40,7 +45,8 @@ RECORDER = """
       if (last.get(key) !== state) {
         last.set(key, state);
         window.__shown.push({surface: el.className.split(' ')[0], task: el.dataset.taskId,
-                             status: el.dataset.status, label: label ? label.textContent.trim() : ''});
+                             status: el.dataset.status,
+                             label: label ? label.textContent.trim() : ''});
       }
     });
   };
@@ -54,19 +60,24 @@ RECORDER = """
 def browser():
     """One headless Chromium for the session."""
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"no chromium at {CHROMIUM}: `make test` installs it (apt-get install chromium)")
+        pytest.fail(
+            f"no chromium at {CHROMIUM}: `make test` installs it (apt-get install chromium)"
+        )
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM,
-                                             args=["--no-sandbox", "--disable-dev-shm-usage"])
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         yield browser
         browser.close()
 
 
 #: The test provider's users (oidc mode): alice works in two workspaces, bob in a third.
-PROVIDER_USERS = [{"sub": "alice", "namespace": ["team-a", "team-b"],
-                   "preferred_username": "alice"},
-                  {"sub": "bob", "namespace": "team-c", "preferred_username": "bob"}]
+PROVIDER_USERS = [
+    {"sub": "alice", "namespace": ["team-a", "team-b"], "preferred_username": "alice"},
+    {"sub": "bob", "namespace": "team-c", "preferred_username": "bob"},
+]
 CLIENT_ID = "deploy-engine"
 
 
@@ -74,8 +85,16 @@ CLIENT_ID = "deploy-engine"
 def oidc_provider(tmp_path_factory):
     """A real OpenID Connect provider (oidc-provider-mock) on 127.0.0.1 for the session."""
     port = free_port()
-    argv = [sys.executable, "-m", "oidc_provider_mock", "--host", "127.0.0.1", "--port",
-            str(port), "--require-nonce"]
+    argv = [
+        sys.executable,
+        "-m",
+        "oidc_provider_mock",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--require-nonce",
+    ]
     for user in PROVIDER_USERS:
         argv += ["--user-claims", json.dumps(user)]
     log = open(tmp_path_factory.mktemp("oidc") / "provider.log", "wb")
@@ -88,6 +107,7 @@ def oidc_provider(tmp_path_factory):
             return requests.get(url + "/.well-known/openid-configuration", timeout=1).ok
         except requests.RequestException:
             return False
+
     wait_for(up, 30, interval=0.1, message="the OIDC provider")
     yield url
     os.killpg(proc.pid, 9)
@@ -99,8 +119,9 @@ def sign_in(session: requests.Session, base: str, provider: str, user: str) -> N
     """The browser's Authorization Code flow, walked by an HTTP client (the API helpers use it)."""
     to_provider = session.get(f"{base}/login", allow_redirects=False, timeout=10)
     assert to_provider.status_code == 302 and to_provider.headers["Location"].startswith(provider)
-    back = session.post(to_provider.headers["Location"], data={"sub": user},
-                        allow_redirects=False, timeout=10)
+    back = session.post(
+        to_provider.headers["Location"], data={"sub": user}, allow_redirects=False, timeout=10
+    )
     assert back.status_code == 302, back.text
     landed = session.get(back.headers["Location"], allow_redirects=False, timeout=10)
     assert landed.status_code == 302, landed.text
@@ -118,16 +139,25 @@ def server_factory(request, start_server, tmp_path, mode: str):
         auth = {}
         if mode == "oidc":
             provider = request.getfixturevalue("oidc_provider")
-            auth = {"AUTH_MODE": "oidc", "OIDC_ISSUER": provider, "OIDC_CLIENT_ID": CLIENT_ID,
-                    "OIDC_CLIENT_SECRET": "e2e-client-secret", "SECRET_KEY": "e2e-" * 16}
-        srv = start_server("gunicorn", workers=2, env={
-            **SERVER_ENV, "DATA_DIR": str(tmp_path / "data"), **auth, **env})
+            auth = {
+                "AUTH_MODE": "oidc",
+                "OIDC_ISSUER": provider,
+                "OIDC_CLIENT_ID": CLIENT_ID,
+                "OIDC_CLIENT_SECRET": "e2e-client-secret",
+                "SECRET_KEY": "e2e-" * 16,
+            }
+        srv = start_server(
+            "gunicorn",
+            workers=2,
+            env={**SERVER_ENV, "DATA_DIR": str(tmp_path / "data"), **auth, **env},
+        )
         srv.auth_mode = mode
         srv.session = requests.Session()
         if mode == "oidc":
             srv.provider = provider
             sign_in(srv.session, srv.base, provider, "alice")
         return srv
+
     return factory
 
 
@@ -138,8 +168,10 @@ class Page:
         self.page, self.base, self.project, self.shots = page, base, project, shots
         self.errors: list[str] = []
         page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
-        page.on("console", lambda msg: self.errors.append(f"console: {msg.text}")
-                if msg.type == "error" else None)
+        page.on(
+            "console",
+            lambda msg: self.errors.append(f"console: {msg.text}") if msg.type == "error" else None,
+        )
 
     def open(self, query: str = "") -> "Page":
         self.page.goto(f"{self.base}/projects/{self.project}{query}")
@@ -155,8 +187,11 @@ class Page:
 
     def shown(self, task_id: str, surface: str = "chip") -> list[tuple[str, str]]:
         """Every (status, label) one surface of a task showed, in order."""
-        return [(s["status"], s["label"]) for s in self.page.evaluate("window.__shown")
-                if s["task"] == task_id and s["surface"] == surface]
+        return [
+            (s["status"], s["label"])
+            for s in self.page.evaluate("window.__shown")
+            if s["task"] == task_id and s["surface"] == surface
+        ]
 
     def open_timeline(self, task_id: str):
         self.chip(task_id).locator(".chip-open").click()
@@ -173,11 +208,15 @@ class Page:
         if port:
             self.page.fill("#f-port", port)
         before = self.page.evaluate(
-            "document.querySelector('#timeline-pane') && document.querySelector('#timeline-pane').dataset.taskId")
+            "document.querySelector('#timeline-pane')"
+            " && document.querySelector('#timeline-pane').dataset.taskId"
+        )
         self.page.click("#pane button[type=submit]")
         self.page.wait_for_function(
             "(before) => { const p = document.querySelector('#timeline-pane');"
-            " return p && p.dataset.taskId && p.dataset.taskId !== before; }", arg=before)
+            " return p && p.dataset.taskId && p.dataset.taskId !== before; }",
+            arg=before,
+        )
         self.page.wait_for_selector("#pane:not(.is-open)", state="attached")
         return self.page.get_attribute("#timeline-pane", "data-task-id")
 
@@ -199,8 +238,9 @@ class Shots:
     def take(self, page, name: str) -> None:
         self.count += 1
         size = page.viewport_size or {}
-        page.screenshot(path=str(ARTIFACTS / f"{self.prefix}-{self.count:02d}-{name}-"
-                                                f"{size.get('width')}w.png"))
+        page.screenshot(
+            path=str(ARTIFACTS / f"{self.prefix}-{self.count:02d}-{name}-{size.get('width')}w.png")
+        )
 
 
 @pytest.fixture
@@ -243,13 +283,17 @@ def browser_sign_in(page, srv, user: str, path: str) -> None:
 @pytest.fixture
 def api():
     """Factory: arrange through the JSON API (create, read) of a running server."""
+
     class Api:
         def __init__(self, srv):
             self.base, self.session = srv.base, srv.session
 
         def create(self, project: str, source: dict, **body) -> dict:
-            r = self.session.post(f"{self.base}/api/v1/tasks",
-                              json={"projectId": project, "source": source, **body}, timeout=10)
+            r = self.session.post(
+                f"{self.base}/api/v1/tasks",
+                json={"projectId": project, "source": source, **body},
+                timeout=10,
+            )
             assert r.status_code == 201, r.text
             return r.json()
 
@@ -259,12 +303,18 @@ def api():
             return r.json()
 
         def list(self, project: str) -> list[dict]:
-            r = self.session.get(f"{self.base}/api/v1/tasks", params={"projectId": project}, timeout=10)
+            r = self.session.get(
+                f"{self.base}/api/v1/tasks", params={"projectId": project}, timeout=10
+            )
             return r.json()["items"]
 
         def wait(self, task_id: str, *statuses: str, timeout: float = 20.0) -> dict:
-            return wait_for(lambda: (lambda s: s if s["status"] in statuses else None)(
-                self.get(task_id)), timeout, interval=0.1, message=f"{task_id} -> {statuses}")
+            return wait_for(
+                lambda: (lambda s: s if s["status"] in statuses else None)(self.get(task_id)),
+                timeout,
+                interval=0.1,
+                message=f"{task_id} -> {statuses}",
+            )
 
     return Api
 

@@ -3,6 +3,7 @@ its own, not in the gevent-patched test process). Prints one JSON report for the
 
 usage: python tests/e2e/mcp_client.py http://127.0.0.1:PORT/mcp
 """
+
 import asyncio
 import json
 import sys
@@ -17,8 +18,11 @@ FAILING = {"kind": "image", "image": "nginx:sandbox-apply-error", "name": "broke
 
 
 def result(call) -> dict:
-    return {"isError": call.is_error, "structured": call.structured_content,
-            "text": call.content[0].text if call.content else None}
+    return {
+        "isError": call.is_error,
+        "structured": call.structured_content,
+        "text": call.content[0].text if call.content else None,
+    }
 
 
 async def main(url: str) -> dict:
@@ -28,37 +32,51 @@ async def main(url: str) -> dict:
         tools = await client.list_tools()
         report["tools"] = {t.name: t.input_schema for t in tools.tools}
 
-        created = await client.call_tool("create_deployment",
-                                         {"projectId": "mcp", "source": IMAGE})
+        created = await client.call_tool("create_deployment", {"projectId": "mcp", "source": IMAGE})
         report["created"] = result(created)
         task_id = created.structured_content["id"]
-        report["waited"] = result(await client.call_tool(
-            "wait_for_deployment", {"taskId": task_id, "timeoutSeconds": 60}))
+        report["waited"] = result(
+            await client.call_tool("wait_for_deployment", {"taskId": task_id, "timeoutSeconds": 60})
+        )
 
-        hanging = await client.call_tool("create_deployment",
-                                         {"projectId": "mcp", "source": HANGING})
+        hanging = await client.call_tool(
+            "create_deployment", {"projectId": "mcp", "source": HANGING}
+        )
         hanging_id = hanging.structured_content["id"]
-        report["hangingWait"] = result(await client.call_tool(
-            "wait_for_deployment", {"taskId": hanging_id, "timeoutSeconds": 1}))
-        report["cancelled"] = result(await client.call_tool("cancel_deployment",
-                                                            {"taskId": hanging_id}))
-        report["cancelledWait"] = result(await client.call_tool(
-            "wait_for_deployment", {"taskId": hanging_id, "timeoutSeconds": 60}))
-        report["explainedCancel"] = result(await client.call_tool("explain_deployment",
-                                                                  {"taskId": hanging_id}))
-        report["cancelAgain"] = result(await client.call_tool("cancel_deployment",
-                                                              {"taskId": hanging_id}))
-        report["cancelCompleted"] = result(await client.call_tool("cancel_deployment",
-                                                                  {"taskId": task_id}))
+        report["hangingWait"] = result(
+            await client.call_tool(
+                "wait_for_deployment", {"taskId": hanging_id, "timeoutSeconds": 1}
+            )
+        )
+        report["cancelled"] = result(
+            await client.call_tool("cancel_deployment", {"taskId": hanging_id})
+        )
+        report["cancelledWait"] = result(
+            await client.call_tool(
+                "wait_for_deployment", {"taskId": hanging_id, "timeoutSeconds": 60}
+            )
+        )
+        report["explainedCancel"] = result(
+            await client.call_tool("explain_deployment", {"taskId": hanging_id})
+        )
+        report["cancelAgain"] = result(
+            await client.call_tool("cancel_deployment", {"taskId": hanging_id})
+        )
+        report["cancelCompleted"] = result(
+            await client.call_tool("cancel_deployment", {"taskId": task_id})
+        )
 
-        failing = await client.call_tool("create_deployment",
-                                         {"projectId": "mcp", "source": FAILING})
+        failing = await client.call_tool(
+            "create_deployment", {"projectId": "mcp", "source": FAILING}
+        )
         failing_id = failing.structured_content["id"]
         await client.call_tool("wait_for_deployment", {"taskId": failing_id, "timeoutSeconds": 60})
-        report["explainedFailure"] = result(await client.call_tool("explain_deployment",
-                                                                   {"taskId": failing_id}))
-        report["invalid"] = result(await client.call_tool("create_deployment",
-                                                          {"projectId": "Not Valid"}))
+        report["explainedFailure"] = result(
+            await client.call_tool("explain_deployment", {"taskId": failing_id})
+        )
+        report["invalid"] = result(
+            await client.call_tool("create_deployment", {"projectId": "Not Valid"})
+        )
     return report
 
 

@@ -2,6 +2,7 @@
 rules, keeps it in the tab's sessionStorage only, and sends it as X-Kubeconfig on exactly the
 requests that start or resume a run; a deploy goes through the Kubernetes adapter to kmock (a
 Kubernetes API mock), and no byte of the kubeconfig reaches the server's disk, logs or database."""
+
 import base64
 from pathlib import Path
 
@@ -10,20 +11,30 @@ import yaml
 
 from tests.conftest import dump_database
 from tests.contract.conftest import TOKEN, kubeconfig_for
-from tests.contract.kmock_server import KMockServer
 from tests.contract.helpers import echo
+from tests.contract.kmock_server import KMockServer
 from tests.e2e.conftest import NARROW, WIDE
 
 pytestmark = pytest.mark.e2e
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
 SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
-READY = {"metadata": {"name": "web", "namespace": "demo", "generation": 1}, "spec": {"replicas": 1},
-         "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-                    "availableReplicas": 1}}
+READY = {
+    "metadata": {"name": "web", "namespace": "demo", "generation": 1},
+    "spec": {"replicas": 1},
+    "status": {
+        "observedGeneration": 1,
+        "replicas": 1,
+        "updatedReplicas": 1,
+        "availableReplicas": 1,
+    },
+}
 #: kmock listens on plain http on 127.0.0.1: the operator opts that network in for this server.
-KUBE_ENV = {"CLUSTER_BACKEND": "kubernetes", "KUBE_ALLOWED_NETWORKS": "127.0.0.0/8",
-            "KUBE_ALLOW_HTTP": "true"}
+KUBE_ENV = {
+    "CLUSTER_BACKEND": "kubernetes",
+    "KUBE_ALLOWED_NETWORKS": "127.0.0.0/8",
+    "KUBE_ALLOW_HTTP": "true",
+}
 
 
 @pytest.fixture
@@ -34,7 +45,8 @@ def kmock_server():
 
 
 def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
-        server, open_page, kmock_server, sql_conn, tmp_path):
+    server, open_page, kmock_server, sql_conn, tmp_path
+):
     mock = kmock_server.mock
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     mock[f"patch {SERVICE_PATH}"] << 201 << echo
@@ -43,8 +55,14 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     ui = open_page(srv, "demo")
     page = ui.page
     carried = []
-    page.on("request", lambda r: carried.append((r.method, r.url.replace(srv.base, "")))
-            if "x-kubeconfig" in r.headers else None)
+    page.on(
+        "request",
+        lambda r: (
+            carried.append((r.method, r.url.replace(srv.base, "")))
+            if "x-kubeconfig" in r.headers
+            else None
+        ),
+    )
     assert page.inner_text("[data-cluster-label]") == "not set"
 
     # Without cluster access a deploy asks for it first instead of sending a request that fails.
@@ -61,15 +79,18 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     # A kubeconfig the API would refuse is refused here too, with its reason.
     page.fill("#cluster-kubeconfig", "apiVersion: v1\nkind: Config\nclusters: []\n")
     page.click("[data-cluster-save]")
-    page.wait_for_function("document.querySelector('#cluster-error').textContent"
-                           ".includes('current-context')")
+    page.wait_for_function(
+        "document.querySelector('#cluster-error').textContent.includes('current-context')"
+    )
     assert page.is_visible("#cluster-error")
     assert page.evaluate("sessionStorage.getItem('kubeconfig')") is None
 
     text = yaml.safe_dump(kubeconfig_for(kmock_server.url, namespace="demo"))
     encoded = base64.b64encode(text.strip().encode()).decode()  # the dialog trims it
-    page.set_input_files("#cluster-file", files=[{"name": "config", "mimeType": "text/plain",
-                                                  "buffer": text.encode()}])
+    page.set_input_files(
+        "#cluster-file",
+        files=[{"name": "config", "mimeType": "text/plain", "buffer": text.encode()}],
+    )
     page.wait_for_function("document.querySelector('#cluster-kubeconfig').value.includes('ctx')")
     page.click("[data-cluster-save]")
     page.wait_for_selector("#cluster-dialog:not([open])", state="attached")
@@ -90,8 +111,10 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     assert all(r.headers["Authorization"] == f"Bearer {TOKEN}" for r in sent)
     # Exactly the check and the deploy carried it: never the page loads, streams or the cancel.
     assert [(m, u.split("?")[0]) for m, u in carried] == [
-        ("POST", "/cluster-access/check"), ("POST", "/cluster-access/check"),  # refused, then kept
-        ("POST", "/projects/demo/tasks")]
+        ("POST", "/cluster-access/check"),
+        ("POST", "/cluster-access/check"),  # refused, then kept
+        ("POST", "/projects/demo/tasks"),
+    ]
 
     page.click("[data-cluster-open]")
     page.click("[data-cluster-forget]")

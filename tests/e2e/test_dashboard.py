@@ -3,6 +3,7 @@ spills sideways (long titles, hundreds of tasks, phone width), live logs and pro
 project's dock and canvas, errors in plain words, the keyboard, and zero console errors.
 
 Many tasks are arranged with one SQL statement (fast), never through the browser."""
+
 import hashlib
 from pathlib import Path
 
@@ -19,18 +20,22 @@ def server(request, start_server, tmp_path):
     project page suite runs in both)."""
     return server_factory(request, start_server, tmp_path, "dev")
 
+
 FULL_HD = {"width": 1920, "height": 1080}
 LONG_TITLE = "a-very-long-deployment-name-" * 7 + "end"  # 199 characters, no space to wrap at
 assert len(LONG_TITLE) >= 196
 
 #: Overflow check: the document never scrolls sideways (1 px of rounding allowed).
-OVERFLOW = ("() => ({doc: document.documentElement.scrollWidth, body: document.body.scrollWidth,"
-            " view: window.innerWidth})")
+OVERFLOW = (
+    "() => ({doc: document.documentElement.scrollWidth, body: document.body.scrollWidth,"
+    " view: window.innerWidth})"
+)
 
 
 def seed(sql_conn, project: str, n: int) -> None:
     """n tasks of one project in a dashboard's usual mix, straight into the table."""
-    sql_conn.execute("""
+    sql_conn.execute(
+        """
         INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status,
                                   source, artifact_summary, finished_at, failure_reason,
                                   failure_message, created_at)
@@ -48,7 +53,9 @@ def seed(sql_conn, project: str, n: int) -> None:
         FROM generate_series(1, %(n)s) g,
              LATERAL (SELECT (CASE WHEN g %% 7 = 0 THEN 'failed' WHEN g %% 11 = 0 THEN 'cancelled'
                                    ELSE 'completed' END)::task_status AS status) s
-    """, {"project": project, "n": n})
+    """,
+        {"project": project, "n": n},
+    )
 
 
 def no_overflow(ui) -> dict:
@@ -58,12 +65,16 @@ def no_overflow(ui) -> dict:
 
 
 @pytest.mark.parametrize("viewport", [NARROW, WIDE, FULL_HD], ids=["390", "1280", "1920"])
-def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(server, open_page, api, sql_conn,
-                                                               viewport):
+def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(
+    server, open_page, api, sql_conn, viewport
+):
     srv = server()
     long_task = api(srv).create("busy", image(LONG_TITLE[:63].rstrip("-"), marker=""))
-    sql_conn.execute("UPDATE deploy_tasks SET source = source || jsonb_build_object('name', %s::text)"
-                     " WHERE id = %s", (LONG_TITLE, long_task["id"]))
+    sql_conn.execute(
+        "UPDATE deploy_tasks SET source = source || jsonb_build_object('name', %s::text)"
+        " WHERE id = %s",
+        (LONG_TITLE, long_task["id"]),
+    )
     api(srv).wait(long_task["id"], "completed", "failed")
     # The long title alone.
     ui = open_page(srv, "busy", viewport=viewport)
@@ -91,8 +102,10 @@ def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(server, open_pag
     no_overflow(ui)
     dock = ui.page.locator("#dock-chips")
     assert dock.evaluate("e => e.scrollHeight > e.clientHeight || e.scrollWidth > e.clientWidth")
-    assert dock.evaluate("e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)"
-                         " || ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)")
+    assert dock.evaluate(
+        "e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)"
+        " || ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)"
+    )
     # The deploy buttons stay on screen.
     for button in ui.page.locator("[data-deploy]").all():
         box = button.bounding_box()
@@ -116,23 +129,33 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
     text = ui.page.locator(f"#tl-model-{task_id}")
     # Text arrives while the run is still going (live, not after the fact).
     ui.page.wait_for_function(
-        f"document.querySelector('#tl-model-{task_id}').textContent.length > 0")
+        f"document.querySelector('#tl-model-{task_id}').textContent.length > 0"
+    )
     ui.shot("model-text-streaming")
     ui.wait_chip(task_id, "completed", timeout=30_000)
     ui.page.wait_for_function(
-        f"document.querySelector('#tl-model-{task_id}').textContent.includes('nginx:1.27')")
+        f"document.querySelector('#tl-model-{task_id}').textContent.includes('nginx:1.27')"
+    )
     assert "model turn 1" in text.inner_text()
     # Each step shows as it happened, with its elapsed time; the header counts the steps.
     steps = ui.page.locator(f"#tl-steps-{task_id} .step")
     assert steps.count() >= 3
-    assert all(t.strip() for t in ui.page.locator(f"#tl-steps-{task_id} .step .elapsed").all_inner_texts())
+    assert all(
+        t.strip() for t in ui.page.locator(f"#tl-steps-{task_id} .step .elapsed").all_inner_texts()
+    )
     assert "step" in ui.page.inner_text(f"#tl-head-{task_id} [data-progress]")
     assert "took" in ui.page.inner_text(f"#tl-head-{task_id} .tl-meta")
     # The log followed the run to its end (nobody scrolled up): the pane is scrolled down.
-    assert ui.page.evaluate("(p => p.scrollHeight > p.clientHeight + 100)"
-                            "(document.querySelector('#timeline-pane'))")
-    assert ui.page.evaluate("(p => p.scrollHeight - p.scrollTop - p.clientHeight)"
-                            "(document.querySelector('#timeline-pane'))") < 40
+    assert ui.page.evaluate(
+        "(p => p.scrollHeight > p.clientHeight + 100)(document.querySelector('#timeline-pane'))"
+    )
+    assert (
+        ui.page.evaluate(
+            "(p => p.scrollHeight - p.scrollTop - p.clientHeight)"
+            "(document.querySelector('#timeline-pane'))"
+        )
+        < 40
+    )
     ui.shot("model-text-done")
     ui.page.set_viewport_size(NARROW)
     ui.shot("model-text-done")
@@ -140,9 +163,11 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
 
 
 #: The streamed-text box's scroll state, read in the page.
-LOG_STATE = ("(sel) => { const p = document.querySelector(sel); return {top: p.scrollTop,"
-             " gap: p.scrollHeight - p.scrollTop - p.clientHeight,"
-             " over: p.scrollHeight - p.clientHeight, chars: p.textContent.length}; }")
+LOG_STATE = (
+    "(sel) => { const p = document.querySelector(sel); return {top: p.scrollTop,"
+    " gap: p.scrollHeight - p.scrollTop - p.clientHeight,"
+    " over: p.scrollHeight - p.clientHeight, chars: p.textContent.length}; }"
+)
 
 
 def test_the_log_stops_following_while_the_reader_is_scrolled_up(server, open_page):
@@ -164,7 +189,9 @@ def test_the_log_stops_following_while_the_reader_is_scrolled_up(server, open_pa
         ui.page.wait_for_function(
             f"([sel, chars, over]) => {{ const s = ({LOG_STATE})(sel);"
             " return s.chars >= chars + 48 && s.over > over; }",
-            arg=[log, before["chars"], before["over"]], timeout=20_000)
+            arg=[log, before["chars"], before["over"]],
+            timeout=20_000,
+        )
         return state()
 
     # Following: once the text overflows its box, every new line keeps the box at its bottom.
@@ -191,12 +218,14 @@ def test_the_log_stops_following_while_the_reader_is_scrolled_up(server, open_pa
 
 def test_the_dock_shows_the_newest_first_whatever_the_titles(server, open_page, api):
     srv = server()
-    created = {name: api(srv).create("order", image(name))["id"]
-               for name in ("app-2", "app-10", "app-3")}  # titles sort apart from creation
+    created = {
+        name: api(srv).create("order", image(name))["id"] for name in ("app-2", "app-10", "app-3")
+    }  # titles sort apart from creation
 
     def dock() -> list[str]:
-        return ui.page.eval_on_selector_all("#dock-chips [data-task-id]",
-                                            "chips => chips.map(c => c.dataset.taskId)")
+        return ui.page.eval_on_selector_all(
+            "#dock-chips [data-task-id]", "chips => chips.map(c => c.dataset.taskId)"
+        )
 
     ui = open_page(srv, "order")
     assert dock() == [created["app-3"], created["app-10"], created["app-2"]]
@@ -280,10 +309,14 @@ def test_keyboard_walk_chips_timeline_and_deploy_pane(server, open_page, api):
     assert page.evaluate("document.activeElement.dataset.openFor") == newest
     page.keyboard.press("Enter")
     page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{newest}']")
-    page.wait_for_function("document.querySelector('#timeline-pane').contains(document.activeElement)")
+    page.wait_for_function(
+        "document.querySelector('#timeline-pane').contains(document.activeElement)"
+    )
     for _ in range(8):  # focus stays trapped in the open timeline
         page.keyboard.press("Tab")
-        assert page.evaluate("document.querySelector('#timeline-pane').contains(document.activeElement)")
+        assert page.evaluate(
+            "document.querySelector('#timeline-pane').contains(document.activeElement)"
+        )
     ui.shot("timeline-keyboard")
     page.keyboard.press("Escape")
     page.wait_for_selector("#timeline-pane:not(.is-open)", state="attached")
@@ -304,7 +337,8 @@ def test_keyboard_walk_chips_timeline_and_deploy_pane(server, open_page, api):
 
 
 def test_the_landing_page_lists_a_started_project_and_checks_ids_without_console_errors(
-        server, open_page, api):
+    server, open_page, api
+):
     srv = server()
     ui = open_page(srv, "looked-at", viewport=NARROW)  # only looked at: that records nothing
     ui.page.goto(srv.base + "/")
@@ -350,8 +384,9 @@ def serious_violations(page) -> list[dict]:
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
 def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
     srv = server()
-    blocked = api(srv).create("shop", {"kind": "template", "template": "postgresql",
-                                            "args": {"database": "orders"}})
+    blocked = api(srv).create(
+        "shop", {"kind": "template", "template": "postgresql", "args": {"database": "orders"}}
+    )
     done = api(srv).create("shop", image("web"))
     api(srv).wait(blocked["id"], "blocked")
     api(srv).wait(done["id"], "completed")
@@ -381,7 +416,8 @@ def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
 
 
 def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
-        server, open_page, api):
+    server, open_page, api
+):
     srv = server()
     web = api(srv).create("shop", image("web"))
     worker = api(srv).create("shop", image("worker"))
@@ -389,9 +425,13 @@ def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
     api(srv).wait(worker["id"], "completed")
     ui = open_page(srv, "shop")
     group = ui.page.locator(".app-group[data-app=web]")
-    assert group.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.resource)") == \
-        ["Deployment/web", "Service/web"]
-    assert ui.page.locator(".app-group[data-app=worker] [data-resource='Deployment/worker']").count()
+    assert group.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.resource)") == [
+        "Deployment/web",
+        "Service/web",
+    ]
+    assert ui.page.locator(
+        ".app-group[data-app=worker] [data-resource='Deployment/worker']"
+    ).count()
     endpoint = group.locator("[data-resource='Service/web'] [data-endpoint]").inner_text()
     assert endpoint.startswith("web.") and endpoint.endswith(":8080"), endpoint
     ui.shot("canvas-groups")

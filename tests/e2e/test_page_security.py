@@ -1,5 +1,6 @@
 """The hypermedia routes against the real server: CSRF on writes, Origin on websocket handshakes,
 GETs that never change state, no cross-project leakage, small frames."""
+
 import json
 import re
 
@@ -50,8 +51,12 @@ def test_page_writes_need_the_sessions_csrf_token(server, api):
     # Both workers share the key that signs the session: the token works on either of them.
     served = set()
     for _ in range(60):
-        fresh = requests.post(url, cookies=session.cookies, timeout=10,
-                              headers={"X-CSRF-Token": token, "Connection": "close"})
+        fresh = requests.post(
+            url,
+            cookies=session.cookies,
+            timeout=10,
+            headers={"X-CSRF-Token": token, "Connection": "close"},
+        )
         assert fresh.status_code == 200
         served.add(fresh.headers["X-Served-By"])
         if len(served) == 2:
@@ -73,8 +78,11 @@ def test_websocket_handshakes_check_origin(server, api):
     assert no_origin.value.status_code == 403
     # An unknown task is refused before the upgrade too.
     with pytest.raises(websocket.WebSocketBadStatusException) as missing:
-        websocket.create_connection(url.replace(task["id"], "6f1b1c1e-0000-4000-8000-000000000000"),
-                                    origin=srv.base, timeout=5)
+        websocket.create_connection(
+            url.replace(task["id"], "6f1b1c1e-0000-4000-8000-000000000000"),
+            origin=srv.base,
+            timeout=5,
+        )
     assert missing.value.status_code == 404
 
     ws = websocket.create_connection(url, origin=srv.base, timeout=10)
@@ -104,18 +112,29 @@ def test_gets_never_change_state(server, api, sql_conn):
     api(srv).wait(failed["id"], "failed")
 
     def state():
-        return sql_conn.execute(
-            "SELECT t::text AS row, (SELECT count(*) FROM deploy_task_events e"
-            " WHERE e.task_id = t.id) AS events FROM deploy_tasks t ORDER BY id").fetchall() + \
-            sql_conn.execute("SELECT p::text AS row FROM projects p ORDER BY project_id").fetchall()
+        return (
+            sql_conn.execute(
+                "SELECT t::text AS row, (SELECT count(*) FROM deploy_task_events e"
+                " WHERE e.task_id = t.id) AS events FROM deploy_tasks t ORDER BY id"
+            ).fetchall()
+            + sql_conn.execute(
+                "SELECT p::text AS row FROM projects p ORDER BY project_id"
+            ).fetchall()
+        )
 
     before = state()
     session = requests.Session()
     hx = {"HX-Request": "true"}
-    for path in ("/", "/projects/shop", f"/projects/shop?task={failed['id']}&deploy=image",
-                 f"/tasks/{failed['id']}/timeline", f"/tasks/{failed['id']}/edit",
-                 "/projects/shop/deploy/image", "/panes/close",
-                 "/projects/never-started"):
+    for path in (
+        "/",
+        "/projects/shop",
+        f"/projects/shop?task={failed['id']}&deploy=image",
+        f"/tasks/{failed['id']}/timeline",
+        f"/tasks/{failed['id']}/edit",
+        "/projects/shop/deploy/image",
+        "/panes/close",
+        "/projects/never-started",
+    ):
         assert session.get(srv.base + path, headers=hx, timeout=10).status_code == 200, path
     with session.get(f"{srv.base}/projects/shop/stream", stream=True, timeout=10) as stream:
         next(stream.iter_lines())
@@ -178,13 +197,16 @@ def test_the_pages_work_under_their_content_security_policy(server, browser):
         context.close()
 
 
-def test_the_api_docs_render_their_operations_under_their_content_security_policy(
-        server, browser):
+def test_the_api_docs_render_their_operations_under_their_content_security_policy(server, browser):
     srv = server()
     spec = requests.get(f"{srv.base}/api/v1/openapi.json", timeout=10).json()
     assert "paths" in spec, spec
-    operation_ids = [op["operationId"] for path in spec["paths"].values()
-                     for op in path.values() if isinstance(op, dict) and "operationId" in op]
+    operation_ids = [
+        op["operationId"]
+        for path in spec["paths"].values()
+        for op in path.values()
+        if isinstance(op, dict) and "operationId" in op
+    ]
     assert operation_ids
     context = browser.new_context()  # no bypass: the policy the server sends is enforced
     page = context.new_page()
@@ -192,8 +214,12 @@ def test_the_api_docs_render_their_operations_under_their_content_security_polic
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # The test machine has no internet: Redoc's attribution logo (its CDN) is answered locally.
-    page.route("https://cdn.redoc.ly/**", lambda route: route.fulfill(
-        content_type="image/svg+xml", body='<svg xmlns="http://www.w3.org/2000/svg"/>'))
+    page.route(
+        "https://cdn.redoc.ly/**",
+        lambda route: route.fulfill(
+            content_type="image/svg+xml", body='<svg xmlns="http://www.w3.org/2000/svg"/>'
+        ),
+    )
     try:
         response = page.goto(f"{srv.base}/api/docs")
         csp = response.headers["content-security-policy"]
@@ -202,8 +228,9 @@ def test_the_api_docs_render_their_operations_under_their_content_security_polic
         assert "frame-ancestors 'none'" in csp and "font-src 'self' data:;" in csp
         # Redoc fetched the document and rendered every operation (not only its shell).
         for operation_id in operation_ids:  # each operation is listed under its tag
-            page.wait_for_selector(f"a[href$='/{operation_id.lower()}']", state="attached",
-                                   timeout=20_000)
+            page.wait_for_selector(
+                f"a[href$='/{operation_id.lower()}']", state="attached", timeout=20_000
+            )
         page.wait_for_load_state("networkidle")
         assert errors == []
         # The detector works: an inline script is refused, and that shows up as an error.

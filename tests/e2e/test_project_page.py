@@ -1,6 +1,7 @@
 """The project page against the real server, in headless Chromium: live dock, canvas and timeline;
 cancel from every surface; redeploy, edit & redeploy, the overwrite dialog; blocked inputs;
 two browsers on one project. Each test saves screenshots of the states it passes through."""
+
 import os
 import re
 import signal
@@ -54,8 +55,12 @@ def test_deploy_an_image_and_watch_the_chip_go_running_applying_completed(server
 
     assert ui.page.evaluate("window.__noReload") is True  # live: never reloaded
     shown = ui.shown(task_id)
-    assert statuses(shown) == ["running", "applying", "completed"] or \
-        statuses(shown) == ["queued", "running", "applying", "completed"]
+    assert statuses(shown) == ["running", "applying", "completed"] or statuses(shown) == [
+        "queued",
+        "running",
+        "applying",
+        "completed",
+    ]
     assert ("completed", "Completed") in shown
     # The same states reached the timeline header over the websocket.
     assert statuses(ui.shown(task_id, "tl-head"))[-2:] == ["applying", "completed"]
@@ -92,8 +97,13 @@ def test_cancel_from_the_dock_chip(server, open_page, api):
     ui.wait_chip(task["id"], "applying")
     ui.shot("applying")
     # A double click is harmless and silent: one request, no error, no flash.
-    _cancel_flow(ui, api, srv, task["id"],
-                 lambda: ui.chip(task["id"]).locator("[data-action=cancel]").dblclick())
+    _cancel_flow(
+        ui,
+        api,
+        srv,
+        task["id"],
+        lambda: ui.chip(task["id"]).locator("[data-action=cancel]").dblclick(),
+    )
     assert ui.page.locator("#flash").is_hidden()
     ui.shot("cancelled")
 
@@ -127,11 +137,14 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     from datetime import datetime
 
     from tests.conftest import wait_for
-    settled = wait_for(lambda: (s := api(srv).get(task["id"]))["phase"] == "verify" and s,
-                       15, message="verify")
+
+    settled = wait_for(
+        lambda: (s := api(srv).get(task["id"]))["phase"] == "verify" and s, 15, message="verify"
+    )
     version = int(datetime.fromisoformat(settled["updatedAt"]).timestamp() * 1_000_000)
-    ui.page.wait_for_selector(f"#ph-{task['id']}[data-version='{version}'] [data-drag]",
-                              state="visible")
+    ui.page.wait_for_selector(
+        f"#ph-{task['id']}[data-version='{version}'] [data-drag]", state="visible"
+    )
     # Drag the placeholder: its placement is saved (PATCH .../canvas) and never touches status.
     grip = node.locator("[data-drag]").bounding_box()
     ui.page.mouse.move(grip["x"] + 4, grip["y"] + 4)
@@ -152,7 +165,8 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
 
 
 def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
-        server, open_page, api):
+    server, open_page, api
+):
     srv = server()
     failed = api(srv).create("shop", image("web", marker="sandbox-apply-error"))
     ui = open_page(srv, "shop")
@@ -175,8 +189,9 @@ def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
     assert "Redeployed" in superseded.inner_text()
     # The new run opened in the timeline pane, linked to its predecessor.
     ui.page.wait_for_selector(f"#timeline-pane[data-task-id='{clone['id']}']")
-    assert ui.page.locator(f"#tl-head-{clone['id']} .tl-meta").inner_text().endswith(
-        failed["id"][:8])
+    assert (
+        ui.page.locator(f"#tl-head-{clone['id']} .tl-meta").inner_text().endswith(failed["id"][:8])
+    )
     ui.wait_chip(clone["id"], "failed")  # same source, same simulated error
     ui.shot("superseded-and-clone-failed")
 
@@ -191,8 +206,10 @@ def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
 
 def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
     srv = server()
-    source = {**image("web", marker="sandbox-apply-error"),
-              "env": {"LOG_LEVEL": "debug", "API_TOKEN": "tok-very-secret-1"}}
+    source = {
+        **image("web", marker="sandbox-apply-error"),
+        "env": {"LOG_LEVEL": "debug", "API_TOKEN": "tok-very-secret-1"},
+    }
     failed = api(srv).create("shop", source)
     ui = open_page(srv, "shop")
     ui.wait_chip(failed["id"], "failed")
@@ -218,7 +235,8 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
     assert "Secret/web-env" in ui.page.inner_text("#confirm-message")
     ui.page.click("#confirm-dialog [data-confirm-ok]")
     ui.page.wait_for_function(
-        f"document.querySelector('#timeline-pane').dataset.taskId !== '{failed['id']}'")
+        f"document.querySelector('#timeline-pane').dataset.taskId !== '{failed['id']}'"
+    )
     clone_id = ui.page.get_attribute("#timeline-pane", "data-task-id")
     ui.wait_chip(clone_id, "completed")
     ui.shot("edited-clone-completed")
@@ -233,7 +251,8 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
 
 
 def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
-        server, open_page, api):
+    server, open_page, api
+):
     srv = server(READINESS_TIMEOUT_S="2")
     failed = api(srv).create("shop", image("db", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
@@ -269,14 +288,17 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     ui.assert_no_errors()
 
 
-@pytest.mark.skipif("template" not in SOURCE_SCHEMAS,
-                    reason="the template source kind (blueprints.schemas.SOURCE_SCHEMAS) is not "
-                           "registered yet; enable once it lands")
+@pytest.mark.skipif(
+    "template" not in SOURCE_SCHEMAS,
+    reason="the template source kind (blueprints.schemas.SOURCE_SCHEMAS) is not "
+    "registered yet; enable once it lands",
+)
 def test_a_blocked_template_is_answered_through_the_form(server, open_page, api):
     srv = server()
     # Arranged through the API: a template missing its required password parks blocked.
-    task = api(srv).create("shop", {"kind": "template", "template": "postgresql",
-                                         "args": {"database": "orders"}})
+    task = api(srv).create(
+        "shop", {"kind": "template", "template": "postgresql", "args": {"database": "orders"}}
+    )
     api(srv).wait(task["id"], "blocked")
     ui = open_page(srv, "shop")
     chip = ui.wait_chip(task["id"], "blocked")
@@ -339,14 +361,17 @@ def test_the_page_rebootstraps_after_its_streams_reconnect(server, open_page, ap
     assert before >= 3
     ui.page.evaluate(f"document.querySelector('#tl-events-{task['id']} li').dataset.stale = '1'")
     # A chip no stream frame knows: only a re-bootstrap (reset + snapshot) clears it.
-    ui.page.evaluate("document.querySelector('#dock-chips').insertAdjacentHTML("
-                     "'beforeend', '<article id=\"chip-bogus\" class=\"chip\"></article>')")
+    ui.page.evaluate(
+        "document.querySelector('#dock-chips').insertAdjacentHTML("
+        "'beforeend', '<article id=\"chip-bogus\" class=\"chip\"></article>')"
+    )
     # Restart both workers (SIGTERM: graceful, they close their streams); gunicorn replaces them
     # and the page reconnects and re-bootstraps on the new ones.
     for pid in worker_pids(srv.proc.pid):
         os.kill(pid, signal.SIGTERM)
     ui.page.wait_for_function(
-        f"!document.querySelector('#tl-events-{task['id']} li[data-stale]')", timeout=30_000)
+        f"!document.querySelector('#tl-events-{task['id']} li[data-stale]')", timeout=30_000
+    )
     ui.page.wait_for_selector("#timeline-pane[data-live]", timeout=30_000)
     assert events.count() >= before
     # The dock's stream reconnected too, and re-bootstrapped.

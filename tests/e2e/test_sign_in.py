@@ -1,6 +1,7 @@
 """AUTH_MODE=oidc in Chromium against a real OpenID Connect provider (oidc-provider-mock on
 127.0.0.1): sign-in, the workspace picker, another user's workspace, signing out, and a page
 whose session is gone."""
+
 import pytest
 
 from tests.e2e.conftest import browser_sign_in, image, server_factory

@@ -1,5 +1,6 @@
 """The AI runner (prompt and github sources) end to end through the API: the real gateway client
 against an OpenAI-compatible fake on loopback, a fake devbox at the integrations boundary."""
+
 import base64
 import json
 import time
@@ -24,14 +25,25 @@ def plan_answer(name="web", *, extra_manifests=(), plan=None) -> str:
         "plan": plan or {"summary": f"nginx as {name}", "args": {"replicas": 1}},
         "manifests": [
             *extra_manifests,
-            {"apiVersion": "apps/v1", "kind": "Deployment",
-             "metadata": {"name": name, "labels": labels},
-             "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                      "template": {"metadata": {"labels": labels},
-                                   "spec": {"containers": [{"name": name,
-                                                            "image": "nginx:1.27"}]}}}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-             "spec": {"selector": labels, "ports": [{"port": 80}]}},
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": name, "image": "nginx:1.27"}]},
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"selector": labels, "ports": [{"port": 80}]},
+            },
         ],
     }
     return "Sure. Here is the plan:\n```json\n" + json.dumps(body, indent=1) + "\n```\nDone."
@@ -46,15 +58,26 @@ def gateway():
 
 @pytest.fixture
 def devbox():
-    return FakeDevbox(exec_results={
-        "git -C /workspace/repo ls-files": ExecResult(0, "Dockerfile\nserver.py\n", "")})
+    return FakeDevbox(
+        exec_results={
+            "git -C /workspace/repo ls-files": ExecResult(0, "Dockerfile\nserver.py\n", "")
+        }
+    )
 
 
 @pytest.fixture
 def app(make_app, cluster, devbox, gateway):
     client = GatewayClient(gateway.url, "fake-model", "gw-key", retries=0, idle_timeout_s=10)
-    return make_app(overrides={"integrations": Integrations(
-        cluster=lambda kubeconfig: cluster, cluster_label="fake", devbox=devbox, gateway=client)})
+    return make_app(
+        overrides={
+            "integrations": Integrations(
+                cluster=lambda kubeconfig: cluster,
+                cluster_label="fake",
+                devbox=devbox,
+                gateway=client,
+            )
+        }
+    )
 
 
 def events(client, task_id) -> list[dict]:
@@ -63,14 +86,21 @@ def events(client, task_id) -> list[dict]:
 
 def gateway_text(client, task_id, turn=None) -> str:
     """The persisted (scrubbed) answer text of a task's gateway events."""
-    return "".join(e["payload"]["text"] for e in events(client, task_id)
-                   if e["kind"] == "gateway" and e["payload"]["type"] == "delta"
-                   and turn in (None, e["payload"]["turn"]))
+    return "".join(
+        e["payload"]["text"]
+        for e in events(client, task_id)
+        if e["kind"] == "gateway"
+        and e["payload"]["type"] == "delta"
+        and turn in (None, e["payload"]["turn"])
+    )
 
 
 def status_moves(client, task_id) -> list[tuple]:
-    return [(e["payload"]["to"], e["payload"].get("by")) for e in events(client, task_id)
-            if e["kind"] == "status"]
+    return [
+        (e["payload"]["to"], e["payload"].get("by"))
+        for e in events(client, task_id)
+        if e["kind"] == "status"
+    ]
 
 
 def paused(devbox) -> list[str]:
@@ -80,8 +110,9 @@ def paused(devbox) -> list[str]:
 
 
 def devbox_row(sql_conn, task_id) -> dict:
-    return sql_conn.execute("SELECT devbox_id, devbox_paused_at FROM deploy_tasks WHERE id = %s",
-                            (task_id,)).fetchone()
+    return sql_conn.execute(
+        "SELECT devbox_id, devbox_paused_at FROM deploy_tasks WHERE id = %s", (task_id,)
+    ).fetchone()
 
 
 class GatewayTap:
@@ -98,8 +129,9 @@ class GatewayTap:
         wait_for(lambda: self.frames, message="the gateway stream's first frame")
 
     def _read(self, app, task_id):
-        self.response = app.test_client().get(f"/api/v1/tasks/{task_id}/gateway/stream",
-                                              buffered=False)
+        self.response = app.test_client().get(
+            f"/api/v1/tasks/{task_id}/gateway/stream", buffered=False
+        )
         assert self.response.status_code == 200
         buffer = ""
         for chunk in self.response.response:
@@ -108,16 +140,19 @@ class GatewayTap:
             buffer += text
             while "\n\n" in buffer:
                 block, buffer = buffer.split("\n\n", 1)
-                lines = dict(line.split(": ", 1) for line in block.splitlines()
-                             if not line.startswith(":"))
+                lines = dict(
+                    line.split(": ", 1) for line in block.splitlines() if not line.startswith(":")
+                )
                 if "event" in lines:
-                    self.frames.append((time.monotonic(), lines["event"],
-                                        json.loads(lines["data"])))
+                    self.frames.append(
+                        (time.monotonic(), lines["event"], json.loads(lines["data"]))
+                    )
         self.ended = True
 
     def text(self, turn=None) -> str:
-        return "".join(d["text"] for _, kind, d in self.frames
-                       if kind == "delta" and turn in (None, d["turn"]))
+        return "".join(
+            d["text"] for _, kind, d in self.frames if kind == "delta" and turn in (None, d["turn"])
+        )
 
     def kinds(self) -> list[str]:
         return [kind for _, kind, _ in self.frames]
@@ -127,7 +162,8 @@ class GatewayTap:
 
 
 def test_a_prompt_plans_with_the_gateway_then_applies_and_completes(
-        client, create_task, wait_status, cluster, devbox, gateway, sql_conn):
+    client, create_task, wait_status, cluster, devbox, gateway, sql_conn
+):
     answer = plan_answer("web")
     gateway.script(Reply(text=answer, chunk_chars=5))
 
@@ -139,8 +175,10 @@ def test_a_prompt_plans_with_the_gateway_then_applies_and_completes(
     assert cluster.applied() == ["Deployment/web", "Service/web"]
     applied = [c.manifest for c in cluster.calls if c.op == "apply"]
     assert all(m["metadata"]["namespace"] == "demo" for m in applied)
-    assert all(m["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "deploy-task-engine"
-               for m in applied)
+    assert all(
+        m["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "deploy-task-engine"
+        for m in applied
+    )
     assert [r["name"] for r in done["appliedResources"]] == ["web", "web"]
     # The model was asked the prompt, under one gateway session, with the configured model.
     [request] = gateway.requests
@@ -148,24 +186,33 @@ def test_a_prompt_plans_with_the_gateway_then_applies_and_completes(
     assert request.body["model"] == "fake-model" and request.body["stream"] is True
     assert request.body["messages"][0]["role"] == "system"
     assert "Prompt: deploy an nginx web server" in request.body["messages"][1]["content"]
-    started = [e["payload"] for e in events(client, task["id"])
-               if e["kind"] == "gateway" and e["payload"]["type"] == "turn_started"]
+    started = [
+        e["payload"]
+        for e in events(client, task["id"])
+        if e["kind"] == "gateway" and e["payload"]["type"] == "turn_started"
+    ]
     assert [s["sessionId"] for s in started] == [request.headers["X-Session-Id"]]
     # The streamed answer is persisted whole, in batches far fewer than its pieces.
     assert gateway_text(client, task["id"]) == answer
-    batches = [e for e in events(client, task["id"])
-               if e["kind"] == "gateway" and e["payload"]["type"] == "delta"]
+    batches = [
+        e
+        for e in events(client, task["id"])
+        if e["kind"] == "gateway" and e["payload"]["type"] == "delta"
+    ]
     assert request.sent > 50 and len(batches) <= 3
     # Its devbox was created, recorded, and paused on completion with the server credential.
     assert paused(devbox) == ["create", "pause"]
-    row = wait_for(lambda: (lambda r: r if r["devbox_paused_at"] else None)(
-        devbox_row(sql_conn, task["id"])), message="the pause to be recorded")
+    row = wait_for(
+        lambda: (lambda r: r if r["devbox_paused_at"] else None)(devbox_row(sql_conn, task["id"])),
+        message="the pause to be recorded",
+    )
     assert row["devbox_id"] == devbox.calls[0].devbox_id == devbox.calls[1].devbox_id
     assert devbox.calls[0].namespace == "default"
 
 
 def test_a_github_source_is_cloned_in_the_devbox_before_the_turn(
-        create_task, wait_status, cluster, devbox, gateway):
+    create_task, wait_status, cluster, devbox, gateway
+):
     gateway.script(Reply(text=plan_answer("shop"), chunk_chars=40))
 
     task = create_task({"kind": "github", "repo": "octo/shop", "ref": "main"})
@@ -174,8 +221,17 @@ def test_a_github_source_is_cloned_in_the_devbox_before_the_turn(
     assert done["status"] == "completed", done["failure"]
     assert paused(devbox) == ["create", "exec", "exec", "pause"]
     clone, listing = devbox.calls[1], devbox.calls[2]
-    assert clone.command == ["git", "clone", "--depth", "1", "--branch", "main", "--",
-                             "https://github.com/octo/shop.git", "/workspace/repo"]
+    assert clone.command == [
+        "git",
+        "clone",
+        "--depth",
+        "1",
+        "--branch",
+        "main",
+        "--",
+        "https://github.com/octo/shop.git",
+        "/workspace/repo",
+    ]
     assert listing.command == ["git", "-C", "/workspace/repo", "ls-files"]
     # The turn saw what the clone produced, so it came after it.
     prompt = gateway.requests[0].body["messages"][1]["content"]
@@ -184,7 +240,8 @@ def test_a_github_source_is_cloned_in_the_devbox_before_the_turn(
 
 
 def test_a_failed_clone_fails_the_task_and_pauses_the_devbox(
-        create_task, wait_status, devbox, gateway):
+    create_task, wait_status, devbox, gateway
+):
     devbox.exec_results["git clone"] = ExecResult(128, "", "fatal: repository not found\n")
 
     task = create_task({"kind": "github", "repo": "octo/missing"})
@@ -197,7 +254,8 @@ def test_a_failed_clone_fails_the_task_and_pauses_the_devbox(
 
 
 def test_a_malformed_answer_fails_with_a_clear_reason(
-        create_task, wait_status, cluster, devbox, gateway):
+    create_task, wait_status, cluster, devbox, gateway
+):
     gateway.script(Reply(text="I would use nginx, probably with two replicas."))
 
     task = create_task(PROMPT)
@@ -210,8 +268,16 @@ def test_a_malformed_answer_fails_with_a_clear_reason(
 
 
 def test_a_cluster_scoped_manifest_is_refused(create_task, wait_status, cluster, gateway):
-    gateway.script(Reply(text=plan_answer("web", extra_manifests=[
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}}])))
+    gateway.script(
+        Reply(
+            text=plan_answer(
+                "web",
+                extra_manifests=[
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}}
+                ],
+            )
+        )
+    )
 
     done = wait_status(create_task(PROMPT)["id"], "failed", "completed")
 
@@ -221,14 +287,22 @@ def test_a_cluster_scoped_manifest_is_refused(create_task, wait_status, cluster,
 
 
 def test_inputs_park_blocked_then_resume_reattaches_and_no_secret_is_persisted_or_streamed(
-        app, client, create_task, wait_status, cluster, devbox, gateway, sql_conn):
+    app, client, create_task, wait_status, cluster, devbox, gateway, sql_conn
+):
     secret = canary("magic")
-    ask = {"needInputs": [
-        # Not secret-looking by name: only the model's declaration makes it sensitive.
-        {"name": "MAGIC_WORD", "type": "string", "sensitive": True, "required": True,
-         "default": "model-invented-default"},
-        {"name": "REPLICAS", "type": "number", "required": True, "default": 2},
-    ]}
+    ask = {
+        "needInputs": [
+            # Not secret-looking by name: only the model's declaration makes it sensitive.
+            {
+                "name": "MAGIC_WORD",
+                "type": "string",
+                "sensitive": True,
+                "required": True,
+                "default": "model-invented-default",
+            },
+            {"name": "REPLICAS", "type": "number", "required": True, "default": 2},
+        ]
+    }
     gateway.script(Reply(text=json.dumps(ask), chunk_chars=9))
 
     task = create_task(PROMPT)
@@ -237,8 +311,7 @@ def test_inputs_park_blocked_then_resume_reattaches_and_no_secret_is_persisted_o
     assert blocked["status"] == "blocked", blocked["failure"]
     assert blocked["pendingInputs"] == [
         {"name": "MAGIC_WORD", "type": "string", "sensitive": True, "required": True},
-        {"name": "REPLICAS", "type": "number", "sensitive": False, "required": True,
-         "default": 2},
+        {"name": "REPLICAS", "type": "number", "sensitive": False, "required": True, "default": 2},
     ]
     assert devbox.ops() == ["create"]  # parked: the devbox stays as it is
     devbox_id = devbox.calls[0].devbox_id
@@ -246,17 +319,29 @@ def test_inputs_park_blocked_then_resume_reattaches_and_no_secret_is_persisted_o
 
     # The resumed turn echoes the secret every way a model might (raw, JSON-escaped, base64,
     # in an args map, split across stream pieces) and references it as the protocol says.
-    echoed = plan_answer("vault", plan={
-        "summary": f"uses {secret}", "args": {"MAGIC_WORD": secret, "replicas": 2},
-        "encoded": base64.b64encode(secret.encode()).decode()},
-        extra_manifests=[{"apiVersion": "v1", "kind": "Secret",
-                          "metadata": {"name": "vault-magic"},
-                          "stringData": {"MAGIC_WORD": "${input:MAGIC_WORD}"}}])
+    echoed = plan_answer(
+        "vault",
+        plan={
+            "summary": f"uses {secret}",
+            "args": {"MAGIC_WORD": secret, "replicas": 2},
+            "encoded": base64.b64encode(secret.encode()).decode(),
+        },
+        extra_manifests=[
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "vault-magic"},
+                "stringData": {"MAGIC_WORD": "${input:MAGIC_WORD}"},
+            }
+        ],
+    )
     gateway.script(Reply(text=echoed, chunk_chars=7, delay_s=0.005))
     tap = GatewayTap(app, task["id"])
     try:
-        response = client.post(f"/api/v1/tasks/{task['id']}/input",
-                               json={"inputs": {"MAGIC_WORD": secret, "REPLICAS": "2"}})
+        response = client.post(
+            f"/api/v1/tasks/{task['id']}/input",
+            json={"inputs": {"MAGIC_WORD": secret, "REPLICAS": "2"}},
+        )
         assert response.status_code == 200, response.get_json()
         done = wait_status(task["id"], "completed", "failed")
         wait_for(lambda: tap.ended, message="the gateway stream to end")
@@ -278,19 +363,28 @@ def test_inputs_park_blocked_then_resume_reattaches_and_no_secret_is_persisted_o
     # ...and into no table, no event, no stream frame (live pieces included).
     assert tap.text(turn=2) == gateway_text(client, task["id"], turn=2)
     assert "[redacted]" in tap.text(turn=2)
-    assert_nowhere([secret], dump_database(sql_conn), "".join(tap.raw),
-                   json.dumps(events(client, task["id"])),
-                   json.dumps(client.get(f"/api/v1/tasks/{task['id']}").get_json()))
+    assert_nowhere(
+        [secret],
+        dump_database(sql_conn),
+        "".join(tap.raw),
+        json.dumps(events(client, task["id"])),
+        json.dumps(client.get(f"/api/v1/tasks/{task['id']}").get_json()),
+    )
     # The structured copies are sanitized too: the args map lost its sensitive key.
-    plan = sql_conn.execute("SELECT artifact_summary -> 'deploymentPlan' AS p FROM deploy_tasks "
-                            "WHERE id = %s", (task["id"],)).fetchone()["p"]
+    plan = sql_conn.execute(
+        "SELECT artifact_summary -> 'deploymentPlan' AS p FROM deploy_tasks WHERE id = %s",
+        (task["id"],),
+    ).fetchone()["p"]
     assert plan["args"] == {"replicas": 2} and "[redacted]" in plan["summary"]
 
 
 def test_a_resume_whose_devbox_is_gone_replaces_it_and_records_the_new_one(
-        client, create_task, wait_status, cluster, devbox, gateway, sql_conn):
-    gateway.script(Reply(text=json.dumps({"needInputs": [{"name": "TAG", "required": True}]})),
-                   Reply(text=plan_answer("tagged")))
+    client, create_task, wait_status, cluster, devbox, gateway, sql_conn
+):
+    gateway.script(
+        Reply(text=json.dumps({"needInputs": [{"name": "TAG", "required": True}]})),
+        Reply(text=plan_answer("tagged")),
+    )
     task = create_task({"kind": "github", "repo": "octo/shop"})
     wait_status(task["id"], "blocked")
     devbox.boxes.clear()  # e.g. deleted out of band while the task waited
@@ -299,8 +393,16 @@ def test_a_resume_whose_devbox_is_gone_replaces_it_and_records_the_new_one(
     done = wait_status(task["id"], "completed", "failed")
 
     assert done["status"] == "completed", done["failure"]
-    assert paused(devbox) == ["create", "exec", "exec", "attach", "create", "exec", "exec",
-                              "pause"]  # re-cloned into the new one
+    assert paused(devbox) == [
+        "create",
+        "exec",
+        "exec",
+        "attach",
+        "create",
+        "exec",
+        "exec",
+        "pause",
+    ]  # re-cloned into the new one
     new_id = devbox.calls[4].devbox_id
     assert new_id != devbox.calls[0].devbox_id and devbox.calls[-1].devbox_id == new_id
     assert devbox_row(sql_conn, task["id"])["devbox_id"] == new_id
@@ -310,12 +412,15 @@ def test_a_resume_whose_devbox_is_gone_replaces_it_and_records_the_new_one(
 
 
 def test_a_cancel_mid_stream_resolves_cancelled_within_a_second_and_pauses_the_devbox(
-        client, create_task, wait_status, cluster, devbox, gateway, sql_conn):
+    client, create_task, wait_status, cluster, devbox, gateway, sql_conn
+):
     gateway.script(Reply(text=plan_answer("slow"), chunk_chars=4, delay_s=0.1))
 
     task = create_task(PROMPT)
-    wait_for(lambda: gateway.requests and gateway.requests[0].sent >= 3,
-             message="the answer to be mid-stream")
+    wait_for(
+        lambda: gateway.requests and gateway.requests[0].sent >= 3,
+        message="the answer to be mid-stream",
+    )
     asked = time.monotonic()
     assert client.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 200
     done = wait_status(task["id"], "cancelled", "failed", "completed", timeout=5)
@@ -332,20 +437,22 @@ def test_a_cancel_mid_stream_resolves_cancelled_within_a_second_and_pauses_the_d
     # The devbox was paused with a live signal of its own, and recorded as paused.
     assert paused(devbox) == ["create", "pause"]
     assert devbox.calls[1].outcome == "ok" and not devbox.calls[1].aborted_on_entry
-    wait_for(lambda: devbox_row(sql_conn, task["id"])["devbox_paused_at"],
-             message="the pause to be recorded")
+    wait_for(
+        lambda: devbox_row(sql_conn, task["id"])["devbox_paused_at"],
+        message="the pause to be recorded",
+    )
     # The pause wrote no status: the only terminal move is the runner's acknowledgement.
     assert status_moves(client, task["id"]) == [("running", "dev"), ("cancelled", "runner")]
 
 
 def test_the_gateway_stream_shows_pieces_while_the_model_is_still_answering(
-        app, client, create_task, wait_status, gateway):
+    app, client, create_task, wait_status, gateway
+):
     answer = plan_answer("live")
     # The model goes silent after two pieces: nothing is persisted during the silence (batches
     # flush when text arrives), so only the live feed can show those pieces meanwhile.
     # (A slow first byte leaves the viewer time to subscribe before the first piece.)
-    gateway.script(Reply(text=answer, chunk_chars=30, head_delay_s=0.3, stall_after=2,
-                         stall_s=1.5))
+    gateway.script(Reply(text=answer, chunk_chars=30, head_delay_s=0.3, stall_after=2, stall_s=1.5))
 
     task = create_task(PROMPT)
     tap = GatewayTap(app, task["id"])
@@ -376,26 +483,36 @@ def test_the_gateway_stream_of_an_unknown_task_is_404(client):
 
 
 def test_prompt_and_github_sources_are_validated_strictly(client):
-    for source in ({"kind": "prompt"}, {"kind": "prompt", "prompt": "  "},
-                   {"kind": "prompt", "prompt": "x", "image": "nginx"},
-                   {"kind": "github", "repo": "not-a-repo"},
-                   {"kind": "github", "repo": "octo/shop", "ref": "--upload-pack=evil"}):
+    for source in (
+        {"kind": "prompt"},
+        {"kind": "prompt", "prompt": "  "},
+        {"kind": "prompt", "prompt": "x", "image": "nginx"},
+        {"kind": "github", "repo": "not-a-repo"},
+        {"kind": "github", "repo": "octo/shop", "ref": "--upload-pack=evil"},
+    ):
         response = client.post("/api/v1/tasks", json={"projectId": "demo", "source": source})
         assert response.status_code == 400, source
         assert response.get_json()["code"] == "invalid_request"
 
 
 def test_the_zero_setup_default_plans_with_the_sandbox_devbox_and_gateway(
-        make_app, cluster, sql_conn):
+    make_app, cluster, sql_conn
+):
     app = make_app(sandbox_gateway_delay_s=0.0)  # no devbox or gateway given: the sandboxes
     client = app.test_client()
 
     def settled(task_id, *statuses):
-        return wait_for(lambda: (lambda s: s if s["status"] in statuses else None)(
-            client.get(f"/api/v1/tasks/{task_id}").get_json()), message=f"{statuses}")
+        return wait_for(
+            lambda: (lambda s: s if s["status"] in statuses else None)(
+                client.get(f"/api/v1/tasks/{task_id}").get_json()
+            ),
+            message=f"{statuses}",
+        )
 
-    created = client.post("/api/v1/tasks", json={
-        "projectId": "demo", "source": {"kind": "prompt", "prompt": "Deploy a redis cache"}})
+    created = client.post(
+        "/api/v1/tasks",
+        json={"projectId": "demo", "source": {"kind": "prompt", "prompt": "Deploy a redis cache"}},
+    )
     assert created.status_code == 201
     done = settled(created.get_json()["id"], "completed", "failed")
     assert done["status"] == "completed", done["failure"]
@@ -405,8 +522,13 @@ def test_the_zero_setup_default_plans_with_the_sandbox_devbox_and_gateway(
 
     # The sandbox can also ask for a sensitive input, for demos of the blocked path.
     secret = canary("sandbox")
-    asking = client.post("/api/v1/tasks", json={"projectId": "demo", "source": {
-        "kind": "prompt", "prompt": "an admin panel sandbox-needs-input"}}).get_json()
+    asking = client.post(
+        "/api/v1/tasks",
+        json={
+            "projectId": "demo",
+            "source": {"kind": "prompt", "prompt": "an admin panel sandbox-needs-input"},
+        },
+    ).get_json()
     blocked = settled(asking["id"], "blocked", "failed", "completed")
     assert [i["name"] for i in blocked["pendingInputs"]] == ["ADMIN_PASSWORD"]
     client.post(f"/api/v1/tasks/{asking['id']}/input", json={"inputs": {"ADMIN_PASSWORD": secret}})
@@ -417,10 +539,18 @@ def test_the_zero_setup_default_plans_with_the_sandbox_devbox_and_gateway(
     assert_nowhere([secret], dump_database(sql_conn))
 
 
-ALIAS_BOMB = "\n".join(["a: &a [x,x,x,x,x,x,x,x,x]"] + [
-    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
-    f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]"
-    for i in range(8)]) + "\nkind: ConfigMap\napiVersion: v1\nmetadata: {name: bomb}\n"
+ALIAS_BOMB = (
+    "\n".join(
+        ["a: &a [x,x,x,x,x,x,x,x,x]"]
+        + [
+            f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+            f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
+            f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]"
+            for i in range(8)
+        ]
+    )
+    + "\nkind: ConfigMap\napiVersion: v1\nmetadata: {name: bomb}\n"
+)
 
 
 def secret_in(kind: str, where: str) -> dict:
@@ -432,24 +562,39 @@ def secret_in(kind: str, where: str) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("answer, message", [
-    (plan_answer("web", extra_manifests=[ALIAS_BOMB]), "uses YAML aliases"),
-    ("x" * 200_001, "longer than 200000 characters"),
-    (plan_answer("web", extra_manifests=[secret_in("ConfigMap", "data"),
-                                         secret_in("Secret", "data")]).replace(
-        '"nginx:1.27"', '"nginx:${input:DB_PASSWORD}"'), "outside a Secret's data"),
-    (plan_answer("web", extra_manifests=[secret_in("Secret", "annotation")]),
-     "outside a Secret's data"),
-])
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (plan_answer("web", extra_manifests=[ALIAS_BOMB]), "uses YAML aliases"),
+        ("x" * 200_001, "longer than 200000 characters"),
+        (
+            plan_answer(
+                "web", extra_manifests=[secret_in("ConfigMap", "data"), secret_in("Secret", "data")]
+            ).replace('"nginx:1.27"', '"nginx:${input:DB_PASSWORD}"'),
+            "outside a Secret's data",
+        ),
+        (
+            plan_answer("web", extra_manifests=[secret_in("Secret", "annotation")]),
+            "outside a Secret's data",
+        ),
+    ],
+)
 def test_hostile_answers_fail_as_malformed_without_touching_the_cluster(
-        create_task, wait_status, cluster, gateway, answer, message):
+    create_task, wait_status, cluster, gateway, answer, message
+):
     assert len(ALIAS_BOMB) < 400
     gateway.script(Reply(text=answer, chunk_chars=4096))
     started = time.monotonic()
 
-    done = wait_status(create_task(PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"},
-                                   sensitiveKeys=["DB_PASSWORD"])["id"], "failed", "completed",
-                       "blocked", timeout=30)
+    done = wait_status(
+        create_task(
+            PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"}, sensitiveKeys=["DB_PASSWORD"]
+        )["id"],
+        "failed",
+        "completed",
+        "blocked",
+        timeout=30,
+    )
 
     assert done["failure"]["reason"] == "malformed_answer", done["failure"]
     assert message in done["failure"]["message"]
@@ -457,31 +602,62 @@ def test_hostile_answers_fail_as_malformed_without_touching_the_cluster(
     assert time.monotonic() - started < 15  # no alias expansion blocked the worker (2-14 s)
 
 
-def test_a_sensitive_input_in_a_secrets_data_is_deployed(create_task, wait_status, cluster,
-                                                         gateway):
+def test_a_sensitive_input_in_a_secrets_data_is_deployed(
+    create_task, wait_status, cluster, gateway
+):
     gateway.script(Reply(text=plan_answer("web", extra_manifests=[secret_in("Secret", "data")])))
 
-    done = wait_status(create_task(PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"},
-                                   sensitiveKeys=["DB_PASSWORD"])["id"], "failed", "completed",
-                       "blocked", timeout=30)
+    done = wait_status(
+        create_task(
+            PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"}, sensitiveKeys=["DB_PASSWORD"]
+        )["id"],
+        "failed",
+        "completed",
+        "blocked",
+        timeout=30,
+    )
 
     assert done["status"] == "completed", done["failure"]
 
 
 def test_sensitive_keys_sent_with_input_are_recorded_and_kept_from_the_model(
-        client, create_task, wait_status, cluster, gateway, sql_conn):
+    client, create_task, wait_status, cluster, gateway, sql_conn
+):
     secret = canary("greeting")
     # The model declares an innocuous, non-sensitive input; the user says it is sensitive.
-    gateway.script(Reply(text=json.dumps({"needInputs": [
-        {"name": "GREETING", "type": "string", "sensitive": False, "required": True}]})))
+    gateway.script(
+        Reply(
+            text=json.dumps(
+                {
+                    "needInputs": [
+                        {"name": "GREETING", "type": "string", "sensitive": False, "required": True}
+                    ]
+                }
+            )
+        )
+    )
     task = create_task(PROMPT)
     assert wait_status(task["id"], "blocked", "failed", "completed")["status"] == "blocked"
-    gateway.script(Reply(text=plan_answer("web", extra_manifests=[
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "greeting"},
-         "stringData": {"GREETING": "${input:GREETING}"}}])))
+    gateway.script(
+        Reply(
+            text=plan_answer(
+                "web",
+                extra_manifests=[
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "metadata": {"name": "greeting"},
+                        "stringData": {"GREETING": "${input:GREETING}"},
+                    }
+                ],
+            )
+        )
+    )
 
-    response = client.post(f"/api/v1/tasks/{task['id']}/input",
-                           json={"inputs": {"GREETING": secret}, "sensitiveKeys": ["GREETING"]})
+    response = client.post(
+        f"/api/v1/tasks/{task['id']}/input",
+        json={"inputs": {"GREETING": secret}, "sensitiveKeys": ["GREETING"]},
+    )
     done = wait_status(task["id"], "completed", "failed")
 
     assert response.status_code == 200 and done["status"] == "completed", done["failure"]
@@ -494,20 +670,41 @@ def test_sensitive_keys_sent_with_input_are_recorded_and_kept_from_the_model(
 
 
 def test_devbox_calls_carry_the_tasks_workspace_never_a_header(
-        make_app, issuer, cluster, devbox, gateway):
+    make_app, issuer, cluster, devbox, gateway
+):
     """AUTH_MODE=oidc: the devbox is addressed (and its JWT minted) with the task row's
     workspace; identity headers the client adds change nothing."""
     client = GatewayClient(gateway.url, "fake-model", "gw-key", retries=0, idle_timeout_s=10)
-    http = make_app(**oidc_settings(issuer.url), overrides={"integrations": Integrations(
-        cluster=lambda kubeconfig: cluster, cluster_label="fake", devbox=devbox,
-        gateway=client)}).test_client()
+    http = make_app(
+        **oidc_settings(issuer.url),
+        overrides={
+            "integrations": Integrations(
+                cluster=lambda kubeconfig: cluster,
+                cluster_label="fake",
+                devbox=devbox,
+                gateway=client,
+            )
+        },
+    ).test_client()
     gateway.script(Reply(text=plan_answer("web"), chunk_chars=50))
-    headers = {**issuer.bearer(workspaces=("team-a", "team-b")), "X-Workspace": "team-b",
-               "X-Namespace": "team-a", "X-User-Id": "root", "X-Forwarded-User": "root"}
-    created = http.post("/api/v1/tasks", headers=headers,
-                        json={"projectId": "demo", "source": PROMPT})
+    headers = {
+        **issuer.bearer(workspaces=("team-a", "team-b")),
+        "X-Workspace": "team-b",
+        "X-Namespace": "team-a",
+        "X-User-Id": "root",
+        "X-Forwarded-User": "root",
+    }
+    created = http.post(
+        "/api/v1/tasks", headers=headers, json={"projectId": "demo", "source": PROMPT}
+    )
     assert created.status_code == 201, created.get_json()
     task_id = created.get_json()["id"]
-    wait_for(lambda: http.get(f"/api/v1/tasks/{task_id}", headers=headers).get_json()["status"]
-             in ("completed", "failed"), timeout=20, message="the prompt task to finish")
+    wait_for(
+        lambda: (
+            http.get(f"/api/v1/tasks/{task_id}", headers=headers).get_json()["status"]
+            in ("completed", "failed")
+        ),
+        timeout=20,
+        message="the prompt task to finish",
+    )
     assert devbox.calls and {call.namespace for call in devbox.calls} == {"team-b"}

@@ -6,6 +6,7 @@ values per field type, so many requests get deep into the handlers) mixed with h
 NUL characters, lone surrogates, wrong types, deep nesting, non-objects, broken JSON. The run is
 derandomized with a bounded example count, so `make test` is repeatable and its time bounded.
 """
+
 import json
 import uuid
 
@@ -20,11 +21,24 @@ from tests.conftest import IMAGE_SOURCE
 
 #: Every `code` an API error may carry; a new one must be added here on purpose.
 STABLE_CODES = {
-    "invalid_request", "malformed_json", "unsupported_media_type", "body_too_large",
-    "task_not_found", "predecessor_not_found", "predecessor_not_redeployable",
-    "redeploy_already_active", "task_already_finished", "task_not_blocked", "template_not_found",
-    "kubeconfig_required", "unknown_tool", "not_found", "method_not_allowed", "shutting_down",
-    "idempotency_key_in_flight", "idempotency_key_reused",
+    "invalid_request",
+    "malformed_json",
+    "unsupported_media_type",
+    "body_too_large",
+    "task_not_found",
+    "predecessor_not_found",
+    "predecessor_not_redeployable",
+    "redeploy_already_active",
+    "task_already_finished",
+    "task_not_blocked",
+    "template_not_found",
+    "kubeconfig_required",
+    "unknown_tool",
+    "not_found",
+    "method_not_allowed",
+    "shutting_down",
+    "idempotency_key_in_flight",
+    "idempotency_key_reused",
 }
 #: Per endpoint: enough that a field losing the storable-text rule is found (measured: every
 #: endpoint's 500s on the code before the edge rules were found well within this).
@@ -40,24 +54,45 @@ HOSTILE_TEXT = st.one_of(
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | HOSTILE_TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(HOSTILE_TEXT, inner, max_size=3),
-    max_leaves=8)
-PLAUSIBLE_TEXT = st.sampled_from(["demo", "web", "nginx:1.27", "webapp", "postgresql", "prompt",
-                                  "image", "deploy a web app", "owner/repo", "main", "PASSWORD"])
+    max_leaves=8,
+)
+PLAUSIBLE_TEXT = st.sampled_from(
+    [
+        "demo",
+        "web",
+        "nginx:1.27",
+        "webapp",
+        "postgresql",
+        "prompt",
+        "image",
+        "deploy a web app",
+        "owner/repo",
+        "main",
+        "PASSWORD",
+    ]
+)
 
 
 def field_values(field, task_ids):
     """Values for one schema field: plausible ones for its type, or anything hostile."""
     if isinstance(field, schemas.SourceField):
-        plausible = st.one_of(*[
-            body_for(schema, task_ids).map(lambda body, kind=kind: {**body, "kind": kind})
-            for kind, schema in sorted(schemas.SOURCE_SCHEMAS.items())], st.just(IMAGE_SOURCE))
+        plausible = st.one_of(
+            *[
+                body_for(schema, task_ids).map(lambda body, kind=kind: {**body, "kind": kind})
+                for kind, schema in sorted(schemas.SOURCE_SCHEMAS.items())
+            ],
+            st.just(IMAGE_SOURCE),
+        )
     elif isinstance(field, fields.UUID):
         plausible = st.sampled_from(task_ids + [str(uuid.uuid4())])
     elif isinstance(field, (fields.Integer, fields.Float)):
         plausible = st.integers(-10, 70_000) | st.floats(allow_nan=False)
     elif isinstance(field, fields.Dict):
-        plausible = st.dictionaries(PLAUSIBLE_TEXT | HOSTILE_TEXT, PLAUSIBLE_TEXT | HOSTILE_TEXT
-                                    | st.integers() | st.booleans(), max_size=3)
+        plausible = st.dictionaries(
+            PLAUSIBLE_TEXT | HOSTILE_TEXT,
+            PLAUSIBLE_TEXT | HOSTILE_TEXT | st.integers() | st.booleans(),
+            max_size=3,
+        )
     elif isinstance(field, fields.List):
         plausible = st.lists(PLAUSIBLE_TEXT | HOSTILE_TEXT, max_size=3)
     else:
@@ -67,8 +102,7 @@ def field_values(field, task_ids):
 
 def body_for(schema, task_ids):
     """Objects with any subset of the schema's fields (and sometimes an unknown one)."""
-    optional = {name: field_values(field, task_ids)
-                for name, field in schema().fields.items()}
+    optional = {name: field_values(field, task_ids) for name, field in schema().fields.items()}
     optional["unexpected"] = JSON_VALUES
     return st.fixed_dictionaries({}, optional=optional)
 
@@ -109,8 +143,10 @@ def mutated(base: dict):
         return body
 
     values = st.one_of(UNSTORABLE, HOSTILE_TEXT, JSON_VALUES)
-    return st.one_of(st.tuples(st.sampled_from(leaves), values).map(replace),
-                     st.tuples(st.sampled_from(maps), HOSTILE_TEXT, values).map(add))
+    return st.one_of(
+        st.tuples(st.sampled_from(leaves), values).map(replace),
+        st.tuples(st.sampled_from(maps), HOSTILE_TEXT, values).map(add),
+    )
 
 
 def raw_bodies(schema, task_ids, valid: list[dict]):
@@ -122,32 +158,58 @@ def raw_bodies(schema, task_ids, valid: list[dict]):
         st.sampled_from([json.dumps(base) for base in valid]),
         body_for(schema, task_ids).map(json.dumps),
         JSON_VALUES.map(json.dumps),
-        st.sampled_from(["[" * 50_000, '{"a":' * 20_000, '{"projectId": ', "", "null", "{}",
-                         '{"a": 1} trailing', "\xff\xfe"]),
+        st.sampled_from(
+            [
+                "[" * 50_000,
+                '{"a":' * 20_000,
+                '{"projectId": ',
+                "",
+                "null",
+                "{}",
+                '{"a": 1} trailing',
+                "\xff\xfe",
+            ]
+        ),
     )
 
 
 def endpoints(blocked_id: str, failed_id: str):
     """(method, path, schema, valid bodies) of every JSON endpoint."""
-    creates = [{"projectId": "demo", "source": dict(IMAGE_SOURCE, env={"MODE": "prod"})},
-               {"projectId": "demo", "source": {"kind": "template", "template": "webapp",
-                                                "args": {"image": "nginx:1.27", "port": 80}}},
-               {"projectId": "demo", "source": {"kind": "prompt", "prompt": "a web app"},
-                "inputs": {"API_TOKEN": "a-long-secret"}, "sensitiveKeys": ["API_TOKEN"]}]
+    creates = [
+        {"projectId": "demo", "source": dict(IMAGE_SOURCE, env={"MODE": "prod"})},
+        {
+            "projectId": "demo",
+            "source": {
+                "kind": "template",
+                "template": "webapp",
+                "args": {"image": "nginx:1.27", "port": 80},
+            },
+        },
+        {
+            "projectId": "demo",
+            "source": {"kind": "prompt", "prompt": "a web app"},
+            "inputs": {"API_TOKEN": "a-long-secret"},
+            "sensitiveKeys": ["API_TOKEN"],
+        },
+    ]
     inputs = {"inputs": {"x": "long-enough-value"}, "sensitiveKeys": ["x"]}
-    tool_bodies = {"create_deployment": creates,
-                   "cancel_deployment": [{"taskId": str(uuid.uuid4())}],
-                   "redeploy_deployment": [{"taskId": failed_id, "source": dict(IMAGE_SOURCE)}],
-                   "submit_deployment_inputs": [{"taskId": blocked_id, **inputs}],
-                   "explain_deployment": [{"taskId": failed_id}],
-                   "wait_for_deployment": [{"taskId": failed_id, "timeoutSeconds": 1}]}
-    out = [("POST", "/api/v1/tasks", schemas.CreateTask,
-            creates + [{"predecessorTaskId": failed_id}]),
-           ("POST", f"/api/v1/tasks/{blocked_id}/input", schemas.SubmitInputs, [inputs]),
-           ("PATCH", f"/api/v1/tasks/{blocked_id}/canvas", schemas.CanvasPatch,
-            [{"x": 1.5, "y": -2}])]
-    out += [("POST", f"/api/v1/tools/{tool.name}", tool.arguments, tool_bodies[tool.name])
-            for tool in TOOLS.values()]
+    tool_bodies = {
+        "create_deployment": creates,
+        "cancel_deployment": [{"taskId": str(uuid.uuid4())}],
+        "redeploy_deployment": [{"taskId": failed_id, "source": dict(IMAGE_SOURCE)}],
+        "submit_deployment_inputs": [{"taskId": blocked_id, **inputs}],
+        "explain_deployment": [{"taskId": failed_id}],
+        "wait_for_deployment": [{"taskId": failed_id, "timeoutSeconds": 1}],
+    }
+    out = [
+        ("POST", "/api/v1/tasks", schemas.CreateTask, creates + [{"predecessorTaskId": failed_id}]),
+        ("POST", f"/api/v1/tasks/{blocked_id}/input", schemas.SubmitInputs, [inputs]),
+        ("PATCH", f"/api/v1/tasks/{blocked_id}/canvas", schemas.CanvasPatch, [{"x": 1.5, "y": -2}]),
+    ]
+    out += [
+        ("POST", f"/api/v1/tools/{tool.name}", tool.arguments, tool_bodies[tool.name])
+        for tool in TOOLS.values()
+    ]
     return out
 
 
@@ -155,14 +217,18 @@ ENDPOINT_NAMES = ["create", "input", "canvas"] + [f"tool:{name}" for name in TOO
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINT_NAMES)
-def test_no_json_endpoint_answers_5xx_and_refusals_write_nothing(client, insert_task, sql_conn,
-                                                                 endpoint):
+def test_no_json_endpoint_answers_5xx_and_refusals_write_nothing(
+    client, insert_task, sql_conn, endpoint
+):
     blocked = insert_task(status="blocked")
     failed = insert_task(status="failed")
     task_ids = [str(blocked["id"]), str(failed["id"])]
-    method, path, schema, valid = dict(zip(ENDPOINT_NAMES, endpoints(*task_ids)))[endpoint]
-    cases = st.tuples(raw_bodies(schema, task_ids, valid),
-                      st.sampled_from(["application/json"] * 5 + ["text/plain"]))
+    named = dict(zip(ENDPOINT_NAMES, endpoints(*task_ids), strict=True))
+    method, path, schema, valid = named[endpoint]
+    cases = st.tuples(
+        raw_bodies(schema, task_ids, valid),
+        st.sampled_from(["application/json"] * 5 + ["text/plain"]),
+    )
     seen = {"accepted": 0, "refused": 0}
 
     def task_count() -> int:
@@ -171,19 +237,31 @@ def test_no_json_endpoint_answers_5xx_and_refusals_write_nothing(client, insert_
     def blocked_row():
         return sql_conn.execute(
             "SELECT status, sensitive_keys, canvas, lease_epoch FROM deploy_tasks WHERE id = %s",
-            (blocked["id"],)).fetchone()
+            (blocked["id"],),
+        ).fetchone()
 
-    @settings(max_examples=EXAMPLES_PER_ENDPOINT, derandomize=True, deadline=None,
-              database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                    HealthCheck.too_slow,
-                                                    HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES_PER_ENDPOINT,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(case=cases)
     def check(case):
         text, content_type = case
         tasks_before, blocked_before = task_count(), blocked_row()
 
-        response = client.open(path, method=method, data=text.encode("utf-8", "surrogatepass"),
-                               content_type=content_type)
+        response = client.open(
+            path,
+            method=method,
+            data=text.encode("utf-8", "surrogatepass"),
+            content_type=content_type,
+        )
 
         assert response.status_code < 500, (path, text[:300], response.get_data(as_text=True))
         if response.status_code >= 400:
@@ -202,7 +280,7 @@ def test_no_json_endpoint_answers_5xx_and_refusals_write_nothing(client, insert_
     # Positive control: the valid bodies the generator mutates are accepted (on fresh tasks, as
     # an accepted example may have claimed or redeployed the ones above).
     fresh = [str(insert_task(status="blocked")["id"]), str(insert_task(status="failed")["id"])]
-    method, path, _, valid = dict(zip(ENDPOINT_NAMES, endpoints(*fresh)))[endpoint]
+    method, path, _, valid = dict(zip(ENDPOINT_NAMES, endpoints(*fresh), strict=False))[endpoint]
     response = client.open(path, method=method, json=valid[0])
     expected = 404 if endpoint == "tool:cancel_deployment" else 200  # a random task id
     assert response.status_code // 100 == expected // 100, response.get_json()

@@ -3,6 +3,7 @@ real JWKS and token endpoint over HTTP: the Authorization Code + PKCE flow (Auth
 session cookie holds, its absolute lifetime, the workspace picker, CSRF-checked sign-out, and
 what an anonymous request of each kind gets. (tests/e2e/test_sign_in.py runs the same flow in
 Chromium against a real OIDC provider.)"""
+
 import base64
 import hashlib
 import re
@@ -62,8 +63,9 @@ def test_sign_in_is_authorization_code_with_pkce_state_and_nonce(oidc_app, brows
     assert set(query["scope"].split()) >= {"openid", "profile", "email"}
     assert query["code_challenge_method"] == "S256" and query["state"] and query["nonce"]
 
-    back = finish_sign_in(browser, issuer, query, namespace=["team-a", "team-b"],
-                          preferred_username="Alice")
+    back = finish_sign_in(
+        browser, issuer, query, namespace=["team-a", "team-b"], preferred_username="Alice"
+    )
     assert (back.status_code, back.headers["Location"]) == (302, "/projects/shop")
     [exchange] = issuer.token_requests
     verifier = exchange["code_verifier"][0]
@@ -73,15 +75,30 @@ def test_sign_in_is_authorization_code_with_pkce_state_and_nonce(oidc_app, brows
     kept = session_contents(oidc_app, browser)
     assert set(kept) == SESSION_KEYS, kept  # identity and workspace only: no tokens, no claims
     assert (kept["uid"], kept["name"], kept["wss"], kept["ws"]) == (
-        "alice", "Alice", ["team-a", "team-b"], "team-a")
+        "alice",
+        "Alice",
+        ["team-a", "team-b"],
+        "team-a",
+    )
     assert browser.get("/api/v1/whoami").get_json()["workspace"] == "team-a"
     page = browser.get("/projects/shop")
-    assert page.status_code == 200 and 'data-user>Alice<' in page.text
+    assert page.status_code == 200 and "data-user>Alice<" in page.text
 
 
-@pytest.mark.parametrize("case", ["forged state", "wrong nonce", "wrong issuer", "wrong audience",
-                                  "another issuer's key", "unknown kid", "no workspace",
-                                  "expired", "provider error"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "forged state",
+        "wrong nonce",
+        "wrong issuer",
+        "wrong audience",
+        "another issuer's key",
+        "unknown kid",
+        "no workspace",
+        "expired",
+        "provider error",
+    ],
+)
 def test_a_bad_answer_from_the_issuer_signs_nobody_in(oidc_app, browser, issuer, case):
     query = start_sign_in(browser, issuer)
     if case == "forged state":
@@ -89,12 +106,17 @@ def test_a_bad_answer_from_the_issuer_signs_nobody_in(oidc_app, browser, issuer,
     if case in ("another issuer's key", "unknown kid"):
         issuer.id_token_key = new_key("RS256")
         issuer.id_token_kid = "rs256-1" if case == "another issuer's key" else "rs256-9"
-    claims = {"wrong nonce": {"nonce": "replayed"}, "wrong issuer": {"iss": "https://evil.example"},
-              "wrong audience": {"aud": "another-client"}, "no workspace": {"namespace": []},
-              "expired": {"exp": issuer.claims()["iat"] - 600}}.get(case, {})
+    claims = {
+        "wrong nonce": {"nonce": "replayed"},
+        "wrong issuer": {"iss": "https://evil.example"},
+        "wrong audience": {"aud": "another-client"},
+        "no workspace": {"namespace": []},
+        "expired": {"exp": issuer.claims()["iat"] - 600},
+    }.get(case, {})
     if case == "provider error":
-        back = browser.get("/auth/callback", query_string={"error": "access_denied",
-                                                          "state": query["state"]})
+        back = browser.get(
+            "/auth/callback", query_string={"error": "access_denied", "state": query["state"]}
+        )
     else:
         back = finish_sign_in(browser, issuer, query, **claims)
     assert back.status_code == 401, back.text
@@ -116,7 +138,9 @@ def test_a_sign_in_ends_after_its_absolute_lifetime(oidc_app, browser, issuer):
     assert browser.get("/api/v1/whoami").status_code == 401
     anonymous = browser.get("/projects/shop")
     assert (anonymous.status_code, anonymous.headers["Location"]) == (
-        302, "/login?next=/projects/shop")
+        302,
+        "/login?next=/projects/shop",
+    )
 
 
 def test_the_picker_chooses_among_the_signed_workspaces_never_adds_one(browser, issuer):
@@ -130,9 +154,14 @@ def test_the_picker_chooses_among_the_signed_workspaces_never_adds_one(browser, 
     assert chosen.status_code == 303
     assert browser.get("/api/v1/whoami").get_json()["workspace"] == "team-b"
     # identity headers do not move a browser either
-    assert browser.get("/api/v1/whoami", headers={"X-Namespace": "team-a", "X-User-Id": "root"}
-                       ).get_json() == {"user": "alice", "display": "alice",
-                                        "workspace": "team-b", "workspaces": ["team-a", "team-b"]}
+    assert browser.get(
+        "/api/v1/whoami", headers={"X-Namespace": "team-a", "X-User-Id": "root"}
+    ).get_json() == {
+        "user": "alice",
+        "display": "alice",
+        "workspace": "team-b",
+        "workspaces": ["team-a", "team-b"],
+    }
 
 
 def test_sign_out_needs_the_csrf_token(browser, issuer):
@@ -155,14 +184,23 @@ def test_next_never_leaves_the_site(browser, issuer):
 def test_what_an_anonymous_request_of_each_kind_gets(browser):
     page = browser.get("/projects/shop?tab=1")
     assert (page.status_code, page.headers["Location"]) == (
-        302, "/login?next=/projects/shop?tab%3D1")
+        302,
+        "/login?next=/projects/shop?tab%3D1",
+    )
     htmx = browser.post("/projects/shop/tasks", headers={"HX-Request": "true"})
     assert htmx.status_code == 401 and "Signed out" in htmx.text
     stream = browser.get("/projects/shop/stream", headers={"Accept": "text/event-stream"})
     assert stream.status_code == 401
-    handshake = browser.get("/ws/tasks/6f1b1c1e-0000-4000-8000-000000000000/timeline", headers={
-        "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "http://localhost"})
+    handshake = browser.get(
+        "/ws/tasks/6f1b1c1e-0000-4000-8000-000000000000/timeline",
+        headers={
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            "Origin": "http://localhost",
+        },
+    )
     assert handshake.status_code == 401
     api = browser.get("/api/v1/tasks")
     assert (api.status_code, api.get_json()["code"]) == (401, "unauthenticated")

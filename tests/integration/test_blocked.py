@@ -1,4 +1,5 @@
 """Blocked: a leaseless parked state that waits indefinitely and resumes by an inline claim."""
+
 from datetime import timedelta
 
 from engine.status import Status
@@ -13,16 +14,20 @@ def test_blocked_waits_indefinitely_through_every_reaper_sweep(runtime, insert_t
 
 
 def test_input_submission_claims_inline_and_resumes(client, insert_task, wait_status, sql_conn):
-    task = insert_task(status="blocked", lease_epoch=3,
-                       artifact_summary={"pendingInputs": [{"name": "REGION", "type": "string"}]})
+    task = insert_task(
+        status="blocked",
+        lease_epoch=3,
+        artifact_summary={"pendingInputs": [{"name": "REGION", "type": "string"}]},
+    )
     blocked = client.get(f"/api/v1/tasks/{task['id']}").get_json()
     assert blocked["pendingInputs"] == [{"name": "REGION", "type": "string"}]
     response = client.post(f"/api/v1/tasks/{task['id']}/input", json={"inputs": {"REGION": "eu"}})
     assert response.status_code == 200
     claimed = response.get_json()
     assert claimed["status"] == "running" and claimed["pendingInputs"] is None
-    stored = sql_conn.execute("SELECT lease_epoch, lease_claimed_at FROM deploy_tasks WHERE id = %s",
-                              (task["id"],)).fetchone()
+    stored = sql_conn.execute(
+        "SELECT lease_epoch, lease_claimed_at FROM deploy_tasks WHERE id = %s", (task["id"],)
+    ).fetchone()
     assert stored["lease_epoch"] == 4 and stored["lease_claimed_at"] is not None
     wait_status(task["id"], "completed")
 

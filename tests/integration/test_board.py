@@ -1,5 +1,6 @@
 """The project board: a failed task keeps its place on the dock until dismissed or superseded,
 however old; the read is bounded by paging, not by a time cap."""
+
 import html
 import re
 
@@ -16,8 +17,12 @@ def test_an_old_failure_stays_on_the_dock_until_superseded_or_dismissed(client, 
     old_failure = insert_task(status="failed", created_at=DAYS_AGO, finished_at=DAYS_AGO, **FAILURE)
     old_success = insert_task(status="completed", created_at=DAYS_AGO, finished_at=DAYS_AGO)
     superseded = insert_task(status="failed", created_at=DAYS_AGO, finished_at=DAYS_AGO, **FAILURE)
-    insert_task(status="completed", created_at=DAYS_AGO, finished_at=DAYS_AGO,
-                retried_from_task_id=superseded["id"])
+    insert_task(
+        status="completed",
+        created_at=DAYS_AGO,
+        finished_at=DAYS_AGO,
+        retried_from_task_id=superseded["id"],
+    )
     page = client.get("/projects/demo").get_data(as_text=True)
     assert str(old_failure["id"]) in page  # positive control: the page lists chips by id
     assert str(old_success["id"]) not in page and str(superseded["id"]) not in page
@@ -27,8 +32,15 @@ def test_an_old_failure_stays_on_the_dock_until_superseded_or_dismissed(client, 
 
 
 def test_the_board_read_is_paged_newest_first(runtime, insert_task):
-    failures = [insert_task(status="failed", created_at=psycopg.sql.SQL(
-        f"now() - interval '{days} days'"), finished_at=DAYS_AGO, **FAILURE) for days in (5, 4, 3, 2, 1)]
+    failures = [
+        insert_task(
+            status="failed",
+            created_at=psycopg.sql.SQL(f"now() - interval '{days} days'"),
+            finished_at=DAYS_AGO,
+            **FAILURE,
+        )
+        for days in (5, 4, 3, 2, 1)
+    ]
     newest_first = [str(t["id"]) for t in reversed(failures)]
     first = read_board(runtime.db, "default", "demo", limit=2)
     second = read_board(runtime.db, "default", "demo", before=first[-1], limit=2)
@@ -36,7 +48,9 @@ def test_the_board_read_is_paged_newest_first(runtime, insert_task):
     assert [p["id"] for p in first + second + third] == newest_first
 
 
-SHOW_OLDER = re.compile(r'<button[^>]*data-action="show-older"[^>]*hx-get="([^"]+)"[^>]*>Show older<')
+SHOW_OLDER = re.compile(
+    r'<button[^>]*data-action="show-older"[^>]*hx-get="([^"]+)"[^>]*>Show older<'
+)
 
 
 def chip_ids(html: str) -> list[str]:
@@ -45,9 +59,15 @@ def chip_ids(html: str) -> list[str]:
 
 def test_show_older_loads_the_next_page_of_the_dock_through_its_cursor(client, insert_task):
     # One page and three more, one second apart: the three oldest are on the second page only.
-    tasks = [insert_task(status="failed", created_at=psycopg.sql.SQL(
-        f"now() - interval '{n} seconds'"), finished_at=DAYS_AGO, **FAILURE)
-        for n in range(BOARD_LIMIT + 3, 0, -1)]
+    tasks = [
+        insert_task(
+            status="failed",
+            created_at=psycopg.sql.SQL(f"now() - interval '{n} seconds'"),
+            finished_at=DAYS_AGO,
+            **FAILURE,
+        )
+        for n in range(BOARD_LIMIT + 3, 0, -1)
+    ]
     newest_first = [str(t["id"]) for t in reversed(tasks)]
 
     page = client.get("/projects/demo").get_data(as_text=True)

@@ -1,4 +1,5 @@
 """Two-phase cancel through the API: the idempotency matrix, cancel mid-apply, cross-process."""
+
 import threading
 
 import pytest
@@ -26,8 +27,9 @@ def test_queued_and_blocked_cancel_at_once(client, insert_task, cluster, status)
     assert status_events[-1]["to"] == "cancelled" and status_events[-1]["by"] == "dev"
 
 
-def test_a_repeat_cancel_on_a_cancelled_task_is_200_with_the_snapshot(client, insert_task,
-                                                                     sql_conn):
+def test_a_repeat_cancel_on_a_cancelled_task_is_200_with_the_snapshot(
+    client, insert_task, sql_conn
+):
     row = insert_task(status="cancelled")
     events_before = sql_conn.execute("SELECT count(*) AS n FROM deploy_task_events").fetchone()
     response = cancel(client, row["id"])
@@ -35,7 +37,9 @@ def test_a_repeat_cancel_on_a_cancelled_task_is_200_with_the_snapshot(client, in
     snap = response.get_json()
     assert snap["id"] == str(row["id"]) and snap["status"] == "cancelled"
     # Satisfied intent: nothing is written.
-    assert sql_conn.execute("SELECT count(*) AS n FROM deploy_task_events").fetchone() == events_before
+    assert (
+        sql_conn.execute("SELECT count(*) AS n FROM deploy_task_events").fetchone() == events_before
+    )
 
 
 @pytest.mark.parametrize("status", ["completed", "failed"])
@@ -56,7 +60,8 @@ def test_cancel_of_an_unknown_or_foreign_task_is_404(client, insert_task):
 
 
 def test_cancel_during_apply_stops_between_documents_and_deletes_nothing(
-        client, create_task, cluster, wait_status):
+    client, create_task, cluster, wait_status
+):
     cluster.apply_delay_s = 0.3
     task = create_task()
     wait_for(lambda: cluster.applying.is_set(), message="first apply in flight")
@@ -69,15 +74,19 @@ def test_cancel_during_apply_stops_between_documents_and_deletes_nothing(
     # The in-flight apply was aborted, and no document was applied after the cancel.
     assert [c.outcome for c in cluster.calls if c.op == "apply"] == ["aborted"]
     assert snap["cancellation"]["applied"] == "nothing"
-    assert [r["kind"] for r in snap["cancellation"]["notAppliedResources"]] == ["Deployment", "Service"]
+    assert [r["kind"] for r in snap["cancellation"]["notAppliedResources"]] == [
+        "Deployment",
+        "Service",
+    ]
     assert snap["failure"] is None
     # A cancel on the now-cancelled task is already satisfied: the snapshot again.
     again = cancel(client, task["id"])
     assert again.status_code == 200 and again.get_json()["status"] == "cancelled"
 
 
-def test_cancel_after_some_documents_itemizes_a_partial_apply(client, create_task, cluster,
-                                                             wait_status):
+def test_cancel_after_some_documents_itemizes_a_partial_apply(
+    client, create_task, cluster, wait_status
+):
     cluster.apply_delay_s = 0.2
     task = create_task()
     wait_for(lambda: any(c.outcome == "ok" for c in cluster.calls), message="one document applied")
@@ -89,8 +98,9 @@ def test_cancel_after_some_documents_itemizes_a_partial_apply(client, create_tas
     assert cluster.deletes() == []
 
 
-def test_cancel_while_waiting_for_readiness_stops_waiting(client, create_task, cluster,
-                                                          wait_status):
+def test_cancel_while_waiting_for_readiness_stops_waiting(
+    client, create_task, cluster, wait_status
+):
     cluster.ready_after_polls = "never"
     task = create_task()
     wait_status(task["id"], "applying")
@@ -102,26 +112,36 @@ def test_cancel_while_waiting_for_readiness_stops_waiting(client, create_task, c
 
 
 def test_cancel_landing_on_another_process_reaches_the_runner_through_notify(
-        make_app, cluster, wait_status):
+    make_app, cluster, wait_status
+):
     """Two engine runtimes on one database: the cancel lands on the one not running the task."""
     owner_app, other_app = make_app(), make_app()
     owner, other = owner_app.test_client(), other_app.test_client()
     other_app.extensions["engine"].fanout.connected.wait(5)
     owner_app.extensions["engine"].fanout.connected.wait(5)
     cluster.apply_delay_s = 30  # only an abort ends this call
-    task = owner.post("/api/v1/tasks", json={
-        "projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "web"}}).get_json()
+    task = owner.post(
+        "/api/v1/tasks",
+        json={"projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "web"}},
+    ).get_json()
     wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
     assert other.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 200
     # Renewal is off in these apps (QUIET cadences), so only the NOTIFY can deliver it.
-    snap = wait_for(lambda: (s := owner.get(f"/api/v1/tasks/{task['id']}").get_json())["status"]
-                    == "cancelled" and s, timeout=5, message="cancel delivered")
+    snap = wait_for(
+        lambda: (
+            (s := owner.get(f"/api/v1/tasks/{task['id']}").get_json())["status"] == "cancelled"
+            and s
+        ),
+        timeout=5,
+        message="cancel delivered",
+    )
     assert snap["cancellation"]["applied"] == "nothing"
     assert [c.outcome for c in cluster.calls] == ["aborted"]
 
 
-def test_concurrent_cancels_resolve_deterministically(client, app, create_task, cluster,
-                                                      wait_status):
+def test_concurrent_cancels_resolve_deterministically(
+    client, app, create_task, cluster, wait_status
+):
     cluster.apply_delay_s = 0.5
     task = create_task()
     wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
@@ -142,8 +162,9 @@ def test_concurrent_cancels_resolve_deterministically(client, app, create_task, 
 
 
 def test_an_abort_cancels_the_runners_sql_statement_in_flight(
-        client, runtime, create_task, cluster, database_url, sql_conn, wait_status):
-    """A runner write stuck behind a row lock is cancelled server-side the moment the abort fires."""
+    client, runtime, create_task, cluster, database_url, sql_conn, wait_status
+):
+    """A runner write stuck behind a row lock is cancelled server-side when the abort fires."""
     import psycopg
 
     cluster.apply_delay_s = 0.5
@@ -153,16 +174,23 @@ def test_an_abort_cancels_the_runners_sql_statement_in_flight(
     locker.execute("SELECT 1 FROM deploy_tasks WHERE id = %s FOR UPDATE", (task["id"],))
 
     def blocked_statements():
-        return {(r["pid"], r["query_start"]) for r in sql_conn.execute(
-            "SELECT pid, query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()").fetchall()}
+        return {
+            (r["pid"], r["query_start"])
+            for r in sql_conn.execute(
+                "SELECT pid, query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchall()
+        }
 
     try:
         blocked = wait_for(blocked_statements, message="runner write blocked on the row lock")
         runtime.abort_local(UUID(task["id"]), "cancel")
         # The statement that was blocked is gone (the acknowledgement may now wait in its place).
-        wait_for(lambda: not (blocked & blocked_statements()), timeout=2,
-                 message="the blocked statement to be cancelled")
+        wait_for(
+            lambda: not (blocked & blocked_statements()),
+            timeout=2,
+            message="the blocked statement to be cancelled",
+        )
     finally:
         locker.rollback()
         locker.close()

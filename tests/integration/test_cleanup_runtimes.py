@@ -1,5 +1,6 @@
 """Local runtimes (seed 001) with real processes: process-group stops, pid reuse, the shutdown
 drain, and startup reconciliation of rows a SIGKILLed server left behind."""
+
 import json
 import logging
 import os
@@ -17,9 +18,9 @@ import requests
 
 from engine import cleanup_jobs, processes
 from engine.abort import Aborted, AbortSignal
-from engine.processes import HOST, Liveness, ProcessIdentity
 from engine.errors import LeaseLost
 from engine.handle import TaskHandle
+from engine.processes import HOST, Liveness, ProcessIdentity
 from tests.conftest import ROOT, free_port, wait_for
 
 STOP_TIMEOUT_S = 0.3
@@ -52,12 +53,15 @@ def spawned():
 def held_handle(runtime, insert_task, sql_conn):
     """Factory: a task running under this runtime's lease, and the handle its runner would get.
     Afterwards any group a failed test left behind is killed."""
+
     def factory(epoch=1):
         task = insert_task(status="running", lease_owner=runtime.owner, lease_epoch=1)
-        handle = TaskHandle(runtime.db, task["id"], epoch=epoch, owner=runtime.owner,
-                            abort=AbortSignal())
+        handle = TaskHandle(
+            runtime.db, task["id"], epoch=epoch, owner=runtime.owner, abort=AbortSignal()
+        )
         handle.runtime_stop_timeout_s = STOP_TIMEOUT_S
         return handle
+
     yield factory
     for row in sql_conn.execute("SELECT pgid FROM task_runtimes WHERE pgid IS NOT NULL"):
         try:
@@ -82,37 +86,65 @@ def members(pgid: int) -> list[int]:
 
 def runtime_rows(sql_conn, **where):
     clause = " AND ".join(f"{k} = %({k})s" for k in where) or "true"
-    return sql_conn.execute(f"SELECT * FROM task_runtimes WHERE {clause} ORDER BY created_at",
-                            where).fetchall()
+    return sql_conn.execute(
+        f"SELECT * FROM task_runtimes WHERE {clause} ORDER BY created_at", where
+    ).fetchall()
 
 
 def identity_of(pid: int) -> ProcessIdentity:
     return ProcessIdentity(HOST, processes.boot_id(), pid, pid, processes._stat(pid).start_ticks)
 
 
-def insert_runtime(sql_conn, *, task_id=None, kind="local", liveness="process", owner=None,
-                   owner_pid=None, owner_start_ticks=None, identity: ProcessIdentity | None = None,
-                   host=HOST, resume=None, remote_id=None):
+def insert_runtime(
+    sql_conn,
+    *,
+    task_id=None,
+    kind="local",
+    liveness="process",
+    owner=None,
+    owner_pid=None,
+    owner_start_ticks=None,
+    identity: ProcessIdentity | None = None,
+    host=HOST,
+    resume=None,
+    remote_id=None,
+):
     """Arrange a runtime row as an earlier process on this host would have left it."""
     from psycopg.types.json import Jsonb
+
     return sql_conn.execute(
         "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, owner_pid, "
         "owner_start_ticks, boot_id, pid, pgid, start_ticks, resume, remote_id) VALUES "
         "(%s, 'default', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
-        (task_id or uuid.uuid4(), kind, liveness, host, owner or f"{host}:1:gone", owner_pid,
-         owner_start_ticks, identity and identity.boot_id, identity and identity.pid,
-         identity and identity.pgid, identity and identity.start_ticks,
-         Jsonb(resume) if resume else None, remote_id)).fetchone()
+        (
+            task_id or uuid.uuid4(),
+            kind,
+            liveness,
+            host,
+            owner or f"{host}:1:gone",
+            owner_pid,
+            owner_start_ticks,
+            identity and identity.boot_id,
+            identity and identity.pid,
+            identity and identity.pgid,
+            identity and identity.start_ticks,
+            Jsonb(resume) if resume else None,
+            remote_id,
+        ),
+    ).fetchone()
 
 
 def by_disposition(summary) -> list[dict]:
     """A reconciliation summary's counts by kind, liveness and disposition only."""
     from collections import Counter
+
     counted = Counter()
     for c in summary["counts"]:
         counted[(c["kind"], c["liveness"], c["disposition"])] += c["count"]
-    return [{"kind": k, "liveness": lv, "disposition": d, "count": n}
-            for (k, lv, d), n in sorted(counted.items())]
+    return [
+        {"kind": k, "liveness": lv, "disposition": d, "count": n}
+        for (k, lv, d), n in sorted(counted.items())
+    ]
 
 
 def dead_identity(spawned) -> ProcessIdentity:
@@ -128,14 +160,20 @@ def dead_identity(spawned) -> ProcessIdentity:
 
 # -- stopping process groups ----------------------------------------------------------------------
 
-def test_a_group_whose_leader_ignores_sigterm_is_killed_and_nothing_survives(held_handle,
-                                                                            sql_conn):
+
+def test_a_group_whose_leader_ignores_sigterm_is_killed_and_nothing_survives(held_handle, sql_conn):
     handle = held_handle()
     proc = handle.start_local_process(
-        ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"], label="stubborn")
+        ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"], label="stubborn"
+    )
     [row] = runtime_rows(sql_conn, task_id=handle.task_id)
-    assert (row["kind"], row["liveness"], row["pid"], row["pgid"], row["status"]) == \
-        ("local", "process", proc.pid, proc.pid, "running")
+    assert (row["kind"], row["liveness"], row["pid"], row["pgid"], row["status"]) == (
+        "local",
+        "process",
+        proc.pid,
+        proc.pid,
+        "running",
+    )
     assert row["start_ticks"] == processes._stat(proc.pid).start_ticks
     group = wait_for(lambda: len(members(proc.pid)) == 3 and members(proc.pid))
 
@@ -149,8 +187,9 @@ def test_a_group_whose_leader_ignores_sigterm_is_killed_and_nothing_survives(hel
 
 def test_a_wrapper_whose_child_outlives_it_is_fully_reaped(runtime, held_handle, sql_conn):
     handle = held_handle()
-    proc = handle.start_local_process(["sh", "-c", "sleep 300 & echo $!"],
-                                      stdout=subprocess.PIPE, text=True)
+    proc = handle.start_local_process(
+        ["sh", "-c", "sleep 300 & echo $!"], stdout=subprocess.PIPE, text=True
+    )
     child = int(proc.popen.stdout.readline())
     assert proc.wait(AbortSignal()) == 0  # the wrapper is gone...
     assert running(child)  # ...its child lives on, reparented away from it
@@ -193,18 +232,21 @@ def test_a_fenced_off_runner_cannot_leave_a_process_behind(held_handle, sql_conn
                 except OSError:
                     pass
         return found
+
     assert survivors() == []
 
 
 def test_the_shutdown_drain_stops_this_process_groups(runtime, held_handle, sql_conn):
-    procs = [held_handle().start_local_process(["sh", "-c", "trap '' TERM; sleep 300"])
-             for _ in range(2)]
+    procs = [
+        held_handle().start_local_process(["sh", "-c", "trap '' TERM; sleep 300"]) for _ in range(2)
+    ]
     runtime.shutdown()
     assert [p.pid for p in procs if running(p.pid) or members(p.pid)] == []
     assert runtime_rows(sql_conn, kind="local") == []
 
 
 # -- liveness: confirmed dead only with pid and start time ----------------------------------------
+
 
 def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, caplog):
     bystander = spawned(["sleep", "300"])
@@ -220,8 +262,9 @@ def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, capl
     row = insert_runtime(sql_conn, identity=reused)
     caplog.set_level(logging.INFO, logger="engine.runtimes")
     summary = runtime.cleanup.reconcile()
-    assert by_disposition(summary) == [{"kind": "local", "liveness": "process",
-                                  "disposition": "removed", "count": 1}]
+    assert by_disposition(summary) == [
+        {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1}
+    ]
     assert runtime_rows(sql_conn, id=row["id"]) == []
     # ...and the unrelated process that now holds the pid was never signalled.
     assert running(bystander.pid)
@@ -233,8 +276,9 @@ def test_a_stop_job_for_a_runtime_confirmed_dead_succeeds_at_once(runtime, spawn
     job = cleanup_jobs.enqueue_runtime_stop(runtime.db, row)
     assert job["host"] == HOST
     runtime.cleanup.run_once()
-    state = sql_conn.execute("SELECT state, attempts FROM cleanup_jobs WHERE id = %s",
-                             (job["id"],)).fetchone()
+    state = sql_conn.execute(
+        "SELECT state, attempts FROM cleanup_jobs WHERE id = %s", (job["id"],)
+    ).fetchone()
     assert state == {"state": "succeeded", "attempts": 1}
     assert runtime_rows(sql_conn, id=row["id"]) == []
 
@@ -243,8 +287,9 @@ def test_a_runtime_without_a_process_handle_is_never_pruned(runtime, sql_conn):
     row = insert_runtime(sql_conn, liveness="none")
     job = cleanup_jobs.enqueue_runtime_stop(runtime.db, row)
     runtime.cleanup.run_once()
-    state = sql_conn.execute("SELECT state, last_error FROM cleanup_jobs WHERE id = %s",
-                             (job["id"],)).fetchone()
+    state = sql_conn.execute(
+        "SELECT state, last_error FROM cleanup_jobs WHERE id = %s", (job["id"],)
+    ).fetchone()
     assert state["state"] == "retry_wait" and "liveness unknown" in state["last_error"]
     assert len(runtime_rows(sql_conn, id=row["id"])) == 1
 
@@ -253,23 +298,29 @@ def test_a_stop_job_of_another_host_is_left_to_that_host(runtime, spawned, sql_c
     row = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
     job = cleanup_jobs.enqueue_runtime_stop(runtime.db, row)
     runtime.cleanup.run_once()
-    state = sql_conn.execute("SELECT state, attempts FROM cleanup_jobs WHERE id = %s",
-                             (job["id"],)).fetchone()
+    state = sql_conn.execute(
+        "SELECT state, attempts FROM cleanup_jobs WHERE id = %s", (job["id"],)
+    ).fetchone()
     assert state == {"state": "pending", "attempts": 0}
 
 
 # -- startup reconciliation -----------------------------------------------------------------------
 
-def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spawned, sql_conn,
-                                                                   caplog):
+
+def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(
+    make_app, spawned, sql_conn, caplog
+):
     me = identity_of(os.getpid())
     dead = insert_runtime(sql_conn, identity=dead_identity(spawned))
-    resumable = insert_runtime(sql_conn, identity=dead_identity(spawned),
-                               resume={"session": "s-1"})
+    resumable = insert_runtime(sql_conn, identity=dead_identity(spawned), resume={"session": "s-1"})
     sibling_proc = spawned(["sleep", "300"])
-    sibling = insert_runtime(sql_conn, identity=wait_for(lambda: identity_of(sibling_proc.pid)),
-                             owner=f"{HOST}:{os.getpid()}:sibling", owner_pid=os.getpid(),
-                             owner_start_ticks=me.start_ticks)
+    sibling = insert_runtime(
+        sql_conn,
+        identity=wait_for(lambda: identity_of(sibling_proc.pid)),
+        owner=f"{HOST}:{os.getpid()}:sibling",
+        owner_pid=os.getpid(),
+        owner_start_ticks=me.start_ticks,
+    )
     devbox = insert_runtime(sql_conn, kind="devbox", liveness="remote", remote_id="box-r")
     handleless = insert_runtime(sql_conn, liveness="none")
     elsewhere = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
@@ -284,15 +335,22 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spa
     assert by_disposition(summary) == [
         {"kind": "devbox", "liveness": "remote", "disposition": "preserved_unknown", "count": 1},
         {"kind": "local", "liveness": "none", "disposition": "preserved_unknown", "count": 1},
-        {"kind": "local", "liveness": "process", "disposition": "preserved_owner_alive",
-         "count": 1},
+        {
+            "kind": "local",
+            "liveness": "process",
+            "disposition": "preserved_owner_alive",
+            "count": 1,
+        },
         {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1},
         {"kind": "local", "liveness": "process", "disposition": "repaired", "count": 1},
     ]
     left = {r["id"]: r for r in runtime_rows(sql_conn)}
     assert dead["id"] not in left
-    assert (left[resumable["id"]]["status"], left[resumable["id"]]["pid"],
-            left[resumable["id"]]["resume"]) == ("stopped", None, {"session": "s-1"})
+    assert (
+        left[resumable["id"]]["status"],
+        left[resumable["id"]]["pid"],
+        left[resumable["id"]]["resume"],
+    ) == ("stopped", None, {"session": "s-1"})
     assert {sibling["id"], devbox["id"], handleless["id"], elsewhere["id"]} <= set(left)
     assert running(sibling_proc.pid)
 
@@ -301,26 +359,50 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(make_app, spa
     make_app(cleanup_interval_s=3600.0)
     summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
     assert summary["rows"] == 3
-    assert {c["disposition"] for c in by_disposition(summary)} == \
-        {"preserved_unknown", "preserved_owner_alive"}
+    assert {c["disposition"] for c in by_disposition(summary)} == {
+        "preserved_unknown",
+        "preserved_owner_alive",
+    }
 
 
 def test_the_summary_classifies_each_row_as_seed_001_lists_and_forgets_paused_devboxes(
-        runtime, spawned, insert_task, sql_conn):
-    finished = insert_task(status="failed", failure_reason="x", failure_message="y",
-                           devbox_id="box-paused", devbox_paused_at=psycopg.sql.SQL("now()"))
+    runtime, spawned, insert_task, sql_conn
+):
+    finished = insert_task(
+        status="failed",
+        failure_reason="x",
+        failure_message="y",
+        devbox_id="box-paused",
+        devbox_paused_at=psycopg.sql.SQL("now()"),
+    )
     running = insert_task(status="running", devbox_id="box-live")
-    insert_runtime(sql_conn, task_id=finished["id"], kind="devbox", liveness="remote",
-                   remote_id="box-paused")
-    insert_runtime(sql_conn, task_id=running["id"], kind="devbox", liveness="remote",
-                   remote_id="box-live")
+    insert_runtime(
+        sql_conn, task_id=finished["id"], kind="devbox", liveness="remote", remote_id="box-paused"
+    )
+    insert_runtime(
+        sql_conn, task_id=running["id"], kind="devbox", liveness="remote", remote_id="box-live"
+    )
     insert_runtime(sql_conn, identity=dead_identity(spawned))  # its task was purged
     summary = runtime.cleanup.reconcile()
     assert summary["counts"] == [
-        {"taskState": "missing", "kind": "local", "liveness": "process", "localPid": True,
-         "stopError": "none", "disposition": "removed", "count": 1},
-        {"taskState": "running", "kind": "devbox", "liveness": "remote", "localPid": False,
-         "stopError": "none", "disposition": "preserved_unknown", "count": 1},
+        {
+            "taskState": "missing",
+            "kind": "local",
+            "liveness": "process",
+            "localPid": True,
+            "stopError": "none",
+            "disposition": "removed",
+            "count": 1,
+        },
+        {
+            "taskState": "running",
+            "kind": "devbox",
+            "liveness": "remote",
+            "localPid": False,
+            "stopError": "none",
+            "disposition": "preserved_unknown",
+            "count": 1,
+        },
     ]
     # The paused devbox of the finished task is not reported (now or at any later boot); the
     # live one is, again, and its row is kept.
@@ -331,16 +413,20 @@ def test_the_summary_classifies_each_row_as_seed_001_lists_and_forgets_paused_de
 def test_runtimes_of_a_gone_host_are_judged_after_the_lease_ttl(runtime, insert_task, sql_conn):
     ttl = runtime.settings.lease_ttl_s
     long_ago = psycopg.sql.SQL(f"now() - interval '{int(ttl) + 30} seconds'")
-    ended = insert_task(status="failed", failure_reason="interrupted", failure_message="gone",
-                        finished_at=long_ago)
+    ended = insert_task(
+        status="failed", failure_reason="interrupted", failure_message="gone", finished_at=long_ago
+    )
     just_ended = insert_task(status="failed", failure_reason="x", failure_message="y")
     active = insert_task(status="running")
     identity = ProcessIdentity("gone-pod", "boot-x", 4242, 4242, 1)
-    rows = {name: insert_runtime(sql_conn, task_id=task["id"], identity=identity, host="gone-pod")
-            for name, task in (("ended", ended), ("just_ended", just_ended), ("active", active))}
+    rows = {
+        name: insert_runtime(sql_conn, task_id=task["id"], identity=identity, host="gone-pod")
+        for name, task in (("ended", ended), ("just_ended", just_ended), ("active", active))
+    }
     rows["purged"] = insert_runtime(sql_conn, identity=identity, host="gone-pod")
-    sql_conn.execute("UPDATE task_runtimes SET updated_at = now() - make_interval(secs => %s)",
-                     (ttl + 30,))
+    sql_conn.execute(
+        "UPDATE task_runtimes SET updated_at = now() - make_interval(secs => %s)", (ttl + 30,)
+    )
 
     assert runtime.reaper.sweep()["orphaned_runtimes"] == 2
     after = {r["id"]: r for r in runtime_rows(sql_conn)}
@@ -379,11 +465,16 @@ gevent.sleep(600)
 
 
 def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
-        make_app, database_url, insert_task, sql_conn, caplog):
+    make_app, database_url, insert_task, sql_conn, caplog
+):
     task = insert_task(status="queued")
     pids = {}
-    server = subprocess.Popen([sys.executable, "-c", HELPER, database_url, str(task["id"])],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", HELPER, database_url, str(task["id"])],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids.update(json.loads(server.stdout.readline()))
         lasting = wait_for(lambda: len(members(pids["lasting"])) == 3 and members(pids["lasting"]))
@@ -398,18 +489,28 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
         make_app(cleanup_interval_s=0.05, runtime_stop_timeout_s=STOP_TIMEOUT_S)
         summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
         assert by_disposition(summary) == [
-            {"kind": "local", "liveness": "process", "disposition": "preserved_stop_enqueued",
-             "count": 1},
+            {
+                "kind": "local",
+                "liveness": "process",
+                "disposition": "preserved_stop_enqueued",
+                "count": 1,
+            },
             {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1},
         ]
         # The stop job runs on this host's worker: SIGTERM is ignored, SIGKILL ends it.
-        wait_for(lambda: runtime_rows(sql_conn, task_id=task["id"]) == [], timeout=15,
-                 message="the left-behind group to be stopped and its row released")
+        wait_for(
+            lambda: runtime_rows(sql_conn, task_id=task["id"]) == [],
+            timeout=15,
+            message="the left-behind group to be stopped and its row released",
+        )
         assert [pid for pid in lasting if running(pid)] == []
         # The worker finishes the job in its own statement, after the row is released.
-        job = wait_for(lambda: sql_conn.execute(
-            "SELECT trigger, state, attempts FROM cleanup_jobs WHERE state <> 'running'").fetchone(),
-            message="the stop job to finish")
+        job = wait_for(
+            lambda: sql_conn.execute(
+                "SELECT trigger, state, attempts FROM cleanup_jobs WHERE state <> 'running'"
+            ).fetchone(),
+            message="the stop job to finish",
+        )
         assert job == {"trigger": "runtime_stop", "state": "succeeded", "attempts": 1}
     finally:
         if server.poll() is None:
@@ -422,32 +523,51 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_run_stops_gracefully_and_reaps_the_servers_groups(database_url, spawned, sql_conn,
-                                                                tmp_path):
+def test_make_run_stops_gracefully_and_reaps_the_servers_groups(
+    database_url, spawned, sql_conn, tmp_path
+):
     port = free_port()
     log_path = tmp_path / "make-run.log"
-    env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "HOST": "127.0.0.1",
-           "RUNTIME_STOP_TIMEOUT_S": "1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "PORT": str(port),
+        "HOST": "127.0.0.1",
+        "RUNTIME_STOP_TIMEOUT_S": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     with open(log_path, "wb") as log:
         # -o: treat the venv stamp as up to date (the suite runs inside that venv already).
-        make = subprocess.Popen(["make", "-o", ".venv/.installed", "run"], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        make = subprocess.Popen(
+            ["make", "-o", ".venv/.installed", "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
+
         def healthy():
             assert make.poll() is None, log_path.read_text()
             try:
                 return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).json()
             except requests.RequestException:
                 return None
+
         owner = wait_for(healthy, 30, interval=0.1, message="make run to serve")["owner"]
         # A group the server started (its runtime row names the server as owner) that ignores
         # SIGTERM: only the server's shutdown can end it, and only with SIGKILL.
         stubborn = spawned(["sh", "-c", "trap '' TERM; sleep 300 & wait"])
         wait_for(lambda: len(members(stubborn.pid)) == 2)
         server_pid = int(owner.split(":")[1])
-        insert_runtime(sql_conn, identity=identity_of(stubborn.pid), owner=owner,
-                       owner_pid=server_pid,
-                       owner_start_ticks=processes._stat(server_pid).start_ticks)
+        insert_runtime(
+            sql_conn,
+            identity=identity_of(stubborn.pid),
+            owner=owner,
+            owner_pid=server_pid,
+            owner_start_ticks=processes._stat(server_pid).start_ticks,
+        )
 
         started = time.monotonic()
         make.send_signal(signal.SIGTERM)  # to make alone, as a launcher or a terminal would

@@ -1,10 +1,10 @@
 """Operator commands (`flask --app wsgi ...`) against a real database, through Flask's CliRunner."""
+
 import json
 import uuid
 
 import pytest
 from psycopg.types.json import Jsonb
-
 
 
 @pytest.fixture
@@ -15,6 +15,7 @@ def cli(app):
         result = runner.invoke(args=list(args))
         assert result.exit_code == expect, (result.exit_code, result.output, result.exception)
         return result.output
+
     return invoke
 
 
@@ -22,13 +23,20 @@ def test_tasks_list_filters_and_prints_a_table_or_json(cli, insert_task):
     mine = insert_task(status="failed", project_id="shop")
     other = insert_task(status="completed", namespace="tenant-b", project_id="blog")
     table = cli("tasks", "list")
-    assert table.splitlines()[0].split() == ["ID", "NAMESPACE", "PROJECT", "STATUS", "KIND",
-                                             "CREATED"]
+    assert table.splitlines()[0].split() == [
+        "ID",
+        "NAMESPACE",
+        "PROJECT",
+        "STATUS",
+        "KIND",
+        "CREATED",
+    ]
     assert str(mine["id"]) in table and str(other["id"]) in table
     listed = json.loads(cli("tasks", "list", "--json", "--namespace", "tenant-b"))
     assert [t["id"] for t in listed] == [str(other["id"])]
-    assert [t["id"] for t in json.loads(cli("tasks", "list", "--json", "--status", "failed"))] \
-        == [str(mine["id"])]
+    assert [t["id"] for t in json.loads(cli("tasks", "list", "--json", "--status", "failed"))] == [
+        str(mine["id"])
+    ]
     assert json.loads(cli("tasks", "list", "--json", "--project", "nothing-here")) == []
     assert "(none)" in cli("tasks", "list", "--project", "nothing-here")
     cli("tasks", "list", "--status", "exploded", expect=2)
@@ -46,8 +54,9 @@ def test_tasks_show_gives_snapshot_events_and_explanation(cli, create_task, wait
     cli("tasks", "show", str(uuid.uuid4()), expect=3)
 
 
-def test_tasks_cancel_goes_through_the_two_phase_cancel(cli, create_task, cluster, wait_status,
-                                                          insert_task, client):
+def test_tasks_cancel_goes_through_the_two_phase_cancel(
+    cli, create_task, cluster, wait_status, insert_task, client
+):
     queued = insert_task(status="queued", namespace="tenant-c")
     assert "cancelled" in cli("tasks", "cancel", str(queued["id"]))
     cluster.ready_after_polls = "never"
@@ -55,8 +64,9 @@ def test_tasks_cancel_goes_through_the_two_phase_cancel(cli, create_task, cluste
     assert json.loads(cli("tasks", "cancel", "--json", running["id"]))["cancelRequestedAt"]
     wait_status(running["id"], "cancelled")
     events = client.get(f"/api/v1/tasks/{running['id']}/events").get_json()["items"]
-    assert any(e["kind"] == "cancel_requested" and "operator" in json.dumps(e["payload"])
-               for e in events), events
+    assert any(
+        e["kind"] == "cancel_requested" and "operator" in json.dumps(e["payload"]) for e in events
+    ), events
     assert "cancelled" in cli("tasks", "cancel", running["id"])  # the intent holds: a no-op
     completed = insert_task(status="completed")
     cli("tasks", "cancel", str(completed["id"]), expect=4)  # finished: not allowed from here
@@ -68,11 +78,13 @@ def failed_job(sql_conn, task_id, *, state="failed", operation="devbox_pause:x")
         "INSERT INTO cleanup_jobs (operation_id, trigger, state, task_id, namespace, snapshot, "
         "attempts, last_error, completed_at) VALUES (%s, 'devbox_pause', %s, %s, 'default', %s, "
         "8, 'HTTP 503', now()) RETURNING *",
-        (operation, state, task_id, Jsonb({"taskId": str(task_id)}))).fetchone()
+        (operation, state, task_id, Jsonb({"taskId": str(task_id)})),
+    ).fetchone()
 
 
-def test_cleanup_jobs_list_and_retry_with_a_fresh_budget_audited(cli, insert_task, sql_conn,
-                                                                  client):
+def test_cleanup_jobs_list_and_retry_with_a_fresh_budget_audited(
+    cli, insert_task, sql_conn, client
+):
     task = insert_task(status="completed")
     job = failed_job(sql_conn, task["id"])
     table = cli("cleanup-jobs", "list", "--state", "failed")
@@ -115,9 +127,11 @@ def spawned_leftover(sql_conn, insert_task):
     import socket
 
     from engine.processes import boot_id
+
     task = insert_task(status="failed")
     sql_conn.execute(
         "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, owner_pid, "
         "owner_start_ticks, boot_id, pid, pgid, start_ticks) VALUES "
         "(%s, 'default', 'local', 'process', %s, 'gone:1:x', 1, 1, %s, 2147483, 2147483, 1)",
-        (task["id"], socket.gethostname(), boot_id()))
+        (task["id"], socket.gethostname(), boot_id()),
+    )

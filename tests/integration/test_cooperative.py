@@ -1,4 +1,4 @@
-"""psycopg must be cooperative under gevent, or one slow query freezes every greenlet in the process.
+"""psycopg must be cooperative under gevent, or one slow query freezes every greenlet in a process.
 
 psycopg picks its wait function when it is imported, so the entry point has to patch first. These
 tests run two `pg_sleep(0.5)` at once and fail if they take as long as running them one after the
@@ -6,6 +6,7 @@ other: in a fresh interpreter that imports the real entry point (`app`), and thr
 app's own pool. A control run imports psycopg before patching and must serialize; it shows the
 measurement can tell the two apart on this machine.
 """
+
 import json
 import subprocess
 import sys
@@ -37,7 +38,8 @@ def query(sql):
 # Grow the pool to two connections first, so the measurement is the queries alone.
 gevent.joinall([gevent.spawn(query, "SELECT pg_sleep(0.05)") for _ in range(2)], raise_error=True)
 started = time.monotonic()
-gevent.joinall([gevent.spawn(query, "SELECT pg_sleep({sleep})") for _ in range(2)], raise_error=True)
+gevent.joinall([gevent.spawn(query, "SELECT pg_sleep({sleep})") for _ in range(2)],
+               raise_error=True)
 print(json.dumps({{"elapsed": time.monotonic() - started}}))
 db.close()
 """
@@ -50,8 +52,13 @@ PSYCOPG_FIRST = "import psycopg\nfrom gevent import monkey\nmonkey.patch_all()"
 
 def _two_sleeps_in_fresh_interpreter(prelude: str, database_url: str) -> float:
     script = SCRIPT.format(prelude=prelude, sleep=SLEEP_S)
-    done = subprocess.run([sys.executable, "-c", script, database_url], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script, database_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])["elapsed"]
 
@@ -71,17 +78,20 @@ def test_the_running_apps_pool_overlaps_queries(runtime):
         with runtime.db.pool.connection() as conn:
             conn.execute(sql)
 
-    gevent.joinall([gevent.spawn(query, "SELECT pg_sleep(0.05)") for _ in range(2)],
-                   raise_error=True)
+    gevent.joinall(
+        [gevent.spawn(query, "SELECT pg_sleep(0.05)") for _ in range(2)], raise_error=True
+    )
     started = time.monotonic()
-    gevent.joinall([gevent.spawn(query, f"SELECT pg_sleep({SLEEP_S})") for _ in range(2)],
-                   raise_error=True)
+    gevent.joinall(
+        [gevent.spawn(query, f"SELECT pg_sleep({SLEEP_S})") for _ in range(2)], raise_error=True
+    )
     elapsed = time.monotonic() - started
     assert elapsed < OVERLAPPED_BELOW_S, f"two pg_sleep({SLEEP_S}) serialized: {elapsed:.2f}s"
 
 
 def test_a_slow_query_does_not_stall_requests(client, runtime):
     """While one greenlet waits on PostgreSQL, the app still answers a request."""
+
     def slow():
         with runtime.db.pool.connection() as conn:
             conn.execute("SELECT pg_sleep(2)")

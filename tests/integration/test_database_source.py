@@ -1,6 +1,7 @@
 """Database sources end to end through the HTTP API: per-engine manifests (credentials Secret,
 headless Service, StatefulSet reading the Secret), readiness decided by the StatefulSet, and a
 generated password that exists only in the cluster Secret."""
+
 import pytest
 
 from engine.integrations import Integrations
@@ -23,14 +24,18 @@ def database(engine="postgresql", name="orders", **extra) -> dict:
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_each_engine_deploys_to_completed_with_its_password_only_in_the_cluster_secret(
-        client, cluster, sql_conn, engine):
+    client, cluster, sql_conn, engine
+):
     image, port, password_env = ENGINES[engine]
     task = create(client, database(engine))
     assert task["runner"] == "direct"
     snap = wait(client, task["id"], "completed", "failed")
     assert snap["status"] == "completed", snap["failure"]
-    assert cluster.applied() == ["Secret/orders-credentials", "Service/orders",
-                                 "StatefulSet/orders"]
+    assert cluster.applied() == [
+        "Secret/orders-credentials",
+        "Service/orders",
+        "StatefulSet/orders",
+    ]
     secret, service, statefulset = applied_manifests(cluster)
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["ports"][0]["port"] == port
@@ -39,8 +44,10 @@ def test_each_engine_deploys_to_completed_with_its_password_only_in_the_cluster_
     assert container["image"] == image
     assert container["ports"][0]["containerPort"] == port
     env = {e["name"]: e for e in container["env"]}
-    assert env[password_env]["valueFrom"]["secretKeyRef"] == {"name": "orders-credentials",
-                                                              "key": "password"}
+    assert env[password_env]["valueFrom"]["secretKeyRef"] == {
+        "name": "orders-credentials",
+        "key": "password",
+    }
     password = secret["stringData"]["password"]
     assert len(password) >= 24 and password in secret["stringData"]["uri"]
     assert password not in repr([service, statefulset])
@@ -58,17 +65,20 @@ def test_every_run_generates_its_own_password(client, cluster):
 
 
 def test_a_version_picks_the_image_tag_and_a_given_password_is_used_not_persisted(
-        client, cluster, sql_conn):
+    client, cluster, sql_conn
+):
     given = "given-db-password-0451"
-    task = create(client, database("postgresql", name="billing", version="16.4"),
-                  inputs={"password": given})
+    task = create(
+        client, database("postgresql", name="billing", version="16.4"), inputs={"password": given}
+    )
     assert wait(client, task["id"], "completed", "failed")["status"] == "completed"
     secret = applied_manifests(cluster, "Secret")[0]
     statefulset = applied_manifests(cluster, "StatefulSet")[0]
     assert statefulset["spec"]["template"]["spec"]["containers"][0]["image"] == "postgres:16.4"
     assert secret["stringData"]["password"] == given
     assert secret["stringData"]["uri"] == (
-        f"postgresql://app:{given}@billing.demo.svc.cluster.local:5432/billing")
+        f"postgresql://app:{given}@billing.demo.svc.cluster.local:5432/billing"
+    )
     assert all(form not in dump_database(sql_conn) for form in forms(given))
 
 
@@ -80,7 +90,9 @@ def test_a_redeploy_re_asks_a_given_password_instead_of_rotating_it(client, clus
     clone = client.post("/api/v1/tasks", json={"predecessorTaskId": first["id"]}).get_json()
     blocked = wait(client, clone["id"], "blocked")
     assert [i["name"] for i in blocked["pendingInputs"]] == ["password"]
-    client.post(f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"password": "given-pw-1234567"}})
+    client.post(
+        f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"password": "given-pw-1234567"}}
+    )
     wait(client, clone["id"], "completed")
     assert applied_manifests(cluster, "Secret")[-1]["stringData"]["password"] == "given-pw-1234567"
 
@@ -95,24 +107,37 @@ def test_a_statefulset_that_never_gets_ready_fails_with_the_resources_kept(make_
 
 
 def test_a_database_deploys_to_completed_on_the_sandbox(make_app):
-    sandbox = SandboxCluster(apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False,
-                             apply_error="")
-    client = make_app(overrides={"integrations": Integrations(
-        cluster=lambda kubeconfig: sandbox, cluster_label="sandbox")}).test_client()
-    snap = wait(client, create(client, database("mongodb", name="catalog"))["id"],
-                "completed", "failed")
+    sandbox = SandboxCluster(
+        apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False, apply_error=""
+    )
+    client = make_app(
+        overrides={
+            "integrations": Integrations(
+                cluster=lambda kubeconfig: sandbox, cluster_label="sandbox"
+            )
+        }
+    ).test_client()
+    snap = wait(
+        client, create(client, database("mongodb", name="catalog"))["id"], "completed", "failed"
+    )
     assert snap["status"] == "completed", snap["failure"]
     assert {ref.label() for ref in sandbox.objects} == {
-        "Secret/catalog-credentials", "Service/catalog", "StatefulSet/catalog"}
+        "Secret/catalog-credentials",
+        "Service/catalog",
+        "StatefulSet/catalog",
+    }
 
 
-@pytest.mark.parametrize("source,field", [
-    (database("oracle"), "engine"),
-    (database(name="Not_A_Name"), "name"),
-    (database(name="x" * 53), "name"),
-    (database(version="17; rm -rf /"), "version"),
-    ({"kind": "database", "engine": "redis"}, "name"),
-])
+@pytest.mark.parametrize(
+    "source,field",
+    [
+        (database("oracle"), "engine"),
+        (database(name="Not_A_Name"), "name"),
+        (database(name="x" * 53), "name"),
+        (database(version="17; rm -rf /"), "version"),
+        ({"kind": "database", "engine": "redis"}, "name"),
+    ],
+)
 def test_invalid_database_sources_are_400(client, source, field):
     response = client.post("/api/v1/tasks", json={"projectId": "demo", "source": source})
     assert response.status_code == 400

@@ -1,5 +1,6 @@
 """The drain and launching are atomic: a create is refused with 503, or its run is aborted and
 waited for by the drain; no run launched around a SIGTERM keeps writing after it."""
+
 import gevent
 import psycopg
 from psycopg.rows import dict_row
@@ -8,21 +9,28 @@ from tests.helpers import IMAGE_SOURCE, late_events, wait_for
 
 
 def blocked_on_lock(sql_conn, statement: str) -> bool:
-    return bool(sql_conn.execute(
-        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock' AND query ILIKE %s", (f"%{statement}%",)).fetchone())
+    return bool(
+        sql_conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query ILIKE %s",
+            (f"%{statement}%",),
+        ).fetchone()
+    )
 
 
 def test_a_create_admitted_before_the_drain_is_aborted_and_waited_for(
-        client, runtime, database_url, sql_conn):
+    client, runtime, database_url, sql_conn
+):
     body = {"projectId": "demo", "source": dict(IMAGE_SOURCE)}
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as holder:
         # Holds the create between admission and insert: the moment SIGTERM can arrive.
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE deploy_tasks IN SHARE MODE")
         early = gevent.spawn(client.post, "/api/v1/tasks", json=body)
-        wait_for(lambda: blocked_on_lock(sql_conn, "INSERT INTO deploy_tasks"),
-                 message="the create to reach its insert")
+        wait_for(
+            lambda: blocked_on_lock(sql_conn, "INSERT INTO deploy_tasks"),
+            message="the create to reach its insert",
+        )
 
         drain = gevent.spawn(runtime.shutdown)
         wait_for(lambda: not runtime.accepting, message="the drain to begin")
@@ -36,8 +44,9 @@ def test_a_create_admitted_before_the_drain_is_aborted_and_waited_for(
     assert response.status_code == 201, response.get_json()
     task_id = response.get_json()["id"]
     # When the drain returns, the admitted run is resolved and no runner of it is left.
-    row = sql_conn.execute("SELECT status, failure_reason FROM deploy_tasks WHERE id = %s",
-                           (task_id,)).fetchone()
+    row = sql_conn.execute(
+        "SELECT status, failure_reason FROM deploy_tasks WHERE id = %s", (task_id,)
+    ).fetchone()
     assert row == {"status": "failed", "failure_reason": "interrupted"}
     assert runtime.runs == {}
     assert late_events(sql_conn, [task_id]) == []
@@ -55,15 +64,21 @@ def test_a_create_that_outlives_the_drains_wait_starts_aborted(make_app, databas
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE deploy_tasks IN SHARE MODE")
         early = gevent.spawn(client.post, "/api/v1/tasks", json=body)
-        wait_for(lambda: blocked_on_lock(sql_conn, "INSERT INTO deploy_tasks"),
-                 message="the create to reach its insert")
+        wait_for(
+            lambda: blocked_on_lock(sql_conn, "INSERT INTO deploy_tasks"),
+            message="the create to reach its insert",
+        )
         runtime.shutdown()  # gives up waiting for the create after its grace
         holder.execute("ROLLBACK")
     response = early.get(timeout=30)
     assert response.status_code == 201, response.get_json()
     task_id = response.get_json()["id"]
-    row = wait_for(lambda: sql_conn.execute(
-        "SELECT status, failure_reason FROM deploy_tasks WHERE id = %s AND status = ANY(%s)",
-        (task_id, ["completed", "failed", "cancelled"])).fetchone(), message="the run to end")
+    row = wait_for(
+        lambda: sql_conn.execute(
+            "SELECT status, failure_reason FROM deploy_tasks WHERE id = %s AND status = ANY(%s)",
+            (task_id, ["completed", "failed", "cancelled"]),
+        ).fetchone(),
+        message="the run to end",
+    )
     assert row == {"status": "failed", "failure_reason": "interrupted"}
     assert late_events(sql_conn, [task_id]) == []

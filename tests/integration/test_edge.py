@@ -1,5 +1,6 @@
 """The browser and network edge: Host allow-list, Origin checks against the configured public
 origin, cross-site refusal of unsafe API methods, security headers, the session cookie's flags."""
+
 import re
 import uuid
 from pathlib import Path
@@ -31,32 +32,40 @@ def test_trusted_hosts_replaces_the_defaults(make_app):
     assert client.get("/healthz", headers={"Host": "localhost"}).status_code == 400
 
 
-@pytest.mark.parametrize("headers", [
-    {"Origin": "http://evil.example"}, {"Origin": "null"},
-    {"Origin": "http://localhost:8001"},  # same host, another port: another origin
-    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "http://localhost:8001"},  # same host, another port: another origin
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ],
+)
 def test_unsafe_api_methods_refuse_cross_site_requests(client, insert_task, headers):
     task = insert_task(status="blocked")
 
     refused = client.post(f"/api/v1/tasks/{task['id']}/cancel", headers=headers)
-    patched = client.patch(f"/api/v1/tasks/{task['id']}/canvas", json={"x": 1, "y": 2},
-                           headers=headers)
+    patched = client.patch(
+        f"/api/v1/tasks/{task['id']}/canvas", json={"x": 1, "y": 2}, headers=headers
+    )
 
     for response in (refused, patched):
         assert (response.status_code, response.get_json()["code"]) == (403, "cross_site_request")
     snapshot = client.get(f"/api/v1/tasks/{task['id']}").get_json()
     assert snapshot["status"] == "blocked"
     # Positive control: the site's own pages (and clients that send neither header) may.
-    same = client.post(f"/api/v1/tasks/{task['id']}/cancel",
-                       headers={"Origin": "http://localhost:8000",
-                                "Sec-Fetch-Site": "same-origin"})
+    same = client.post(
+        f"/api/v1/tasks/{task['id']}/cancel",
+        headers={"Origin": "http://localhost:8000", "Sec-Fetch-Site": "same-origin"},
+    )
     assert same.status_code == 200 and same.get_json()["status"] == "cancelled"
 
 
 def test_the_websocket_origin_is_compared_with_the_public_origin(make_app):
-    client = make_app(public_origin="https://deploy.example.com",
-                      trusted_hosts="deploy.example.com").test_client()
+    client = make_app(
+        public_origin="https://deploy.example.com", trusted_hosts="deploy.example.com"
+    ).test_client()
     path = f"/ws/tasks/{uuid.uuid4()}/timeline"
     host = {"Host": "deploy.example.com", "Upgrade": "websocket", "Connection": "Upgrade"}
 
@@ -91,9 +100,11 @@ def test_no_template_has_an_inline_script_or_handler():
 
 def test_the_session_cookie_is_samesite_lax_and_secure_behind_https(make_app):
     plain = make_app().test_client().get("/")
-    secure = make_app(public_origin="https://deploy.example.com",
-                      trusted_hosts="deploy.example.com").test_client().get(
-        "/", headers={"Host": "deploy.example.com"})
+    secure = (
+        make_app(public_origin="https://deploy.example.com", trusted_hosts="deploy.example.com")
+        .test_client()
+        .get("/", headers={"Host": "deploy.example.com"})
+    )
 
     cookie = plain.headers["Set-Cookie"]
     assert "SameSite=Lax" in cookie and "HttpOnly" in cookie and "Secure" not in cookie

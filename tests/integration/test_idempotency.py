@@ -1,4 +1,5 @@
 """Idempotency-Key on creating requests: replay, reuse, in flight, expiry and purge."""
+
 import uuid
 
 from engine import idempotency
@@ -43,9 +44,11 @@ def test_a_duplicate_while_the_first_is_in_flight_is_409(app, client, sql_conn):
     key = str(uuid.uuid4())
     asked = idempotency.Request("default", "dev", "POST", "/api/v1/tasks", BODY)
     # The first request has taken the key and not answered yet.
-    sql_conn.execute("INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
-                     "VALUES ('default', 'dev', %s, %s)",
-                     (key, idempotency.fingerprint(app.secret_key.encode(), asked)))
+    sql_conn.execute(
+        "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
+        "VALUES ('default', 'dev', %s, %s)",
+        (key, idempotency.fingerprint(app.secret_key.encode(), asked)),
+    )
     busy = post(client, "/api/v1/tasks", BODY, key)
     assert busy.status_code == 409 and busy.get_json()["code"] == "idempotency_key_in_flight"
     assert task_count(sql_conn) == 0
@@ -69,8 +72,9 @@ def test_error_answers_are_replayed_and_bad_keys_refused(client):
 
 
 def test_input_submission_is_idempotent(client, insert_task, sql_conn, wait_status):
-    task = insert_task(status="blocked",
-                       artifact_summary={"pendingInputs": [{"name": "REGION", "type": "string"}]})
+    task = insert_task(
+        status="blocked", artifact_summary={"pendingInputs": [{"name": "REGION", "type": "string"}]}
+    )
     key = str(uuid.uuid4())
     path = f"/api/v1/tasks/{task['id']}/input"
     first = post(client, path, {"inputs": {"REGION": "eu"}}, key)
@@ -83,7 +87,9 @@ def test_input_submission_is_idempotent(client, insert_task, sql_conn, wait_stat
     assert client.post(path, json={"inputs": {"REGION": "eu"}}).status_code == 409
     resumed = sql_conn.execute(
         "SELECT count(*) AS n FROM deploy_task_events WHERE task_id = %s AND kind = 'status' "
-        "AND payload->>'verdict' = 'resumed'", (task["id"],)).fetchone()["n"]
+        "AND payload->>'verdict' = 'resumed'",
+        (task["id"],),
+    ).fetchone()["n"]
     assert resumed == 1
 
 
@@ -95,8 +101,7 @@ def test_chat_tools_take_the_key_as_an_argument(client, sql_conn):
     assert again.headers["Idempotent-Replayed"] == "true"
     assert again.get_json()["id"] == first.get_json()["id"]
     assert task_count(sql_conn) == 1
-    reused = client.post("/api/v1/tools/create_deployment",
-                         json={**args, "projectId": "elsewhere"})
+    reused = client.post("/api/v1/tools/create_deployment", json={**args, "projectId": "elsewhere"})
     assert reused.status_code == 422 and reused.get_json()["code"] == "idempotency_key_reused"
     assert task_count(sql_conn) == 1
 
@@ -105,21 +110,26 @@ def test_expired_keys_are_forgotten_and_purged_by_the_cleanup_worker(client, run
     old, fresh = str(uuid.uuid4()), str(uuid.uuid4())
     assert post(client, "/api/v1/tasks", BODY, old).status_code == 201
     assert post(client, "/api/v1/tasks", BODY, fresh).status_code == 201
-    sql_conn.execute("UPDATE idempotency_keys SET created_at = now() - interval '25 hours' "
-                     "WHERE key = %s", (old,))
+    sql_conn.execute(
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = %s",
+        (old,),
+    )
     # An expired key is a new key: the request runs again.
     rerun = post(client, "/api/v1/tasks", BODY, old)
     assert rerun.status_code == 201 and "Idempotent-Replayed" not in rerun.headers
     assert task_count(sql_conn) == 3
-    sql_conn.execute("UPDATE idempotency_keys SET created_at = now() - interval '25 hours' "
-                     "WHERE key = %s", (old,))
+    sql_conn.execute(
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = %s",
+        (old,),
+    )
     runtime.cleanup.run_once()
     kept = {r["key"] for r in sql_conn.execute("SELECT key FROM idempotency_keys").fetchall()}
     assert kept == {fresh}
 
 
-def test_racing_redeploys_with_their_own_keys_keep_the_one_clone_rule(client, cluster,
-                                                                      insert_task, sql_conn):
+def test_racing_redeploys_with_their_own_keys_keep_the_one_clone_rule(
+    client, cluster, insert_task, sql_conn
+):
     import gevent
 
     cluster.ready_after_polls = "never"  # the clone stays active: a second one is refused
@@ -132,10 +142,11 @@ def test_racing_redeploys_with_their_own_keys_keep_the_one_clone_rule(client, cl
     refused = next(a for a in answers if a.status_code == 409).get_json()
     assert refused["code"] == "redeploy_already_active"
     # Each key replays its own answer.
-    for key, answer in zip(keys, answers):
+    for key, answer in zip(keys, answers, strict=False):
         again = post(client, "/api/v1/tasks", body, key)
         assert again.status_code == answer.status_code
         assert again.headers["Idempotent-Replayed"] == "true"
-    clones = sql_conn.execute("SELECT count(*) AS n FROM deploy_tasks "
-                              "WHERE retried_from_task_id = %s", (failed["id"],)).fetchone()["n"]
+    clones = sql_conn.execute(
+        "SELECT count(*) AS n FROM deploy_tasks WHERE retried_from_task_id = %s", (failed["id"],)
+    ).fetchone()["n"]
     assert clones == 1

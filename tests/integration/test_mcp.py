@@ -1,20 +1,29 @@
 """The MCP endpoint: the official SDK client against a real server, and the transport's rules."""
+
 import json
 import subprocess
 import sys
 
 from tests.conftest import IMAGE_SOURCE, ROOT, oidc_settings, wait_for
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
 BOTH = {"Accept": "application/json, text/event-stream"}
 
 
 def rpc(client, message, session=None, headers=None):
     sent = {**BOTH, **({"Mcp-Session-Id": session} if session else {}), **(headers or {})}
-    return client.post("/mcp", data=json.dumps(message), headers=sent,
-                       content_type="application/json")
+    return client.post(
+        "/mcp", data=json.dumps(message), headers=sent, content_type="application/json"
+    )
 
 
 def initialize(client, version="2025-06-18"):
@@ -24,17 +33,31 @@ def initialize(client, version="2025-06-18"):
 
 
 def test_the_sdk_client_lists_creates_waits_cancels_and_explains(start_server):
-    server = start_server(env={"SANDBOX_APPLY_DELAY_S": "0.05", "SANDBOX_READY_DELAY_S": "0.2",
-                               "READINESS_POLL_S": "0.05"})
-    done = subprocess.run([sys.executable, str(ROOT / "tests/e2e/mcp_client.py"),
-                           f"{server.base}/mcp"], capture_output=True, text=True, timeout=120)
+    server = start_server(
+        env={
+            "SANDBOX_APPLY_DELAY_S": "0.05",
+            "SANDBOX_READY_DELAY_S": "0.2",
+            "READINESS_POLL_S": "0.05",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests/e2e/mcp_client.py"), f"{server.base}/mcp"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:] + server.output()[-3000:]
     report = json.loads(done.stdout)
 
     assert report["protocolVersion"] == "2025-11-25"
-    assert set(report["tools"]) == {"create_deployment", "cancel_deployment",
-                                    "redeploy_deployment", "submit_deployment_inputs",
-                                    "explain_deployment", "wait_for_deployment"}
+    assert set(report["tools"]) == {
+        "create_deployment",
+        "cancel_deployment",
+        "redeploy_deployment",
+        "submit_deployment_inputs",
+        "explain_deployment",
+        "wait_for_deployment",
+    }
     assert report["tools"]["wait_for_deployment"]["properties"]["timeoutSeconds"]["maximum"] == 300
     assert report["created"]["isError"] is False
     assert report["created"]["structured"]["status"] == "running"
@@ -77,14 +100,20 @@ def test_initialize_negotiates_the_version_and_signs_a_session(client):
 
     pong = rpc(client, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, session)
     assert pong.get_json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
-    assert rpc(client, {"jsonrpc": "2.0", "method": "notifications/initialized"},
-               session).status_code == 202
+    assert (
+        rpc(client, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session).status_code
+        == 202
+    )
     missing = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "ping"})
     assert missing.status_code == 400
     forged = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session[:-2] + "xx")
     assert forged.status_code == 404
-    bad_version = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session,
-                      {"MCP-Protocol-Version": "1999-01-01"})
+    bad_version = rpc(
+        client,
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        session,
+        {"MCP-Protocol-Version": "1999-01-01"},
+    )
     assert bad_version.status_code == 400
     nothing = rpc(client, {"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, session)
     assert nothing.get_json()["error"]["code"] == -32601
@@ -94,8 +123,7 @@ def test_the_origin_rule_is_the_sites_public_origin_not_the_requests_host(make_a
     client = make_app(public_origin="https://deploy.example.com").test_client()
     session = initialize(client).headers["Mcp-Session-Id"]
     ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
-    assert rpc(client, ping, session,
-               {"Origin": "https://deploy.example.com"}).status_code == 200
+    assert rpc(client, ping, session, {"Origin": "https://deploy.example.com"}).status_code == 200
     # The request's own Host (localhost) is no longer an acceptable origin.
     refused = rpc(client, ping, session, {"Origin": "http://localhost"})
     assert refused.status_code == 403
@@ -116,25 +144,46 @@ def test_transport_rules_origin_accept_sse_and_get(client):
     assert frame.startswith("event: message\ndata: ")
     assert json.loads(frame.split("data: ", 1)[1]) == {"jsonrpc": "2.0", "id": 7, "result": {}}
     assert client.get("/mcp").status_code == 405
-    assert client.post("/mcp", data="{nope", headers=BOTH,
-                       content_type="application/json").status_code == 400
+    assert (
+        client.post("/mcp", data="{nope", headers=BOTH, content_type="application/json").status_code
+        == 400
+    )
 
 
 def test_wait_for_deployment_wakes_on_the_change_not_on_a_timer(client, cluster, runtime):
     cluster.ready_after_polls = "never"
     session = initialize(client).headers["Mcp-Session-Id"]
-    created = client.post("/api/v1/tasks", json={"projectId": "demo", "source": {
-        "kind": "image", "image": "nginx:1.27", "name": "web"}}).get_json()
-    wait_for(lambda: client.get(f"/api/v1/tasks/{created['id']}").get_json()["status"]
-             == "applying", message="applying")
+    created = client.post(
+        "/api/v1/tasks",
+        json={
+            "projectId": "demo",
+            "source": {"kind": "image", "image": "nginx:1.27", "name": "web"},
+        },
+    ).get_json()
+    wait_for(
+        lambda: client.get(f"/api/v1/tasks/{created['id']}").get_json()["status"] == "applying",
+        message="applying",
+    )
     import gevent
-    waiting = gevent.spawn(rpc, client, {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                                         "params": {"name": "wait_for_deployment",
-                                                    "arguments": {"taskId": created["id"],
-                                                                  "timeoutSeconds": 120}}},
-                           session)
-    wait_for(lambda: any(sub.task == created["id"] for sub in list(runtime.fanout.subscribers)),
-             message="the wait to subscribe")
+
+    waiting = gevent.spawn(
+        rpc,
+        client,
+        {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {
+                "name": "wait_for_deployment",
+                "arguments": {"taskId": created["id"], "timeoutSeconds": 120},
+            },
+        },
+        session,
+    )
+    wait_for(
+        lambda: any(sub.task == created["id"] for sub in list(runtime.fanout.subscribers)),
+        message="the wait to subscribe",
+    )
     assert not waiting.ready()
     assert client.post(f"/api/v1/tasks/{created['id']}/cancel").status_code == 200
     answer = waiting.get(timeout=15).get_json()["result"]
@@ -152,9 +201,20 @@ def test_in_oidc_mode_mcp_needs_a_bearer_token_and_scopes_tools_to_its_workspace
     session_id = session.headers["Mcp-Session-Id"]
     listed = rpc(client, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session_id, team_a)
     assert "create_deployment" in {t["name"] for t in listed.get_json()["result"]["tools"]}
-    called = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-        "name": "create_deployment",
-        "arguments": {"projectId": "demo", "source": IMAGE_SOURCE}}}, session_id, team_a)
+    called = rpc(
+        client,
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {
+                "name": "create_deployment",
+                "arguments": {"projectId": "demo", "source": IMAGE_SOURCE},
+            },
+        },
+        session_id,
+        team_a,
+    )
     result = called.get_json()["result"]
     assert result["isError"] is False, result
     task_id = result["structuredContent"]["id"]
@@ -164,8 +224,10 @@ def test_in_oidc_mode_mcp_needs_a_bearer_token_and_scopes_tools_to_its_workspace
     assert client.get(f"/api/v1/tasks/{task_id}", headers=team_b).status_code == 404
 
     # No token: the JSON 401 with the bearer challenge (an MCP client's cue to authorize).
-    for message, sid in ((INIT, None), ({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                                        session_id)):
+    for message, sid in (
+        (INIT, None),
+        ({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session_id),
+    ):
         refused = rpc(client, message, sid)
         assert refused.status_code == 401
         assert refused.headers["WWW-Authenticate"].startswith("Bearer")

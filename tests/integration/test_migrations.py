@@ -1,4 +1,5 @@
 """Versioned migrations: pending files applied once, in order; a current database is only read."""
+
 import json
 import shutil
 import uuid
@@ -24,7 +25,9 @@ def empty_database_url(pg_admin_url):
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     yield _with_db(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def connect(url):
@@ -33,18 +36,32 @@ def connect(url):
 
 def ledger(url) -> list[tuple[int, bool]]:
     with connect(url) as conn:
-        return [(r["version"], r["adopted"]) for r in conn.execute(
-            "SELECT version, adopted FROM schema_migrations ORDER BY version")]
+        return [
+            (r["version"], r["adopted"])
+            for r in conn.execute("SELECT version, adopted FROM schema_migrations ORDER BY version")
+        ]
 
 
 def rows_by_table(url) -> dict[str, list[dict]]:
     with connect(url) as conn:
-        tables = [r["tablename"] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-            "AND tablename <> 'schema_migrations'")]
-        return {t: [json.loads(r["row"]) for r in conn.execute(
-            sql.SQL("SELECT row_to_json(x)::text AS row FROM {} x").format(sql.Identifier(t)))]
-            for t in tables}
+        tables = [
+            r["tablename"]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "AND tablename <> 'schema_migrations'"
+            )
+        ]
+        return {
+            t: [
+                json.loads(r["row"])
+                for r in conn.execute(
+                    sql.SQL("SELECT row_to_json(x)::text AS row FROM {} x").format(
+                        sql.Identifier(t)
+                    )
+                )
+            ]
+            for t in tables
+        }
 
 
 def only_initial(tmp_path):
@@ -65,25 +82,48 @@ def test_a_fresh_database_gets_every_migration_once(empty_database_url):
 
 
 def test_a_database_at_0001_with_data_upgrades_to_head_and_keeps_every_row(
-        empty_database_url, tmp_path, make_app):
-    assert [m.version for m in migrations.upgrade(empty_database_url, only_initial(tmp_path))] == [1]
+    empty_database_url, tmp_path, make_app
+):
+    assert [m.version for m in migrations.upgrade(empty_database_url, only_initial(tmp_path))] == [
+        1
+    ]
     with connect(empty_database_url) as conn:
         task = conn.execute(
             "INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, "
             "status, source, finished_at, devbox_id) VALUES ('default', 'demo', 'ann', 'image', "
-            "'direct', 'failed', '{\"image\": \"nginx\"}', now(), 'dbx-1') RETURNING id").fetchone()
-        conn.execute("INSERT INTO deploy_task_events (task_id, kind, payload) "
-                     "VALUES (%s, 'failed', '{\"reason\": \"x\"}')", (task["id"],))
-        conn.execute("INSERT INTO deploy_task_messages (task_id, role, content) "
-                     "VALUES (%s, 'user', 'hello')", (task["id"],))
-        conn.execute("INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, "
-                     "remote_id) VALUES (%s, 'default', 'devbox', 'remote', 'h', 'o', 'dbx-1')",
-                     (task["id"],))
-        conn.execute("INSERT INTO cleanup_jobs (operation_id, trigger, task_id, snapshot) "
-                     "VALUES ('op-1', 'devbox_pause', %s, '{}')", (task["id"],))
+            "'direct', 'failed', '{\"image\": \"nginx\"}', now(), 'dbx-1') RETURNING id"
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO deploy_task_events (task_id, kind, payload) "
+            "VALUES (%s, 'failed', '{\"reason\": \"x\"}')",
+            (task["id"],),
+        )
+        conn.execute(
+            "INSERT INTO deploy_task_messages (task_id, role, content) "
+            "VALUES (%s, 'user', 'hello')",
+            (task["id"],),
+        )
+        conn.execute(
+            "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, "
+            "remote_id) VALUES (%s, 'default', 'devbox', 'remote', 'h', 'o', 'dbx-1')",
+            (task["id"],),
+        )
+        conn.execute(
+            "INSERT INTO cleanup_jobs (operation_id, trigger, task_id, snapshot) "
+            "VALUES ('op-1', 'devbox_pause', %s, '{}')",
+            (task["id"],),
+        )
     before = rows_by_table(empty_database_url)
-    assert all(before[t] for t in ("deploy_tasks", "deploy_task_events", "deploy_task_messages",
-                                   "task_runtimes", "cleanup_jobs"))
+    assert all(
+        before[t]
+        for t in (
+            "deploy_tasks",
+            "deploy_task_events",
+            "deploy_task_messages",
+            "task_runtimes",
+            "cleanup_jobs",
+        )
+    )
 
     migrations.upgrade(empty_database_url)
 
@@ -100,7 +140,8 @@ def test_a_database_at_0001_with_data_upgrades_to_head_and_keeps_every_row(
 
 
 def test_a_database_created_by_the_old_schema_file_is_adopted_without_running_it(
-        empty_database_url):
+    empty_database_url,
+):
     with connect(empty_database_url) as conn:
         conn.execute((MIGRATIONS_DIR / "0001_initial.sql").read_text())
         # Marks whether 0001 runs again: it would re-create this index.
@@ -110,23 +151,28 @@ def test_a_database_created_by_the_old_schema_file_is_adopted_without_running_it
 
     assert ledger(empty_database_url)[0] == (1, True)
     with connect(empty_database_url) as conn:
-        assert conn.execute("SELECT to_regclass('deploy_tasks_by_namespace') AS i").fetchone()["i"] \
+        assert (
+            conn.execute("SELECT to_regclass('deploy_tasks_by_namespace') AS i").fetchone()["i"]
             is None
+        )
         # Positive control: the ledger really is the one the schema answers to.
         assert conn.execute("SELECT to_regclass('deploy_tasks') AS t").fetchone()["t"]
 
 
 def test_pending_files_apply_in_numeric_order_each_in_its_own_transaction(
-        empty_database_url, tmp_path):
+    empty_database_url, tmp_path
+):
     # An empty database: the template carries every real migration, numbers the probes reuse.
     database_url = empty_database_url
     directory = only_initial(tmp_path)
-    (directory / "9003_second.sql").write_text(
-        "INSERT INTO order_probe (step) VALUES ('second');")
+    (directory / "9003_second.sql").write_text("INSERT INTO order_probe (step) VALUES ('second');")
     (directory / "9002_first.sql").write_text(
-        "CREATE TABLE order_probe (n serial, step text); INSERT INTO order_probe (step) VALUES ('first');")
+        "CREATE TABLE order_probe (n serial, step text);"
+        " INSERT INTO order_probe (step) VALUES ('first');"
+    )
     (directory / "9004_broken.sql").write_text(
-        "INSERT INTO order_probe (step) VALUES ('broken'); SELECT no_such_function();")
+        "INSERT INTO order_probe (step) VALUES ('broken'); SELECT no_such_function();"
+    )
 
     with pytest.raises(psycopg.errors.UndefinedFunction):
         migrations.upgrade(database_url, directory)
@@ -135,8 +181,9 @@ def test_pending_files_apply_in_numeric_order_each_in_its_own_transaction(
     with connect(database_url) as conn:
         steps = [r["step"] for r in conn.execute("SELECT step FROM order_probe ORDER BY n")]
     assert steps == ["first", "second"]  # 9004's insert rolled back with it
-    assert [s.version for s in migrations.status(database_url, directory)
-            if s.applied_at is None] == [9004]
+    assert [
+        s.version for s in migrations.status(database_url, directory) if s.applied_at is None
+    ] == [9004]
 
 
 def test_concurrent_boots_apply_each_migration_once(empty_database_url):
@@ -153,32 +200,46 @@ def held_locks(conn, application_name) -> list[dict]:
         "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
         "LEFT JOIN pg_class c ON c.oid = l.relation "
         "WHERE a.application_name = %s AND l.locktype IN ('relation', 'advisory') "
-        "AND a.datname = current_database()", (application_name,)).fetchall()
+        "AND a.datname = current_database()",
+        (application_name,),
+    ).fetchall()
 
 
 def test_booting_a_current_database_takes_no_lock_stronger_than_access_share(
-        database_url, tmp_path, make_app):
+    database_url, tmp_path, make_app
+):
     """EXCLUSIVE mode conflicts with every table lock except ACCESS SHARE: a boot that finishes
     while another transaction holds it on every table (and holds the migration lock) took none."""
     with connect(database_url) as holder, connect(database_url) as observer:
-        tables = [r["tablename"] for r in holder.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        tables = [
+            r["tablename"]
+            for r in holder.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
         assert "schema_migrations" in tables and "deploy_tasks" in tables
         holder.execute("BEGIN")
-        holder.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
-            sql.SQL(", ").join(map(sql.Identifier, tables))))
+        holder.execute(
+            sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(
+                sql.SQL(", ").join(map(sql.Identifier, tables))
+            )
+        )
         holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
 
         # Positive control: with one migration pending, the same boot waits for the lock.
         directory = only_initial(tmp_path)
         (directory / "0099_pending.sql").write_text("SELECT 1;")
         blocked = gevent.spawn(migrations.upgrade, database_url, directory)
-        waiting = wait_for(lambda: [lock for lock in held_locks(observer, APPLICATION_NAME)
-                                    if not lock["granted"]], message="the pending boot to wait")
+        waiting = wait_for(
+            lambda: [
+                lock for lock in held_locks(observer, APPLICATION_NAME) if not lock["granted"]
+            ],
+            message="the pending boot to wait",
+        )
         assert waiting[0]["locktype"] == "advisory"
-        observer.execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
-                         "WHERE application_name = %s AND wait_event_type = 'Lock'",
-                         (APPLICATION_NAME,))
+        observer.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (APPLICATION_NAME,),
+        )
         with pytest.raises(psycopg.errors.QueryCanceled):
             blocked.get(timeout=10)
         wait_for(lambda: not held_locks(observer, APPLICATION_NAME), message="the control to end")
@@ -200,8 +261,10 @@ def test_booting_a_current_database_takes_no_lock_stronger_than_access_share(
         assert boot.successful(), f"boot blocked or failed; migrator locks: {observed}"
         holder.execute("ROLLBACK")
     assert {lock["mode"] for lock in observed} <= {"AccessShareLock"}, observed
-    print("locks held by the migrator during a current boot:",
-          sorted({(lock["relation"], lock["mode"]) for lock in observed}))
+    print(
+        "locks held by the migrator during a current boot:",
+        sorted({(lock["relation"], lock["mode"]) for lock in observed}),
+    )
 
 
 def test_a_current_boot_reads_only_the_ledger_with_access_share(database_url):
@@ -211,18 +274,24 @@ def test_a_current_boot_reads_only_the_ledger_with_access_share(database_url):
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE")
         boot = gevent.spawn(migrations.upgrade, database_url)
-        waiting = wait_for(lambda: [lock for lock in held_locks(observer, APPLICATION_NAME)
-                                    if not lock["granted"]], message="the boot to read the ledger")
+        waiting = wait_for(
+            lambda: [
+                lock for lock in held_locks(observer, APPLICATION_NAME) if not lock["granted"]
+            ],
+            message="the boot to read the ledger",
+        )
         granted = [lock for lock in held_locks(observer, APPLICATION_NAME) if lock["granted"]]
         holder.execute("ROLLBACK")
         assert boot.get(timeout=30) == []
     assert [(lock["relation"], lock["mode"]) for lock in waiting] == [
-        ("schema_migrations", "AccessShareLock")]
+        ("schema_migrations", "AccessShareLock")
+    ]
     assert [lock for lock in granted if lock["relation"] not in ("", "pg_class", "pg_locks")] == []
 
 
-def test_boots_beside_running_sweepers_never_fail_or_stall_them(database_url, make_app, runtime,
-                                                                 insert_task):
+def test_boots_beside_running_sweepers_never_fail_or_stall_them(
+    database_url, make_app, runtime, insert_task
+):
     for _ in range(20):
         insert_task(status="running", lease_expires_at=psycopg.sql.SQL("now() - interval '1 s'"))
     reaper = Reaper(runtime.db, runtime.settings)
@@ -239,7 +308,10 @@ def test_boots_beside_running_sweepers_never_fail_or_stall_them(database_url, ma
                 errors.append(exc)
             gevent.sleep(0)
 
-    sweepers = [gevent.spawn(sweep_forever, reaper.sweep), gevent.spawn(sweep_forever, worker.run_once)]
+    sweepers = [
+        gevent.spawn(sweep_forever, reaper.sweep),
+        gevent.spawn(sweep_forever, worker.run_once),
+    ]
     try:
         wait_for(lambda: len(sweeps) >= 5, message="the sweepers to run")
         for _ in range(10):
@@ -253,16 +325,21 @@ def test_boots_beside_running_sweepers_never_fail_or_stall_them(database_url, ma
     assert [v for v, _ in ledger(database_url)] == [m.version for m in migrations.discover()]
 
 
-
 def flask_db(url, *args):
     import os
     import subprocess
     import sys
 
     from tests.conftest import ROOT
-    return subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "db", *args],
-                          cwd=ROOT, env={**os.environ, "DATABASE_URL": url},
-                          capture_output=True, text=True, timeout=120)
+
+    return subprocess.run(
+        [sys.executable, "-m", "flask", "--app", "wsgi", "db", *args],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_db_commands_show_and_apply_pending_migrations(empty_database_url):

@@ -1,5 +1,6 @@
 """The OpenAPI document: valid OpenAPI 3.1, complete (every /api/v1 route), and generated from
 the schemas the API validates with; the docs page renders it with the vendored Redoc."""
+
 from openapi_spec_validator import validate
 
 from blueprints.openapi import documented_rules, openapi_path
@@ -26,8 +27,11 @@ def test_the_document_comes_from_the_validation_schemas(client):
     body = create["requestBody"]["content"]["application/json"]["schema"]
     assert body["additionalProperties"] is False
     assert body["properties"]["projectId"]["pattern"] == PROJECT_ID.regex.pattern
-    image = next(s for s in body["properties"]["source"]["oneOf"]
-                 if s["properties"]["kind"]["const"] == "image")
+    image = next(
+        s
+        for s in body["properties"]["source"]["oneOf"]
+        if s["properties"]["kind"]["const"] == "image"
+    )
     assert image["properties"]["port"] == {"type": "integer", "minimum": 1, "maximum": 65535}
     assert image["properties"]["env"]["maxProperties"] == 100
     assert "pattern" in image["properties"]["env"]["propertyNames"]
@@ -36,10 +40,17 @@ def test_the_document_comes_from_the_validation_schemas(client):
     assert set(create["responses"]["201"]["links"]) == {"GetTask", "ListEvents", "CancelTask"}
     # Errors: one body with the stable codes, used by every error response.
     codes = document["components"]["schemas"]["Error"]["properties"]["code"]["enum"]
-    assert {"invalid_request", "task_not_found", "redeploy_already_active",
-            "idempotency_key_reused", "idempotency_key_in_flight", "unknown_tool"} <= set(codes)
+    assert {
+        "invalid_request",
+        "task_not_found",
+        "redeploy_already_active",
+        "idempotency_key_reused",
+        "idempotency_key_in_flight",
+        "unknown_tool",
+    } <= set(codes)
     assert create["responses"]["409"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/Error"}
+        "$ref": "#/components/schemas/Error"
+    }
     # The SSE streams are described as such.
     stream = document["paths"]["/api/v1/projects/{project_id}/tasks/stream"]["get"]
     assert "text/event-stream" in stream["responses"]["200"]["content"]
@@ -78,12 +89,14 @@ def waiting_on(runtime, task_id) -> bool:
 
 def test_a_task_read_can_long_poll_until_the_task_settles(client, cluster, runtime, wait_status):
     cluster.ready_after_polls = "never"
-    task = client.post("/api/v1/tasks", json={"projectId": "demo",
-                                              "source": IMAGE_SOURCE}).get_json()
+    task = client.post(
+        "/api/v1/tasks", json={"projectId": "demo", "source": IMAGE_SOURCE}
+    ).get_json()
     wait_status(task["id"], "applying")
     timed_out = client.get(f"/api/v1/tasks/{task['id']}?waitFor=terminal&timeout=0").get_json()
     assert timed_out["waitOutcome"] == "timeout" and timed_out["status"] == "applying"
     import gevent
+
     waiting = gevent.spawn(client.get, f"/api/v1/tasks/{task['id']}?waitFor=terminal&timeout=120")
     wait_for(lambda: waiting_on(runtime, task["id"]), message="the long-poll to subscribe")
     assert not waiting.ready()
@@ -94,4 +107,5 @@ def test_a_task_read_can_long_poll_until_the_task_settles(client, cluster, runti
     assert "waitOutcome" not in plain
     bad = client.get(f"/api/v1/tasks/{task['id']}?waitFor=terminal&timeout=301")
     assert bad.status_code == 400 and bad.get_json()["fields"] == {
-        "timeout": ["Must be greater than or equal to 0 and less than or equal to 300."]}
+        "timeout": ["Must be greater than or equal to 0 and less than or equal to 300."]
+    }

@@ -1,5 +1,6 @@
 """Real server processes: logging is configured the same under `python app.py` and gunicorn, and
 gunicorn's workers' metrics add up (prometheus-client multiprocess mode)."""
+
 import json
 
 import gevent
@@ -10,9 +11,12 @@ from tests.conftest import IMAGE_SOURCE, wait_for
 
 
 def create_on(server, request_id: str) -> tuple[str, str]:
-    response = requests.post(server.base + "/api/v1/tasks", timeout=10,
-                             headers={"X-Request-Id": request_id},
-                             json={"projectId": "demo", "source": IMAGE_SOURCE})
+    response = requests.post(
+        server.base + "/api/v1/tasks",
+        timeout=10,
+        headers={"X-Request-Id": request_id},
+        json={"projectId": "demo", "source": IMAGE_SOURCE},
+    )
     assert response.status_code == 201, response.text
     assert response.headers["X-Request-Id"] == request_id
     return response.json()["id"], response.headers["X-Served-By"]
@@ -32,8 +36,11 @@ def json_lines(server) -> list[dict]:
 
 
 def cancel(server, task_id: str, request_id: str) -> None:
-    response = requests.post(f"{server.base}/api/v1/tasks/{task_id}/cancel", timeout=10,
-                             headers={"X-Request-Id": request_id})
+    response = requests.post(
+        f"{server.base}/api/v1/tasks/{task_id}/cancel",
+        timeout=10,
+        headers={"X-Request-Id": request_id},
+    )
     assert response.status_code in (200, 409), response.text
 
 
@@ -43,8 +50,14 @@ def test_the_dev_server_logs_one_json_object_per_line(start_server):
     cancel(server, task_id, "dev-cancel-1")
     for _ in range(5):
         assert requests.get(server.base + "/readyz", timeout=10).status_code in (200, 503)
-    lines = wait_for(lambda: (ls := json_lines(server)) and any(
-        line.get("request_id") == "dev-cancel-1" for line in ls) and ls, message="cancel line")
+    lines = wait_for(
+        lambda: (
+            (ls := json_lines(server))
+            and any(line.get("request_id") == "dev-cancel-1" for line in ls)
+            and ls
+        ),
+        message="cancel line",
+    )
     mine = next(line for line in lines if line.get("request_id") == "dev-cancel-1")
     assert {"time", "level", "logger", "message"} <= set(mine)
     assert mine["task_id"] == task_id and mine["namespace"] == "default"
@@ -56,9 +69,16 @@ def test_gunicorn_logs_json_and_its_workers_metrics_add_up(start_server, tmp_pat
     metrics_dir.mkdir()
     # Left by an earlier run: a master start must clear it (it would not even parse).
     (metrics_dir / "counter_999999.db").write_bytes(b"not a metrics file")
-    server = start_server("gunicorn", workers=2, env={
-        "LOG_FORMAT": "json", "ACCESS_LOG": "-", "SANDBOX_NEVER_READY": "1",
-        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
+    server = start_server(
+        "gunicorn",
+        workers=2,
+        env={
+            "LOG_FORMAT": "json",
+            "ACCESS_LOG": "-",
+            "SANDBOX_NEVER_READY": "1",
+            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        },
+    )
     served: dict[str, str] = {}
     for round_ in range(10):  # concurrent creates spread over both workers' accept loops
         batch = [gevent.spawn(create_on, server, f"gu-{round_}-{i}") for i in range(4)]
@@ -69,17 +89,23 @@ def test_gunicorn_logs_json_and_its_workers_metrics_add_up(start_server, tmp_pat
     assert len(set(served.values())) == 2, "every task landed on one worker"
 
     body = requests.get(server.base + "/metrics", timeout=10).text
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(body) for s in family.samples}
-    creates = sum(v for (name, labels), v in samples.items()
-                  if name == "deploy_action_duration_seconds_count"
-                  and ("action", "create") in labels)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    creates = sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "deploy_action_duration_seconds_count" and ("action", "create") in labels
+    )
     assert creates == len(served)  # both workers' counts, whichever answered the scrape
-    assert sum(v for (name, _), v in samples.items() if name == "deploy_leases_held") \
-        == len(served)
-    assert sum(v for (name, labels), v in samples.items()
-               if name == "deploy_tasks" and dict(labels)["status"] in ("running", "applying")
-               ) == len(served)
+    assert sum(v for (name, _), v in samples.items() if name == "deploy_leases_held") == len(served)
+    assert sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "deploy_tasks" and dict(labels)["status"] in ("running", "applying")
+    ) == len(served)
 
     for _ in range(3):
         requests.get(server.base + "/healthz", timeout=10)
@@ -87,5 +113,6 @@ def test_gunicorn_logs_json_and_its_workers_metrics_add_up(start_server, tmp_pat
     assert any(line["logger"] == "gunicorn.error" for line in lines)  # gunicorn's own lines too
     access = [line for line in lines if line["logger"] == "gunicorn.access"]
     assert any("/api/v1/tasks" in line["message"] for line in access)  # the access log works
-    assert not any("/healthz" in line["message"] or "/metrics" in line["message"]
-                   for line in access)
+    assert not any(
+        "/healthz" in line["message"] or "/metrics" in line["message"] for line in access
+    )

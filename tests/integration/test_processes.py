@@ -4,6 +4,7 @@ SIGTERM drains (the task is `failed: interrupted` at once, written by the dying 
 SIGKILL leaves an orphan lease that another process's reaper resolves once it expires. Each test
 reads the outcome where production keeps it: the task row and its events, or another server's API.
 """
+
 import os
 import signal
 import time
@@ -14,8 +15,7 @@ import requests
 from tests.conftest import IMAGE_SOURCE, wait_for
 
 #: The sandbox never turns the workload ready, so a task sits in applying/verify until stopped.
-IN_FLIGHT = {"SANDBOX_NEVER_READY": "1", "SANDBOX_APPLY_DELAY_S": "0.05",
-             "READINESS_POLL_S": "0.1"}
+IN_FLIGHT = {"SANDBOX_NEVER_READY": "1", "SANDBOX_APPLY_DELAY_S": "0.05", "READINESS_POLL_S": "0.1"}
 
 
 def create(server) -> str:
@@ -24,8 +24,11 @@ def create(server) -> str:
 
 def create_on(server) -> tuple[str, str]:
     """Create a task on a fresh connection: (task id, the process that took it)."""
-    response = requests.post(server.base + "/api/v1/tasks", timeout=10,
-                             json={"projectId": "demo", "source": IMAGE_SOURCE})
+    response = requests.post(
+        server.base + "/api/v1/tasks",
+        timeout=10,
+        json={"projectId": "demo", "source": IMAGE_SOURCE},
+    )
     assert response.status_code == 201, response.text
     return response.json()["id"], response.headers["X-Served-By"]
 
@@ -34,6 +37,7 @@ def wait_verifying(server, task_id) -> dict:
     def verifying():
         snap = requests.get(f"{server.base}/api/v1/tasks/{task_id}", timeout=10).json()
         return snap if (snap["status"], snap["phase"]) == ("applying", "verify") else None
+
     return wait_for(verifying, 20, interval=0.05, message=f"{task_id} to be verifying")
 
 
@@ -44,7 +48,9 @@ def stored(sql_conn, task_id) -> dict:
 def last_status_event(sql_conn, task_id) -> dict:
     return sql_conn.execute(
         "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'status' "
-        "ORDER BY seq DESC LIMIT 1", (task_id,)).fetchone()["payload"]
+        "ORDER BY seq DESC LIMIT 1",
+        (task_id,),
+    ).fetchone()["payload"]
 
 
 def assert_drained(sql_conn, task_id, lease_expires_at):
@@ -55,7 +61,11 @@ def assert_drained(sql_conn, task_id, lease_expires_at):
     assert row["finished_at"] < lease_expires_at
     event = last_status_event(sql_conn, task_id)
     assert (event["from"], event["to"], event["reason"], event["by"]) == (
-        "applying", "failed", "interrupted", "engine")
+        "applying",
+        "failed",
+        "interrupted",
+        "engine",
+    )
     assert row["lease_owner"] is None
 
 
@@ -95,8 +105,9 @@ def test_sigterm_to_the_gunicorn_master_drains_every_worker(start_server, sql_co
 
 
 def test_a_killed_servers_orphan_is_reaped_by_the_next_server(start_server, sql_conn):
-    first = start_server("app", env={**IN_FLIGHT, "LEASE_TTL_S": "2",
-                                     "LEASE_RENEW_INTERVAL_S": "0.5"})
+    first = start_server(
+        "app", env={**IN_FLIGHT, "LEASE_TTL_S": "2", "LEASE_RENEW_INTERVAL_S": "0.5"}
+    )
     owner = requests.get(first.base + "/healthz", timeout=10).json()["owner"]
     task_id = create(first)
     wait_verifying(first, task_id)
@@ -111,6 +122,7 @@ def test_a_killed_servers_orphan_is_reaped_by_the_next_server(start_server, sql_
     def resolved():
         snap = requests.get(f"{second.base}/api/v1/tasks/{task_id}", timeout=10).json()
         return snap if snap["status"] != "applying" else None
+
     snap = wait_for(resolved, 30, interval=0.1, message="the reaper to resolve the orphan")
     assert snap["status"] == "failed"
     assert snap["failure"]["reason"] == "interrupted"

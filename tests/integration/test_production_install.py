@@ -1,4 +1,5 @@
-"""The production install: a venv built from the app's lock file alone boots the README's command."""
+"""The production install: a venv built from the app lock file alone boots the README command."""
+
 import os
 import subprocess
 import sys
@@ -20,8 +21,9 @@ LOCK = ROOT / "requirements.txt"
 
 def pip(*args, env):
     """This suite's pip (the target venv has none of its own: nothing but the lock goes in)."""
-    return subprocess.run([sys.executable, "-m", "pip", *args], env=env, capture_output=True,
-                          text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args], env=env, capture_output=True, text=True
+    )
 
 
 def test_a_venv_from_the_app_lock_alone_serves_with_gevent_workers(database_url, tmp_path):
@@ -30,11 +32,28 @@ def test_a_venv_from_the_app_lock_alone_serves_with_gevent_workers(database_url,
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     target = ("--python", str(venv / "bin" / "python"))
     # What a container image does: the lock file alone, every artifact checked against its hash.
-    install = (*target, "install", "--quiet", "--require-hashes", "--no-index",
-               "--find-links", str(WHEELHOUSE), "-r", str(LOCK))
+    install = (
+        *target,
+        "install",
+        "--quiet",
+        "--require-hashes",
+        "--no-index",
+        "--find-links",
+        str(WHEELHOUSE),
+        "-r",
+        str(LOCK),
+    )
     if pip(*install, env=env).returncode != 0:
-        fetched = pip("download", "--quiet", "--require-hashes", "-d", str(WHEELHOUSE),
-                      "-r", str(LOCK), env=env)
+        fetched = pip(
+            "download",
+            "--quiet",
+            "--require-hashes",
+            "-d",
+            str(WHEELHOUSE),
+            "-r",
+            str(LOCK),
+            env=env,
+        )
         assert fetched.returncode == 0, fetched.stderr[-4000:]
         installed = pip(*install, env=env)
         assert installed.returncode == 0, installed.stderr[-4000:]
@@ -46,8 +65,16 @@ def test_a_venv_from_the_app_lock_alone_serves_with_gevent_workers(database_url,
     port = free_port()
     server = ServerProcess(
         [str(venv / "bin" / "gunicorn"), "-c", "gunicorn.conf.py", "-w", "2", "wsgi:app"],
-        {**env, "DATABASE_URL": database_url, "HOST": "127.0.0.1", "PORT": str(port),
-         "PYTHONUNBUFFERED": "1"}, port, tmp_path / "gunicorn.log")
+        {
+            **env,
+            "DATABASE_URL": database_url,
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "PYTHONUNBUFFERED": "1",
+        },
+        port,
+        tmp_path / "gunicorn.log",
+    )
     try:
         server.wait_healthy(timeout=120)
         owners = set()
@@ -59,8 +86,13 @@ def test_a_venv_from_the_app_lock_alone_serves_with_gevent_workers(database_url,
             if server.proc.poll() is not None:
                 raise AssertionError(server.output())
             return len(owners) == 2
-        wait_for(both_workers_answered, timeout=120, interval=0.05,
-                 message="both gevent workers to answer")
+
+        wait_for(
+            both_workers_answered,
+            timeout=120,
+            interval=0.05,
+            message="both gevent workers to answer",
+        )
         assert "gevent" in server.output()
     finally:
         server.stop()

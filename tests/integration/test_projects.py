@@ -1,5 +1,6 @@
 """Projects started from the landing page: recorded per workspace by an explicit POST (never by a
 GET), listed with the projects that have tasks in one read, ids checked by the API's rule."""
+
 import pytest
 
 from tests.helpers import IMAGE_SOURCE
@@ -12,8 +13,10 @@ def page_post(client, path, form, token="test-token"):
 
 
 def started(sql_conn) -> list[tuple]:
-    return [(r["namespace"], r["project_id"], r["created_by"])
-            for r in sql_conn.execute("SELECT * FROM projects ORDER BY project_id")]
+    return [
+        (r["namespace"], r["project_id"], r["created_by"])
+        for r in sql_conn.execute("SELECT * FROM projects ORDER BY project_id")
+    ]
 
 
 def test_starting_a_project_records_it_and_the_landing_page_lists_it(client, sql_conn):
@@ -46,16 +49,19 @@ def test_opening_a_project_page_records_nothing(client, sql_conn):
 
 def test_another_workspaces_project_is_not_listed(client, sql_conn):
     page_post(client, "/projects", {"id": "ours"})
-    sql_conn.execute("INSERT INTO projects (namespace, project_id, created_by)"
-                     " VALUES ('other-team', 'theirs', 'someone')")
+    sql_conn.execute(
+        "INSERT INTO projects (namespace, project_id, created_by)"
+        " VALUES ('other-team', 'theirs', 'someone')"
+    )
     landing = client.get("/").get_data(as_text=True)
     assert 'href="/projects/ours"' in landing  # the positive control
     assert "theirs" not in landing
 
 
 @pytest.mark.parametrize("project_id", ["-bad", "Demo", "a" * 64, "", "x_y", " demo"])
-def test_a_bad_id_is_refused_with_the_apis_rule_and_a_readable_message(client, sql_conn,
-                                                                      project_id):
+def test_a_bad_id_is_refused_with_the_apis_rule_and_a_readable_message(
+    client, sql_conn, project_id
+):
     api = client.post("/api/v1/tasks", json={"projectId": project_id, "source": IMAGE_SOURCE})
     assert api.status_code == 400  # the API refuses it too: one rule
     response = page_post(client, "/projects", {"id": project_id})

@@ -1,4 +1,5 @@
 """Redeploy clones: the validation matrix, the concurrent race, lineage and identity reuse."""
+
 import threading
 
 import pytest
@@ -12,11 +13,18 @@ def redeploy(client, predecessor_id, **body):
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
 def test_failed_or_cancelled_predecessor_clones_source_target_and_identities(
-        client, insert_task, status, wait_status):
+    client, insert_task, status, wait_status
+):
     source = {"kind": "image", "image": "nginx:1.26", "name": "api", "port": 8080}
-    pred = insert_task(status=status, project_id="shop", source=source,
-                       artifact_summary={"resultIdentities": IDENTITY,
-                                         "appliedResources": [{"kind": "Deployment", "name": "api"}]})
+    pred = insert_task(
+        status=status,
+        project_id="shop",
+        source=source,
+        artifact_summary={
+            "resultIdentities": IDENTITY,
+            "appliedResources": [{"kind": "Deployment", "name": "api"}],
+        },
+    )
     assert client.get(f"/api/v1/tasks/{pred['id']}").get_json()["hasAppliedResources"] is True
     response = redeploy(client, pred["id"])
     assert response.status_code == 201
@@ -48,8 +56,12 @@ def test_unknown_purged_or_foreign_predecessor_is_404(client, insert_task, sql_c
     foreign = insert_task(status="failed", namespace="elsewhere")
     assert redeploy(client, foreign["id"]).status_code == 404
     # Never a silent fresh create.
-    assert sql_conn.execute("SELECT count(*) AS n FROM deploy_tasks "
-                            "WHERE retried_from_task_id IS NOT NULL").fetchone()["n"] == 0
+    assert (
+        sql_conn.execute(
+            "SELECT count(*) AS n FROM deploy_tasks WHERE retried_from_task_id IS NOT NULL"
+        ).fetchone()["n"]
+        == 0
+    )
 
 
 def test_twenty_concurrent_redeploys_produce_exactly_one_clone(app, insert_task, sql_conn, cluster):
@@ -71,13 +83,15 @@ def test_twenty_concurrent_redeploys_produce_exactly_one_clone(app, insert_task,
     for loser in (r.get_json() for r in responses if r.status_code == 409):
         assert loser["code"] == "redeploy_already_active"
         assert loser["snapshot"]["id"] == winner["id"]
-    clones = sql_conn.execute("SELECT id FROM deploy_tasks WHERE retried_from_task_id = %s",
-                              (pred["id"],)).fetchall()
+    clones = sql_conn.execute(
+        "SELECT id FROM deploy_tasks WHERE retried_from_task_id = %s", (pred["id"],)
+    ).fetchall()
     assert [str(c["id"]) for c in clones] == [winner["id"]]
 
 
-def test_a_second_redeploy_is_allowed_once_the_first_clone_has_finished(client, insert_task,
-                                                                        wait_status, cluster):
+def test_a_second_redeploy_is_allowed_once_the_first_clone_has_finished(
+    client, insert_task, wait_status, cluster
+):
     cluster.fail_kinds = {"Deployment"}
     pred = insert_task(status="failed")
     first = redeploy(client, pred["id"]).get_json()
@@ -87,8 +101,9 @@ def test_a_second_redeploy_is_allowed_once_the_first_clone_has_finished(client, 
 
 
 def test_edited_redeploy_uses_the_new_source_and_keeps_lineage(client, insert_task):
-    pred = insert_task(status="failed", project_id="shop",
-                       artifact_summary={"resultIdentities": IDENTITY})
+    pred = insert_task(
+        status="failed", project_id="shop", artifact_summary={"resultIdentities": IDENTITY}
+    )
     edited = {"kind": "image", "image": "nginx:1.27", "name": "api", "replicas": 3}
     clone = redeploy(client, pred["id"], source=edited).get_json()
     assert clone["source"] == edited and clone["projectId"] == "shop"
@@ -96,27 +111,32 @@ def test_edited_redeploy_uses_the_new_source_and_keeps_lineage(client, insert_ta
 
 
 def test_edited_redeploy_that_retargets_gets_fresh_identities(client, insert_task):
-    pred = insert_task(status="failed", project_id="shop",
-                       artifact_summary={"resultIdentities": IDENTITY})
+    pred = insert_task(
+        status="failed", project_id="shop", artifact_summary={"resultIdentities": IDENTITY}
+    )
     clone = redeploy(client, pred["id"], projectId="other-shop").get_json()
     assert clone["projectId"] == "other-shop" and clone["resultIdentities"] == {}
     assert clone["retriedFromTaskId"] == str(pred["id"])
 
 
-def test_an_edited_redeploy_that_switches_source_kind_gets_fresh_identities(client, insert_task,
-                                                                            wait_status):
-    pred = insert_task(status="failed", project_id="shop",
-                       artifact_summary={"resultIdentities": IDENTITY})
+def test_an_edited_redeploy_that_switches_source_kind_gets_fresh_identities(
+    client, insert_task, wait_status
+):
+    pred = insert_task(
+        status="failed", project_id="shop", artifact_summary={"resultIdentities": IDENTITY}
+    )
     same = redeploy(client, pred["id"]).get_json()
     assert same["resultIdentities"] == IDENTITY  # positive control: same kind, same project
     wait_status(same["id"], "completed", "failed", "cancelled")  # one active clone at a time
-    other = redeploy(client, pred["id"], source={
-        "kind": "template", "template": "webapp", "args": {}}).get_json()
+    other = redeploy(
+        client, pred["id"], source={"kind": "template", "template": "webapp", "args": {}}
+    ).get_json()
     assert other["resultIdentities"] == {} and other["projectId"] == "shop"
 
 
 def test_a_chain_converges_on_the_root_identity_after_the_root_is_purged(
-        client, insert_task, sql_conn, cluster, wait_status):
+    client, insert_task, sql_conn, cluster, wait_status
+):
     cluster.fail_kinds = {"Deployment"}
     root = insert_task(status="failed", artifact_summary={"resultIdentities": IDENTITY})
     b = redeploy(client, root["id"]).get_json()  # B allocates nothing itself
@@ -133,16 +153,27 @@ def test_redeploy_body_is_validated(client):
     response = client.post("/api/v1/tasks", json={"source": {"kind": "image"}, "projectId": "p"})
     assert response.status_code == 400
     assert set(response.get_json()["fields"]["source"]) == {"image", "name"}
-    response = client.post("/api/v1/tasks", json={
-        "source": {"kind": "image", "image": "nginx", "name": "web"}})
+    response = client.post(
+        "/api/v1/tasks", json={"source": {"kind": "image", "image": "nginx", "name": "web"}}
+    )
     assert response.status_code == 400 and set(response.get_json()["fields"]) == {"projectId"}
 
 
 def test_a_one_click_redeploy_re_asks_recorded_secrets_instead_of_deploying_without_them(
-        client, cluster, wait_status, sql_conn):
-    first = client.post("/api/v1/tasks", json={"projectId": "demo", "source": {
-        "kind": "image", "image": "nginx", "name": "web",
-        "env": {"API_TOKEN": "tok-first-123456"}}}).get_json()
+    client, cluster, wait_status, sql_conn
+):
+    first = client.post(
+        "/api/v1/tasks",
+        json={
+            "projectId": "demo",
+            "source": {
+                "kind": "image",
+                "image": "nginx",
+                "name": "web",
+                "env": {"API_TOKEN": "tok-first-123456"},
+            },
+        },
+    ).get_json()
     cluster.fail_kinds = {"Deployment"}
     wait_status(first["id"], "failed")
     cluster.fail_kinds = set()
@@ -152,8 +183,9 @@ def test_a_one_click_redeploy_re_asks_recorded_secrets_instead_of_deploying_with
     assert [i["name"] for i in blocked["pendingInputs"]] == ["API_TOKEN"]
     assert blocked["pendingInputs"][0]["sensitive"] is True
     assert len(cluster.calls) == applies_before  # nothing was applied without the secret
-    response = client.post(f"/api/v1/tasks/{clone['id']}/input",
-                           json={"inputs": {"API_TOKEN": "tok-second-654321"}})
+    response = client.post(
+        f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"API_TOKEN": "tok-second-654321"}}
+    )
     assert response.status_code == 200
     wait_status(clone["id"], "completed")
     secret = [c.manifest for c in cluster.calls if c.op == "apply" and c.ref.kind == "Secret"][-1]

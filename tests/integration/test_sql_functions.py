@@ -1,4 +1,5 @@
 """The SQL functions the named queries share (migrations/0003): the task NOTIFY and "expired"."""
+
 import json
 import uuid
 
@@ -10,16 +11,21 @@ def test_a_task_change_notifies_ids_only_and_a_purge_says_removed(sql_conn, data
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN deploy_tasks")
         sql_conn.execute("SELECT notify_task_changed('ws', 'shop', %s)", (task_id,))
-        sql_conn.execute("SELECT notify_task_changed('ws', 'shop', %s, removed => true)",
-                         (task_id,))
+        sql_conn.execute(
+            "SELECT notify_task_changed('ws', 'shop', %s, removed => true)", (task_id,)
+        )
         got = [json.loads(n.payload) for n in listener.notifies(timeout=10, stop_after=2)]
     changed = {"namespace": "ws", "project": "shop", "task": str(task_id)}
     assert got == [changed, {**changed, "removed": True}]
 
 
 def test_expired_is_inlined_so_its_cutoff_stays_an_index_condition(sql_conn):
-    plan = "\n".join(row["QUERY PLAN"] for row in sql_conn.execute(
-        "EXPLAIN SELECT id FROM deploy_tasks t "
-        "WHERE task_expired(t.status, t.finished_at, now() - interval '30 days')"))
+    plan = "\n".join(
+        row["QUERY PLAN"]
+        for row in sql_conn.execute(
+            "EXPLAIN SELECT id FROM deploy_tasks t "
+            "WHERE task_expired(t.status, t.finished_at, now() - interval '30 days')"
+        )
+    )
     assert "finished_at <" in plan  # the control: the condition is in the plan
     assert "task_expired" not in plan

@@ -1,7 +1,8 @@
 """Failure streaks (seed 002): one durable row per failing subject, throttled log lines, ERROR
 once a streak is 15 minutes old (clock pinned), one INFO on recovery."""
+
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from gevent.pywsgi import WSGIServer
 
@@ -11,7 +12,7 @@ from engine.streaks import REPORT_EVERY, Streaks
 from tests.conftest import free_port
 
 KEY = "devbox-signing-key-for-streak-tests-0123456789"
-T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def streak_lines(caplog) -> list[logging.LogRecord]:
@@ -24,17 +25,28 @@ def streak_rows(sql_conn) -> list[dict]:
 
 def finished_tasks_with_devboxes(insert_task, n: int) -> None:
     for i in range(n):
-        insert_task(status="completed", devbox_id=f"dbx-{i}",
-                    finished_at=datetime.now(timezone.utc) - timedelta(hours=1))
+        insert_task(
+            status="completed",
+            devbox_id=f"dbx-{i}",
+            finished_at=datetime.now(UTC) - timedelta(hours=1),
+        )
 
 
 def test_a_dead_devbox_url_is_one_streak_row_with_throttled_lines_and_one_recovery(
-        make_app, cluster, insert_task, sql_conn, caplog):
+    make_app, cluster, insert_task, sql_conn, caplog
+):
     from engine.integrations import Integrations
+
     port = free_port()
     devbox = DevboxClient(f"http://127.0.0.1:{port}", KEY, timeout_s=2.0)
-    app = make_app(cleanup_interval_s=3600.0, overrides={"integrations": Integrations(
-        cluster=lambda kubeconfig: cluster, cluster_label="fake", devbox=devbox)})
+    app = make_app(
+        cleanup_interval_s=3600.0,
+        overrides={
+            "integrations": Integrations(
+                cluster=lambda kubeconfig: cluster, cluster_label="fake", devbox=devbox
+            )
+        },
+    )
     engine = app.extensions["engine"]
     caplog.set_level(logging.INFO, logger="engine.streaks")
     failures = 2 * REPORT_EVERY + 5  # 125: lines at the 1st, 60th and 120th failure
@@ -45,40 +57,54 @@ def test_a_dead_devbox_url_is_one_streak_row_with_throttled_lines_and_one_recove
     while attempted < failures:
         engine.cleanup.run_once()
         attempted = sql_conn.execute(
-            "SELECT count(*) AS n FROM cleanup_jobs WHERE attempts > 0").fetchone()["n"]
+            "SELECT count(*) AS n FROM cleanup_jobs WHERE attempts > 0"
+        ).fetchone()["n"]
 
     rows = streak_rows(sql_conn)
     assert [(r["subject"], r["consecutive_failures"]) for r in rows] == [
-        ("integration:devbox", failures)]
+        ("integration:devbox", failures)
+    ]
     assert "ConnectionError" in rows[0]["last_error"] and KEY not in rows[0]["last_error"]
     # Lines at this process's 1st, 60th and 120th failure (each quotes the durable count, which
     # concurrent attempts may have moved on by one or two).
     lines = streak_lines(caplog)
     assert [r.levelno for r in lines] == [logging.WARNING] * 3
     assert all(r.subject == "integration:devbox" for r in lines)
-    assert all(abs(r.consecutiveFailures - n) < cleanup.JOB_CONCURRENCY
-               for r, n in zip(lines, (1, REPORT_EVERY, 2 * REPORT_EVERY)))
+    assert all(
+        abs(r.consecutiveFailures - n) < cleanup.JOB_CONCURRENCY
+        for r, n in zip(lines, (1, REPORT_EVERY, 2 * REPORT_EVERY), strict=False)
+    )
 
     # The devbox API comes back: the next pause succeeds, the row goes, one INFO says so.
     def devbox_api(environ, start_response):
         start_response("204 No Content", [])
         return []
+
     server = WSGIServer(("127.0.0.1", port), devbox_api, log=None)
     server.start()
     try:
         caplog.clear()
-        sql_conn.execute("UPDATE cleanup_jobs SET next_attempt_at = now() WHERE id = "
-                         "(SELECT min(id) FROM cleanup_jobs)")
+        sql_conn.execute(
+            "UPDATE cleanup_jobs SET next_attempt_at = now() WHERE id = "
+            "(SELECT min(id) FROM cleanup_jobs)"
+        )
         engine.cleanup.run_once()
         assert streak_rows(sql_conn) == []
         recovered = streak_lines(caplog)
         assert [(r.levelno, r.afterConsecutiveFailures) for r in recovered] == [
-            (logging.INFO, failures)]
+            (logging.INFO, failures)
+        ]
         # Successes after the recovery say nothing more.
-        sql_conn.execute("UPDATE cleanup_jobs SET next_attempt_at = now() WHERE state <> 'succeeded'")
+        sql_conn.execute(
+            "UPDATE cleanup_jobs SET next_attempt_at = now() WHERE state <> 'succeeded'"
+        )
         engine.cleanup.run_once()
-        assert sql_conn.execute("SELECT count(*) AS n FROM cleanup_jobs WHERE state = 'succeeded'"
-                                ).fetchone()["n"] > 1
+        assert (
+            sql_conn.execute(
+                "SELECT count(*) AS n FROM cleanup_jobs WHERE state = 'succeeded'"
+            ).fetchone()["n"]
+            > 1
+        )
         assert len(streak_lines(caplog)) == 1
     finally:
         server.stop(timeout=1)
@@ -99,13 +125,19 @@ def test_a_streak_turns_error_once_it_is_15_minutes_old_on_a_pinned_clock(app, s
     assert "failing persistently" in lines[1].getMessage() and lines[1].consecutiveFailures == 3
     row = streak_rows(sql_conn)[0]
     assert (row["consecutive_failures"], row["first_failure_at"], row["last_failure_at"]) == (
-        4, T0, T0 + timedelta(minutes=16))
+        4,
+        T0,
+        T0 + timedelta(minutes=16),
+    )
 
     # From then on, the throttle's lines are ERROR too.
     for minute in range(17, 17 + REPORT_EVERY - 4):
         streaks.failed("reaper", RuntimeError("boom"), now=T0 + timedelta(minutes=minute))
-    assert [r.levelno for r in streak_lines(caplog)] == [logging.WARNING, logging.ERROR,
-                                                         logging.ERROR]
+    assert [r.levelno for r in streak_lines(caplog)] == [
+        logging.WARNING,
+        logging.ERROR,
+        logging.ERROR,
+    ]
 
 
 def test_the_durable_count_survives_a_restart_and_any_error_is_scrubbed(app, sql_conn, caplog):
@@ -113,8 +145,10 @@ def test_the_durable_count_survives_a_restart_and_any_error_is_scrubbed(app, sql
     caplog.set_level(logging.INFO, logger="engine.streaks")
     before = Streaks(db, owner="before-restart", secret_values=["s3cr3t-signing-key"])
     for _ in range(3):
-        before.failed("integration:gateway",
-                      "POST https://user:hunter22@gw/v1 with s3cr3t-signing-key: HTTP 502")
+        before.failed(
+            "integration:gateway",
+            "POST https://user:hunter22@gw/v1 with s3cr3t-signing-key: HTTP 502",
+        )
     after = Streaks(db, owner="after-restart", secret_values=["s3cr3t-signing-key"])
     after.failed("integration:gateway", "HTTP 502")
     row = streak_rows(sql_conn)[0]
@@ -130,6 +164,5 @@ def test_the_durable_count_survives_a_restart_and_any_error_is_scrubbed(app, sql
     bystander.succeeded("integration:gateway")
     assert len(streak_rows(sql_conn)) == 1
     bystander._stale_checked.clear()
-    bystander.succeeded("integration:gateway",
-                        now=row["last_failure_at"] + timedelta(minutes=10))
+    bystander.succeeded("integration:gateway", now=row["last_failure_at"] + timedelta(minutes=10))
     assert streak_rows(sql_conn) == []

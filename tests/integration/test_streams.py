@@ -40,8 +40,9 @@ def serve():
 
 
 def create(base, project="demo") -> str:
-    response = requests.post(base + "/api/v1/tasks", timeout=10,
-                             json={"projectId": project, "source": IMAGE_SOURCE})
+    response = requests.post(
+        base + "/api/v1/tasks", timeout=10, json={"projectId": project, "source": IMAGE_SOURCE}
+    )
     assert response.status_code == 201, response.text
     return response.json()["id"]
 
@@ -63,11 +64,13 @@ def test_bootstrap_then_upserts_until_completed(make_app, cluster, serve, insert
 
     elsewhere = create(base, project="elsewhere")
     task_id = create(base)
-    frames = stream.until(lambda e, d: e == "upsert" and d["id"] == task_id
-                          and d["phase"] == "verify")
+    frames = stream.until(
+        lambda e, d: e == "upsert" and d["id"] == task_id and d["phase"] == "verify"
+    )
     cluster.ready_after_polls = None
-    frames += stream.until(lambda e, d: e == "upsert" and d["id"] == task_id
-                           and d["status"] == "completed")
+    frames += stream.until(
+        lambda e, d: e == "upsert" and d["id"] == task_id and d["status"] == "completed"
+    )
 
     assert all(d.get("id") != elsewhere for _, d in frames), "another project's task leaked"
     mine = [d for e, d in frames if e == "upsert" and d["id"] == task_id]
@@ -90,7 +93,8 @@ def test_a_row_that_disappears_is_a_remove(make_app, serve, insert_task, sql_con
         "WITH gone AS (DELETE FROM deploy_tasks WHERE id = %s RETURNING namespace, project_id, id) "
         "SELECT pg_notify('deploy_tasks', json_build_object("
         "'namespace', namespace, 'project', project_id, 'task', id)::text) FROM gone",
-        (task["id"],))
+        (task["id"],),
+    )
     assert stream.next() == ("remove", {"id": str(task["id"])})
 
 
@@ -105,7 +109,8 @@ def test_a_listener_reconnect_rebootstraps_the_stream(make_app, serve, insert_ta
     unseen = insert_task(status="failed", project_id="demo")
     killed = sql_conn.execute(
         "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
-        "WHERE datname = current_database() AND query = 'LISTEN deploy_tasks'").fetchall()
+        "WHERE datname = current_database() AND query = 'LISTEN deploy_tasks'"
+    ).fetchall()
     assert [r["ok"] for r in killed] == [True]
 
     event, data = stream.next()
@@ -119,17 +124,29 @@ def test_a_listener_reconnect_rebootstraps_the_stream(make_app, serve, insert_ta
 
 def test_a_stream_sees_tasks_another_worker_runs(start_server):
     """Gunicorn, two gevent workers: the stream is served by one, the task run by the other."""
-    server = start_server("gunicorn", workers=2, env={
-        "SANDBOX_APPLY_DELAY_S": "0.05", "SANDBOX_READY_DELAY_S": "0.3",
-        "READINESS_POLL_S": "0.1"})
+    server = start_server(
+        "gunicorn",
+        workers=2,
+        env={
+            "SANDBOX_APPLY_DELAY_S": "0.05",
+            "SANDBOX_READY_DELAY_S": "0.3",
+            "READINESS_POLL_S": "0.1",
+        },
+    )
     stream = EventStream(server.base)
     try:
         assert stream.next()[0] == "snapshot"
         other = None
         for _ in range(15):  # fresh connections, a few at a time, until the other worker takes one
-            batch = [gevent.spawn(requests.post, server.base + "/api/v1/tasks", timeout=10,
-                                  json={"projectId": "demo", "source": IMAGE_SOURCE})
-                     for _ in range(4)]
+            batch = [
+                gevent.spawn(
+                    requests.post,
+                    server.base + "/api/v1/tasks",
+                    timeout=10,
+                    json={"projectId": "demo", "source": IMAGE_SOURCE},
+                )
+                for _ in range(4)
+            ]
             gevent.joinall(batch, raise_error=True)
             for done in batch:
                 assert done.value.status_code == 201, done.value.text
@@ -138,8 +155,10 @@ def test_a_stream_sees_tasks_another_worker_runs(start_server):
             if other:
                 break
         assert other, "no create was handled by the other worker"
-        frames = stream.until(lambda e, d: e == "upsert" and d["id"] == other
-                              and d["status"] == "completed", timeout=60)
+        frames = stream.until(
+            lambda e, d: e == "upsert" and d["id"] == other and d["status"] == "completed",
+            timeout=60,
+        )
         seen = [d["status"] for e, d in frames if e == "upsert" and d["id"] == other]
         assert seen[-1] == "completed"
     finally:

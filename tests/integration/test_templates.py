@@ -1,6 +1,7 @@
 """Template sources end to end through the HTTP API: catalog listing, deploy on the fake cluster
 and the sandbox, blocked inputs answered through /input, identity reuse across redeploys,
 failure cleanup only for a fresh identity, and cancel never reaching cleanup."""
+
 import json
 import os
 import re
@@ -11,8 +12,17 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.sandbox import SandboxCluster
-from tests.helpers import (applied_manifests, create, dump_database, events, redeploy, steps,
-                           template, wait, wait_for)
+from tests.helpers import (
+    applied_manifests,
+    create,
+    dump_database,
+    events,
+    redeploy,
+    steps,
+    template,
+    wait,
+    wait_for,
+)
 from tests.helpers import secret_forms as forms
 
 INSTANCE = "templateInstanceName"
@@ -20,10 +30,6 @@ INSTANCE = "templateInstanceName"
 
 def canary() -> str:
     return f"CANARY-{uuid.uuid4().hex}"
-
-
-
-
 
 
 def instance_of(snap) -> str:
@@ -42,8 +48,13 @@ def test_the_catalog_lists_each_template_with_its_declared_inputs(client):
             assert {"name", "type", "default", "required", "sensitive"} <= set(decl)
     postgres = {d["name"]: d for d in items["postgresql"]["inputs"]}
     assert postgres["password"] | {"description": None} == {
-        "name": "password", "type": "password", "default": None, "required": True,
-        "sensitive": True, "description": None}
+        "name": "password",
+        "type": "password",
+        "default": None,
+        "required": True,
+        "sensitive": True,
+        "description": None,
+    }
     assert postgres["version"]["default"] == "17" and postgres["version"]["sensitive"] is False
     webapp = {d["name"]: d for d in items["webapp"]["inputs"]}
     assert webapp["port"] == webapp["port"] | {"type": "integer", "default": 80}
@@ -62,7 +73,9 @@ def test_a_template_deploys_to_completed_on_the_fake_cluster(client, cluster):
     assert deployment["spec"]["replicas"] == 2
     assert deployment["metadata"]["namespace"] == "demo"
     assert {(r["kind"], r["name"]) for r in snap["appliedResources"]} == {
-        ("Deployment", instance), ("Service", instance)}
+        ("Deployment", instance),
+        ("Service", instance),
+    }
     # Completed only after the required result resource answered ready.
     polled = [c.ref.label() for c in cluster.calls if c.op == "readiness"]
     assert polled == [f"Deployment/{instance}"]
@@ -71,16 +84,27 @@ def test_a_template_deploys_to_completed_on_the_fake_cluster(client, cluster):
 
 @pytest.fixture
 def sandbox_client(make_app):
-    sandbox = SandboxCluster(apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False,
-                             apply_error="")
-    app = make_app(overrides={"integrations": Integrations(cluster=lambda kubeconfig: sandbox,
-                                                           cluster_label="sandbox")})
+    sandbox = SandboxCluster(
+        apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False, apply_error=""
+    )
+    app = make_app(
+        overrides={
+            "integrations": Integrations(
+                cluster=lambda kubeconfig: sandbox, cluster_label="sandbox"
+            )
+        }
+    )
     return app.test_client(), sandbox
 
 
-@pytest.mark.parametrize("name,inputs", [
-    ("webapp", {}), ("postgresql", {"password": "pg-pass-1234"}),
-    ("redis", {"password": "rd-pass-1234"})])
+@pytest.mark.parametrize(
+    "name,inputs",
+    [
+        ("webapp", {}),
+        ("postgresql", {"password": "pg-pass-1234"}),
+        ("redis", {"password": "rd-pass-1234"}),
+    ],
+)
 def test_each_shipped_template_deploys_to_completed_on_the_sandbox(sandbox_client, name, inputs):
     client, sandbox = sandbox_client
     task = create(client, template(name), inputs=inputs)
@@ -94,7 +118,8 @@ def test_each_shipped_template_deploys_to_completed_on_the_sandbox(sandbox_clien
 
 # -- blocked inputs and the secrets contract ---------------------------------------------------
 def test_a_blocked_template_resumes_through_input_and_its_secret_is_persisted_nowhere(
-        client, cluster, sql_conn):
+    client, cluster, sql_conn
+):
     secret = canary()
     task = create(client, template("postgresql", database="shop"))
     blocked = wait(client, task["id"], "blocked", "completed", "failed")
@@ -105,8 +130,9 @@ def test_a_blocked_template_resumes_through_input_and_its_secret_is_persisted_no
     assert blocked["resultIdentities"] == {}  # parked before any identity was allocated
     assert cluster.calls == []
 
-    response = client.post(f"/api/v1/tasks/{task['id']}/input",
-                           json={"inputs": {"password": secret}})
+    response = client.post(
+        f"/api/v1/tasks/{task['id']}/input", json={"inputs": {"password": secret}}
+    )
     assert response.status_code == 200 and response.get_json()["status"] == "running"
     done = wait(client, task["id"], "completed", "failed")
     assert done["status"] == "completed", done["failure"]
@@ -156,13 +182,15 @@ resources:
 
 def write_note_template(directory, *, note_sensitive: bool, mtime_ns: int) -> None:
     path = directory / "note.yaml"
-    path.write_text(textwrap.dedent(SECRET_NOTE).format(
-        note_sensitive="true" if note_sensitive else "false"))
+    path.write_text(
+        textwrap.dedent(SECRET_NOTE).format(note_sensitive="true" if note_sensitive else "false")
+    )
     os.utime(path, ns=(mtime_ns, mtime_ns))
 
 
 def test_a_declared_secret_with_an_innocuous_name_is_stripped_before_the_first_insert(
-        make_app, cluster, sql_conn, tmp_path):
+    make_app, cluster, sql_conn, tmp_path
+):
     write_note_template(tmp_path, note_sensitive=True, mtime_ns=1)
     client = make_app(template_catalog_dir=str(tmp_path)).test_client()
     secret = canary()
@@ -177,7 +205,8 @@ def test_a_declared_secret_with_an_innocuous_name_is_stripped_before_the_first_i
 
 
 def test_the_runner_re_scrubs_a_source_persisted_before_the_template_declared_it_sensitive(
-        make_app, cluster, sql_conn, tmp_path):
+    make_app, cluster, sql_conn, tmp_path
+):
     write_note_template(tmp_path, note_sensitive=False, mtime_ns=1)
     client = make_app(template_catalog_dir=str(tmp_path)).test_client()
     value = canary()
@@ -191,16 +220,19 @@ def test_the_runner_re_scrubs_a_source_persisted_before_the_template_declared_it
     assert done["status"] == "completed", done["failure"]
     assert "note" not in done["source"]["args"] and "note" in done["sensitiveKeys"]
     assert applied_manifests(cluster, "Secret")[0]["stringData"]["note"] == value  # not dropped
-    row = sql_conn.execute("SELECT row_to_json(t)::text AS row FROM deploy_tasks t WHERE id = %s",
-                           (task["id"],)).fetchone()["row"]
+    row = sql_conn.execute(
+        "SELECT row_to_json(t)::text AS row FROM deploy_tasks t WHERE id = %s", (task["id"],)
+    ).fetchone()["row"]
     assert value not in row
-    rescrubbed = [e["payload"] for e in events(client, task["id"])
-                  if e["kind"] == "secrets_rescrubbed"]
+    rescrubbed = [
+        e["payload"] for e in events(client, task["id"]) if e["kind"] == "secrets_rescrubbed"
+    ]
     assert rescrubbed == [{"stripped": ["note"], "recorded": []}]
 
 
 def test_a_redeploy_re_asks_a_recorded_optional_secret_instead_of_dropping_it(
-        make_app, cluster, tmp_path):
+    make_app, cluster, tmp_path
+):
     write_note_template(tmp_path, note_sensitive=True, mtime_ns=1)
     client = make_app(template_catalog_dir=str(tmp_path)).test_client()
     cluster.fail_kinds = {"ConfigMap"}
@@ -215,8 +247,10 @@ def test_a_redeploy_re_asks_a_recorded_optional_secret_instead_of_dropping_it(
     second = canary()
     client.post(f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"note": second}})
     assert wait(client, clone["id"], "completed", "failed")["status"] == "completed"
-    assert applied_manifests(cluster, "Secret")[-1]["stringData"] == {"note": second,
-                                                                      "code": "c0de"}
+    assert applied_manifests(cluster, "Secret")[-1]["stringData"] == {
+        "note": second,
+        "code": "c0de",
+    }
 
 
 # -- identities across redeploys ----------------------------------------------------------------
@@ -243,16 +277,19 @@ def test_a_redeploy_of_a_failed_template_task_reuses_its_instance_name(client, c
 def test_an_edited_redeploy_to_another_project_gets_a_fresh_instance_name(client, cluster):
     first = failed_webapp(client, cluster)
     cluster.fail_kinds = set()
-    clone = redeploy(client, first["id"], projectId="elsewhere",
-                     source=template("webapp", replicas=3))
+    clone = redeploy(
+        client, first["id"], projectId="elsewhere", source=template("webapp", replicas=3)
+    )
     assert clone["resultIdentities"] == {} and clone["projectId"] == "elsewhere"
     done = wait(client, clone["id"], "completed", "failed")
     assert done["status"] == "completed"
     assert re.fullmatch(r"webapp-[0-9a-f]{6}", instance_of(done))
     assert instance_of(done) != instance_of(first)
     service = applied_manifests(cluster, "Service")[0]
-    assert service["metadata"] == service["metadata"] | {"name": instance_of(done),
-                                                         "namespace": "elsewhere"}
+    assert service["metadata"] == service["metadata"] | {
+        "name": instance_of(done),
+        "namespace": "elsewhere",
+    }
 
 
 def test_an_edited_redeploy_that_switches_template_gets_a_fresh_instance_name(client, cluster):
@@ -264,8 +301,9 @@ def test_an_edited_redeploy_that_switches_template_gets_a_fresh_instance_name(cl
     assert done["status"] == "completed"
     assert re.fullmatch(r"redis-[0-9a-f]{6}", instance_of(done))
     assert [s["reused"] for s in steps(client, clone["id"], "identity")] == [False]
-    assert instance_of(first) not in {m["metadata"]["name"] for m in applied_manifests(
-        cluster, "Service")}
+    assert instance_of(first) not in {
+        m["metadata"]["name"] for m in applied_manifests(cluster, "Service")
+    }
 
 
 def test_an_edited_redeploy_of_the_same_template_keeps_its_instance_name(client, cluster):
@@ -276,7 +314,8 @@ def test_an_edited_redeploy_of_the_same_template_keeps_its_instance_name(client,
 
 
 def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purged(
-        client, cluster, sql_conn):
+    client, cluster, sql_conn
+):
     cluster.fail_kinds = {"StatefulSet"}
     a = create(client, template("postgresql"), inputs={"password": "first-pass-1"})
     a = wait(client, a["id"], "failed", "completed")
@@ -320,7 +359,8 @@ def test_an_apply_failure_of_a_reused_instance_deletes_nothing(client, cluster):
     assert snap["failure"]["reason"] == "apply_failed"
     assert len(cluster.deletes()) == deletes_by_first == 1
     assert [(r["kind"], r["name"]) for r in snap["appliedResources"]] == [
-        ("Deployment", instance_of(first))]
+        ("Deployment", instance_of(first))
+    ]
     assert steps(client, clone["id"], "cleanup") == []
 
 
@@ -334,8 +374,9 @@ def test_a_readiness_timeout_fails_with_the_resources_kept(make_app, cluster):
 
 
 @pytest.mark.parametrize("refused", [set(), {"Service"}], ids=["apply-ok", "apply-refused"])
-def test_a_cancel_during_the_template_apply_is_cancelled_with_nothing_deleted(client, cluster,
-                                                                              refused):
+def test_a_cancel_during_the_template_apply_is_cancelled_with_nothing_deleted(
+    client, cluster, refused
+):
     cluster.apply_delay_s = 0.3
     cluster.fail_kinds = refused
     task = create(client, template("webapp"))

@@ -4,6 +4,7 @@ reaches the other's streams or websockets. Each refusal follows the owner's own 
 
 Served in this process by gevent's WSGIServer so streams and websockets are real connections.
 """
+
 import json
 import re
 
@@ -15,6 +16,7 @@ from gevent.pywsgi import WSGIServer
 
 from tests.conftest import IMAGE_SOURCE, free_port, oidc_settings
 from tests.helpers import EventStream
+
 
 @pytest.fixture
 def site(make_app, issuer):
@@ -43,12 +45,14 @@ class User:
 
     def action(self, path, data=None):
         """A page action as htmx sends it."""
-        return self.call("POST", path, data=data or {},
-                         headers={"X-CSRF-Token": self.csrf, "HX-Request": "true"})
+        return self.call(
+            "POST", path, data=data or {}, headers={"X-CSRF-Token": self.csrf, "HX-Request": "true"}
+        )
 
     def create(self, project="demo") -> str:
-        response = self.call("POST", "/api/v1/tasks", json={"projectId": project,
-                                                          "source": IMAGE_SOURCE})
+        response = self.call(
+            "POST", "/api/v1/tasks", json={"projectId": project, "source": IMAGE_SOURCE}
+        )
         assert response.status_code == 201, response.text
         return response.json()["id"]
 
@@ -57,27 +61,39 @@ class User:
 
     def websocket(self, task_id):
         return websocket.create_connection(
-            self.site.replace("http", "ws") + f"/ws/tasks/{task_id}/timeline", timeout=10,
-            origin=self.site, header=[f"Authorization: {self.http.headers['Authorization']}"])
+            self.site.replace("http", "ws") + f"/ws/tasks/{task_id}/timeline",
+            timeout=10,
+            origin=self.site,
+            header=[f"Authorization: {self.http.headers['Authorization']}"],
+        )
 
 
 def api_routes(task_id):
-    return [("GET", f"/api/v1/tasks/{task_id}", None),
-            ("GET", f"/api/v1/tasks/{task_id}/events", None),
-            ("POST", f"/api/v1/tasks/{task_id}/input", {"inputs": {"A": "b"}}),
-            ("PATCH", f"/api/v1/tasks/{task_id}/canvas", {"x": 1, "y": 2}),
-            ("POST", "/api/v1/tools/explain_deployment", {"taskId": task_id}),
-            ("POST", "/api/v1/tools/submit_deployment_inputs",
-             {"taskId": task_id, "inputs": {"A": "b"}}),
-            ("POST", "/api/v1/tools/redeploy_deployment", {"taskId": task_id}),
-            ("POST", f"/api/v1/tasks/{task_id}/cancel", None),
-            ("POST", "/api/v1/tools/cancel_deployment", {"taskId": task_id})]
+    return [
+        ("GET", f"/api/v1/tasks/{task_id}", None),
+        ("GET", f"/api/v1/tasks/{task_id}/events", None),
+        ("POST", f"/api/v1/tasks/{task_id}/input", {"inputs": {"A": "b"}}),
+        ("PATCH", f"/api/v1/tasks/{task_id}/canvas", {"x": 1, "y": 2}),
+        ("POST", "/api/v1/tools/explain_deployment", {"taskId": task_id}),
+        (
+            "POST",
+            "/api/v1/tools/submit_deployment_inputs",
+            {"taskId": task_id, "inputs": {"A": "b"}},
+        ),
+        ("POST", "/api/v1/tools/redeploy_deployment", {"taskId": task_id}),
+        ("POST", f"/api/v1/tasks/{task_id}/cancel", None),
+        ("POST", "/api/v1/tools/cancel_deployment", {"taskId": task_id}),
+    ]
 
 
 def page_routes(task_id):
-    return [("GET", f"/tasks/{task_id}/timeline"), ("GET", f"/tasks/{task_id}/edit"),
-            ("POST", f"/tasks/{task_id}/input"), ("POST", f"/tasks/{task_id}/redeploy"),
-            ("POST", f"/tasks/{task_id}/cancel")]
+    return [
+        ("GET", f"/tasks/{task_id}/timeline"),
+        ("GET", f"/tasks/{task_id}/edit"),
+        ("POST", f"/tasks/{task_id}/input"),
+        ("POST", f"/tasks/{task_id}/redeploy"),
+        ("POST", f"/tasks/{task_id}/cancel"),
+    ]
 
 
 def test_two_workspaces_never_see_each_other(site, issuer):
@@ -88,8 +104,10 @@ def test_two_workspaces_never_see_each_other(site, issuer):
     # the API and chat tools: the owner reads it, the other workspace gets 404 everywhere
     assert alice.call("GET", f"/api/v1/tasks/{theirs}").status_code == 200
     assert alice.call("GET", f"/api/v1/tasks/{theirs}/events").status_code == 200
-    assert alice.call("POST", "/api/v1/tools/explain_deployment",
-                      json={"taskId": theirs}).status_code == 200
+    assert (
+        alice.call("POST", "/api/v1/tools/explain_deployment", json={"taskId": theirs}).status_code
+        == 200
+    )
     for method, path, body in api_routes(theirs):
         response = bob.call(method, path, json=body)
         assert response.status_code == 404, (method, path, response.status_code, response.text)
@@ -121,8 +139,11 @@ def test_two_workspaces_never_see_each_other(site, issuer):
     assert refused.value.status_code == 404
 
     # streams: each sees its own new task; not one frame of the other's arrives
-    streams = {(who.name, path): who.stream(path) for who in (alice, bob)
-               for path in ("/api/v1/projects/demo/tasks/stream", "/projects/demo/stream")}
+    streams = {
+        (who.name, path): who.stream(path)
+        for who in (alice, bob)
+        for path in ("/api/v1/projects/demo/tasks/stream", "/projects/demo/stream")
+    }
     alice_next = alice.create()
     for (name, _), stream in streams.items():
         if name == "alice":
@@ -132,9 +153,11 @@ def test_two_workspaces_never_see_each_other(site, issuer):
     for (name, _), stream in streams.items():
         if name == "bob":
             seen_by_bob += stream.until(lambda event, data: bob_own in json.dumps(data))
-    assert not [frame for frame in seen_by_bob
-                if theirs in json.dumps(frame) or alice_next in json.dumps(frame)]
+    assert not [
+        frame
+        for frame in seen_by_bob
+        if theirs in json.dumps(frame) or alice_next in json.dumps(frame)
+    ]
     for stream in streams.values():
         stream.close()
     gevent.sleep(0)
-

@@ -1,8 +1,18 @@
 """Chat tools: schemas generated from the API's validation, calls landing on the same actions."""
+
 from tests.conftest import IMAGE_SOURCE, wait_for
 
-COMPARED = ("status", "project_id", "source", "sensitive_keys", "source_kind", "runner",
-            "retried_from_task_id", "created_by", "namespace")
+COMPARED = (
+    "status",
+    "project_id",
+    "source",
+    "sensitive_keys",
+    "source_kind",
+    "runner",
+    "retried_from_task_id",
+    "created_by",
+    "namespace",
+)
 
 
 def row(sql_conn, task_id):
@@ -15,21 +25,33 @@ def call(client, name, **args):
 
 def test_tools_are_listed_with_json_schema_parameters(client):
     items = {t["name"]: t for t in client.get("/api/v1/tools").get_json()["items"]}
-    assert set(items) == {"create_deployment", "cancel_deployment", "redeploy_deployment",
-                          "submit_deployment_inputs", "explain_deployment",
-                          "wait_for_deployment"}
+    assert set(items) == {
+        "create_deployment",
+        "cancel_deployment",
+        "redeploy_deployment",
+        "submit_deployment_inputs",
+        "explain_deployment",
+        "wait_for_deployment",
+    }
     create = items["create_deployment"]["parameters"]
     assert create["type"] == "object" and create["additionalProperties"] is False
     assert set(create["required"]) == {"projectId", "source"}
     assert create["properties"]["projectId"]["pattern"].startswith("^[a-z0-9]")
-    image = next(s for s in create["properties"]["source"]["oneOf"]
-                 if s["properties"]["kind"].get("const") == "image")
+    image = next(
+        s
+        for s in create["properties"]["source"]["oneOf"]
+        if s["properties"]["kind"].get("const") == "image"
+    )
     assert set(image["required"]) == {"kind", "image", "name"}
     assert image["properties"]["port"] == {"type": "integer", "minimum": 1, "maximum": 65535}
-    template = next(s for s in create["properties"]["source"]["oneOf"]
-                    if s["properties"]["kind"].get("const") == "template")
+    template = next(
+        s
+        for s in create["properties"]["source"]["oneOf"]
+        if s["properties"]["kind"].get("const") == "template"
+    )
     assert template["properties"]["args"]["additionalProperties"] == {
-        "type": ["string", "integer", "boolean"]}
+        "type": ["string", "integer", "boolean"]
+    }
     assert items["cancel_deployment"]["parameters"]["properties"]["taskId"]["format"] == "uuid"
     assert all(t["description"] for t in items.values())
 
@@ -46,8 +68,9 @@ def test_chat_and_api_create_the_same_rows(client, sql_conn, wait_status):
     assert {k: a[k] for k in COMPARED} == {k: b[k] for k in COMPARED}
 
 
-def test_chat_cancel_redeploy_and_explain_follow_the_same_lifecycle(client, cluster, sql_conn,
-                                                                    wait_status):
+def test_chat_cancel_redeploy_and_explain_follow_the_same_lifecycle(
+    client, cluster, sql_conn, wait_status
+):
     cluster.ready_after_polls = "never"
     task = call(client, "create_deployment", projectId="demo", source=IMAGE_SOURCE).get_json()
     wait_status(task["id"], "applying")
@@ -84,7 +107,9 @@ def test_explain_says_why_a_task_failed_and_what_to_do(client, cluster, wait_sta
     wait_status(task["id"], "failed")
     explained = call(client, "explain_deployment", taskId=task["id"]).get_json()
     assert "It failed (apply_failed)" in explained["summary"]
-    assert explained["nextSteps"] == ["The cluster refused a resource; fix the source (edit & redeploy)."]
+    assert explained["nextSteps"] == [
+        "The cluster refused a resource; fix the source (edit & redeploy)."
+    ]
 
 
 def test_tool_errors_are_the_api_errors(client):

@@ -1,4 +1,5 @@
 """The transition table, exhaustively, through the one guarded transition."""
+
 import itertools
 
 import pytest
@@ -20,17 +21,21 @@ def _attempt(db, row, to):
 
 
 @pytest.mark.parametrize("src,dst", PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
-def test_every_pair_is_accepted_or_rejected_as_the_table_says(runtime, insert_task, sql_conn,
-                                                              src, dst):
+def test_every_pair_is_accepted_or_rejected_as_the_table_says(
+    runtime, insert_task, sql_conn, src, dst
+):
     row = insert_task(status=str(src))
     try:
         moved = _attempt(runtime.db, row, dst)
     except IllegalTransition:  # no row of the table leads to dst at all (e.g. queued)
         moved = []
-    stored = sql_conn.execute("SELECT status FROM deploy_tasks WHERE id = %s", (row["id"],)).fetchone()
+    stored = sql_conn.execute(
+        "SELECT status FROM deploy_tasks WHERE id = %s", (row["id"],)
+    ).fetchone()
     events = sql_conn.execute(
         "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'status'",
-        (row["id"],)).fetchall()
+        (row["id"],),
+    ).fetchall()
     if (src, dst) in TRANSITIONS:
         assert [m["status"] for m in moved] == [str(dst)]
         assert stored["status"] == str(dst)
@@ -41,8 +46,14 @@ def test_every_pair_is_accepted_or_rejected_as_the_table_says(runtime, insert_ta
         assert stored["status"] == str(src)
         assert events == []
         with pytest.raises(IllegalTransition):
-            transition(runtime.db, row["id"], dst, from_statuses=[src],
-                       claim_owner="me" if dst is Status.RUNNING else None, lease_ttl_s=60)
+            transition(
+                runtime.db,
+                row["id"],
+                dst,
+                from_statuses=[src],
+                claim_owner="me" if dst is Status.RUNNING else None,
+                lease_ttl_s=60,
+            )
 
 
 def test_claim_starts_a_new_epoch_and_terminal_releases_the_lease(runtime, insert_task, sql_conn):
@@ -50,8 +61,14 @@ def test_claim_starts_a_new_epoch_and_terminal_releases_the_lease(runtime, inser
     claimed = transition(runtime.db, row["id"], Status.RUNNING, claim_owner="me", lease_ttl_s=60)[0]
     assert claimed["lease_epoch"] == row["lease_epoch"] + 1
     assert claimed["lease_owner"] == "me" and claimed["lease_expires_at"] is not None
-    failed = transition(runtime.db, row["id"], Status.FAILED, reason="x", message="y",
-                        guard=Guard(expect_epoch=claimed["lease_epoch"], expect_owner="me"))[0]
+    failed = transition(
+        runtime.db,
+        row["id"],
+        Status.FAILED,
+        reason="x",
+        message="y",
+        guard=Guard(expect_epoch=claimed["lease_epoch"], expect_owner="me"),
+    )[0]
     assert failed["lease_owner"] is None and failed["lease_expires_at"] is None
     assert failed["finished_at"] is not None
     assert (failed["failure_reason"], failed["failure_message"]) == ("x", "y")
@@ -72,18 +89,27 @@ def test_stale_epoch_writes_are_no_ops(runtime, insert_task, sql_conn):
     assert transition(runtime.db, row["id"], Status.FAILED, guard=stale) == []
     other_owner = Guard(expect_epoch=7, expect_owner="not-me")
     assert transition(runtime.db, row["id"], Status.CANCELLED, guard=other_owner) == []
-    assert sql_conn.execute("SELECT status FROM deploy_tasks WHERE id = %s",
-                            (row["id"],)).fetchone()["status"] == "running"
+    assert (
+        sql_conn.execute("SELECT status FROM deploy_tasks WHERE id = %s", (row["id"],)).fetchone()[
+            "status"
+        ]
+        == "running"
+    )
 
 
 def test_python_and_postgres_enums_agree(sql_conn):
-    labels = [r["enumlabel"] for r in sql_conn.execute(
-        "SELECT enumlabel FROM pg_enum JOIN pg_type t ON t.oid = enumtypid "
-        "WHERE t.typname = 'task_status' ORDER BY enumsortorder").fetchall()]
+    labels = [
+        r["enumlabel"]
+        for r in sql_conn.execute(
+            "SELECT enumlabel FROM pg_enum JOIN pg_type t ON t.oid = enumtypid "
+            "WHERE t.typname = 'task_status' ORDER BY enumsortorder"
+        ).fetchall()
+    ]
     assert labels == [str(s) for s in Status]
 
 
 def test_namespace_guard_keeps_tenants_apart(runtime, insert_task):
     row = insert_task(status="queued", namespace="other")
-    assert transition(runtime.db, row["id"], Status.CANCELLED,
-                      guard=Guard(namespace="default")) == []
+    assert (
+        transition(runtime.db, row["id"], Status.CANCELLED, guard=Guard(namespace="default")) == []
+    )

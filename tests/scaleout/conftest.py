@@ -4,6 +4,7 @@ The whole suite runs twice: straight to PostgreSQL, and with the statement pools
 PgBouncer in transaction mode (LISTEN direct). Everything is torn down at the end, also when a
 test fails; a crashed earlier run's leftovers in the same slot are removed first.
 """
+
 import os
 import shutil
 from dataclasses import dataclass
@@ -89,8 +90,9 @@ class Cluster:
 def cluster(request, topology, postgres, workdir):
     mode = request.param
     with psycopg.connect(postgres.url(), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(DBNAME)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
     direct = postgres.url(DBNAME)
     if mode == "pgbouncer" and shutil.which("pgbouncer") is None:
@@ -102,9 +104,13 @@ def cluster(request, topology, postgres, workdir):
     try:
         if bouncer is not None:
             bouncer.start(DBNAME)
-        env = host_env(database_url=bouncer.url(DBNAME) if bouncer else direct, listen_url=direct,
-                       pooler="pgbouncer" if bouncer else "", datadir=workdir / "data",
-                       trusted_hosts=[h.address for h in topology.hosts])
+        env = host_env(
+            database_url=bouncer.url(DBNAME) if bouncer else direct,
+            listen_url=direct,
+            pooler="pgbouncer" if bouncer else "",
+            datadir=workdir / "data",
+            trusted_hosts=[h.address for h in topology.hosts],
+        )
         hosts = {links.name: Host(links, env, logdir) for links in topology.hosts}
         # One host first: it applies the schema; the others then boot side by side.
         hosts["a"].start().wait_ready()
@@ -129,6 +135,7 @@ def hosts(cluster):
 
 def pytest_terminal_summary(terminalreporter):
     from tests.scaleout import measured
+
     if measured.RESULTS:
         terminalreporter.section("scale-out measurements")
         for mode, what, text in measured.RESULTS:

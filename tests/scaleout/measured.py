@@ -1,4 +1,5 @@
 """Numbers the scale-out suite measures, printed at the end of the run (make test-scaleout)."""
+
 RESULTS: list[tuple[str, str, str]] = []
 
 

@@ -8,6 +8,7 @@ Each host is a namespace with one veth on each bridge, so its link to PostgreSQL
 its clients still reach it. Only addresses created here are ever used. Every command is bounded
 in time; leftovers of a crashed run in the same slot are removed first.
 """
+
 import fcntl
 import os
 import shutil
@@ -115,8 +116,7 @@ class Topology:
 
     def build(self) -> None:
         self.teardown()
-        for bridge, net in ((self.front_bridge, self.front_net),
-                            (self.back_bridge, self.back_net)):
+        for bridge, net in ((self.front_bridge, self.front_net), (self.back_bridge, self.back_net)):
             ip("link", "add", bridge, "type", "bridge")
             ip("addr", "add", f"{net}.1/24", "dev", bridge)
             ip("link", "set", bridge, "up")
@@ -124,8 +124,9 @@ class Topology:
             ip("netns", "add", host.namespace)
             ip("-n", host.namespace, "link", "set", "lo", "up")
             for bridge, outer, inner, address in (
-                    (self.front_bridge, host.front_link, "front", host.address),
-                    (self.back_bridge, host.back_link, "db", host.back_address)):
+                (self.front_bridge, host.front_link, "front", host.address),
+                (self.back_bridge, host.back_link, "db", host.back_address),
+            ):
                 ip("link", "add", outer, "type", "veth", "peer", "name", f"{outer}-i")
                 ip("link", "set", f"{outer}-i", "netns", host.namespace)
                 ip("-n", host.namespace, "link", "set", f"{outer}-i", "name", inner)

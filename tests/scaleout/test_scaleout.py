@@ -1,6 +1,7 @@
 """Several hosts on one PostgreSQL, proven the way an operator runs them: three hosts in network
 namespaces (gunicorn, 2 gevent workers each, one DATABASE_URL), straight to PostgreSQL and through
 PgBouncer. Every assertion reads what production reads: the hosts' API and streams, the rows."""
+
 import json
 import statistics
 import time
@@ -33,8 +34,11 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 
 def create(host, project: str, source=None) -> str:
-    response = requests.post(host.base + "/api/v1/tasks", timeout=20,
-                             json={"projectId": project, "source": source or NEVER_READY})
+    response = requests.post(
+        host.base + "/api/v1/tasks",
+        timeout=20,
+        json={"projectId": project, "source": source or NEVER_READY},
+    )
     assert response.status_code == 201, response.text
     assert response.headers["X-Served-By"].startswith(host.name + ":")
     return response.json()["id"]
@@ -47,16 +51,19 @@ def create_many(host, project: str, count: int, source=None) -> list[str]:
 
 
 def rows(conn, ids) -> dict[str, dict]:
-    found = conn.execute("SELECT * FROM deploy_tasks WHERE id = ANY(%s::uuid[])",
-                         ([str(i) for i in ids],)).fetchall()
+    found = conn.execute(
+        "SELECT * FROM deploy_tasks WHERE id = ANY(%s::uuid[])", ([str(i) for i in ids],)
+    ).fetchall()
     return {str(r["id"]): r for r in found}
 
 
 def wait_rows(conn, ids, predicate, timeout, message) -> dict[str, dict]:
     def check():
         current = rows(conn, ids)
-        return current if len(current) == len(ids) and all(map(predicate, current.values())) \
-            else None
+        return (
+            current if len(current) == len(ids) and all(map(predicate, current.values())) else None
+        )
+
     return wait_for(check, timeout, interval=0.02, message=message)
 
 
@@ -67,7 +74,9 @@ def verifying(row) -> bool:
 def status_events(conn, task_id) -> list[dict]:
     return conn.execute(
         "SELECT seq, payload, created_at FROM deploy_task_events WHERE task_id = %s "
-        "AND kind = 'status' ORDER BY seq", (task_id,)).fetchall()
+        "AND kind = 'status' ORDER BY seq",
+        (task_id,),
+    ).fetchall()
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -83,8 +92,9 @@ def test_statement_pools_and_listeners_connect_where_configured(hosts):
     with hosts.connect() as conn:
         wait_for(lambda: len(listeners(conn)) == 6, 30, message="2 listeners per host")
         assert {addr for addr, _ in listeners(conn)} == hosts_addresses
-        statement_sources = {addr for addr, query in sessions(conn)
-                             if not query.upper().startswith("LISTEN")}
+        statement_sources = {
+            addr for addr, query in sessions(conn) if not query.upper().startswith("LISTEN")
+        }
     if hosts.mode == "pgbouncer":
         assert statement_sources == {bouncer}
     else:
@@ -93,9 +103,13 @@ def test_statement_pools_and_listeners_connect_where_configured(hosts):
 
 def sessions(conn) -> list[tuple[str, str]]:
     """(client address, last query) of every other session on the suite's database."""
-    return [(r["addr"], r["query"]) for r in conn.execute(
-        "SELECT host(client_addr) AS addr, query FROM pg_stat_activity "
-        "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()]
+    return [
+        (r["addr"], r["query"])
+        for r in conn.execute(
+            "SELECT host(client_addr) AS addr, query FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    ]
 
 
 def listeners(conn) -> list[tuple[str, str]]:
@@ -110,20 +124,32 @@ def test_a_cancel_through_host_b_stops_the_runner_on_host_a(hosts):
             wait_rows(conn, ids, verifying, 60, "tasks on A to be verifying")
             for task_id in ids:
                 sent = time.time()
-                response = requests.post(f"{hosts['b'].base}/api/v1/tasks/{task_id}/cancel",
-                                         timeout=20)
+                response = requests.post(
+                    f"{hosts['b'].base}/api/v1/tasks/{task_id}/cancel", timeout=20
+                )
                 assert response.status_code == 200, response.text
                 assert response.headers["X-Served-By"].startswith("b:")
-                wait_rows(conn, [task_id], lambda r: r["status"] == "cancelled", 20,
-                          "the cancel to be acknowledged")
+                wait_rows(
+                    conn,
+                    [task_id],
+                    lambda r: r["status"] == "cancelled",
+                    20,
+                    "the cancel to be acknowledged",
+                )
                 last = status_events(conn, task_id)[-1]
                 # Written by A's runner itself under its lease (fenced), not by a reaper.
                 assert (last["payload"]["reason"], last["payload"]["by"]) == (
-                    "cancel_acknowledged", "runner"), last
+                    "cancel_acknowledged",
+                    "runner",
+                ), last
                 latencies.append(last["created_at"].timestamp() - sent)
     p50, p99 = statistics.median(latencies), percentile(latencies, 99)
-    measured.record(hosts.mode, "cross-host cancel", f"{len(latencies)} cancels, "
-                    f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+    measured.record(
+        hosts.mode,
+        "cross-host cancel",
+        f"{len(latencies)} cancels, "
+        f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms",
+    )
     assert len(latencies) == 50
     # The suite shares a loaded 2-core machine with three hosts and PostgreSQL: the median holds
     # the target, the tail is reported (bench/bench_cancel.py measures the p99 target quietly).
@@ -136,8 +162,10 @@ class TimelineViewer:
 
     def __init__(self, host, task_id: str):
         self.ws = websocket.create_connection(
-            f"ws://{host.links.address}:8000/ws/tasks/{task_id}/timeline", origin=host.base,
-            timeout=30)
+            f"ws://{host.links.address}:8000/ws/tasks/{task_id}/timeline",
+            origin=host.base,
+            timeout=30,
+        )
         self.seqs: list[int] = []
         self.live_from: int | None = None  # index of the first frame after the bootstrap
         self.ready = Event()
@@ -179,12 +207,13 @@ def test_a_viewer_on_host_c_sees_every_status_change_of_runs_on_a_and_b(hosts):
 
                 def seen_all(expected=expected, viewer=viewer):
                     return set(expected) <= set(viewer.seqs)
+
                 wait_for(seen_all, 20, message=f"the viewer on C to see every change of {task_id}")
                 seen = [s for s in viewer.seqs if s in set(expected)]
                 assert seen == expected, "status changes missing, repeated or out of order"
                 assert len(viewer.seqs) == len(set(viewer.seqs)), "an event shown twice"
                 # The last changes came live, across hosts (not only in the bootstrap).
-                assert expected[-1] in viewer.seqs[viewer.live_from:]
+                assert expected[-1] in viewer.seqs[viewer.live_from :]
         finally:
             for viewer in viewers.values():
                 viewer.close()
@@ -194,8 +223,9 @@ class BoardViewer:
     """The project's SSE stream on one host: each event's name and data, as they arrive."""
 
     def __init__(self, host, project: str):
-        self.response = requests.get(f"{host.base}/api/v1/projects/{project}/tasks/stream",
-                                     stream=True, timeout=(5, 120))
+        self.response = requests.get(
+            f"{host.base}/api/v1/projects/{project}/tasks/stream", stream=True, timeout=(5, 120)
+        )
         assert self.response.status_code == 200
         self.events: Queue = Queue()
         self.greenlet = gevent.spawn(self._read)
@@ -246,8 +276,13 @@ def test_a_host_cut_off_from_postgresql_loses_its_leases_and_writes_nothing_afte
             hosts.topology.cut_database_link(b.links)
             cut_at = time.time()
             try:
-                reaped = wait_rows(conn, ids, lambda r: r["status"] == "failed", 30,
-                                   "a live host's reaper to resolve B's runs")
+                reaped = wait_rows(
+                    conn,
+                    ids,
+                    lambda r: r["status"] == "failed",
+                    30,
+                    "a live host's reaper to resolve B's runs",
+                )
                 # Let B stay cut off past its lease TTL, so every in-flight write has had time to
                 # go stale before the link returns.
                 gevent.sleep(max(0.0, cut_at + LEASE_TTL_S + 1 - time.time()))
@@ -261,21 +296,33 @@ def test_a_host_cut_off_from_postgresql_loses_its_leases_and_writes_nothing_afte
             states = {item["id"]: item["status"] for item in snapshot["items"]}
             assert all(states[task_id] == "failed" for task_id in ids), states
             # B's runners stopped (renewal found the leases gone)...
-            wait_for(lambda: running_on(b) and not any(running_on(b).values()), 30,
-                     message="B's runners to stop")
+            wait_for(
+                lambda: running_on(b) and not any(running_on(b).values()),
+                30,
+                message="B's runners to stop",
+            )
             # ...and nothing B tried to write landed after its leases were taken.
             for task_id in ids:
                 last_status = status_events(conn, task_id)[-1]
                 later = conn.execute(
                     "SELECT kind, payload FROM deploy_task_events WHERE task_id = %s AND seq > %s",
-                    (task_id, last_status["seq"])).fetchall()
+                    (task_id, last_status["seq"]),
+                ).fetchall()
                 assert later == [], later
                 row = rows(conn, [task_id])[task_id]
-                assert (row["status"], row["updated_at"]) == ("failed", reaped[task_id]["updated_at"])
+                assert (row["status"], row["updated_at"]) == (
+                    "failed",
+                    reaped[task_id]["updated_at"],
+                )
             # And B serves again: its pool replaced the dead connections.
             again = create(b, "cut", IMAGE_SOURCE)
-            wait_rows(conn, [again], lambda r: r["status"] == "completed", 30,
-                      "a new run on B to complete")
+            wait_rows(
+                conn,
+                [again],
+                lambda r: r["status"] == "completed",
+                30,
+                "a new run on B to complete",
+            )
         finally:
             board.close()
     # The listener noticed the dead link (then reconnected: the re-read snapshot above).
@@ -288,15 +335,26 @@ def test_killing_every_process_of_host_a_leaves_its_runs_to_a_live_reaper(hosts)
         ids = create_many(a, "kill", 6) + [ai_run := create(a, "kill", PROMPT_NEVER_READY)]
         wait_rows(conn, ids, verifying, 60, "A's runs to be verifying")
         [devbox] = runtimes_of(conn, ids)  # what the AI runner recorded before using its devbox
-        assert (str(devbox["task_id"]), devbox["kind"], devbox["host"], devbox["status"]) == \
-            (ai_run, "devbox", "a", "running")
+        assert (str(devbox["task_id"]), devbox["kind"], devbox["host"], devbox["status"]) == (
+            ai_run,
+            "devbox",
+            "a",
+            "running",
+        )
         a.kill()
         killed_at = time.time()
         orphans = rows(conn, ids)
-        assert all(r["status"] == "applying" and r["lease_owner"].startswith("a:")
-                   for r in orphans.values()), "nobody drained them"
-        resolved = wait_rows(conn, ids, lambda r: r["status"] == "failed", 30,
-                             "a live host's reaper to resolve A's runs")
+        assert all(
+            r["status"] == "applying" and r["lease_owner"].startswith("a:")
+            for r in orphans.values()
+        ), "nobody drained them"
+        resolved = wait_rows(
+            conn,
+            ids,
+            lambda r: r["status"] == "failed",
+            30,
+            "a live host's reaper to resolve A's runs",
+        )
         takeover = []
         for task_id, row in resolved.items():
             assert row["failure_reason"] == "interrupted"
@@ -308,18 +366,24 @@ def test_killing_every_process_of_host_a_leaves_its_runs_to_a_live_reaper(hosts)
             assert expiry <= row["finished_at"]
             assert (row["finished_at"] - expiry).total_seconds() <= REAPER_INTERVAL_S + 1.0
             takeover.append(row["finished_at"].timestamp() - killed_at)
-        measured.record(hosts.mode, "reaper takeover after SIGKILL",
-                        f"{len(takeover)} runs, {min(takeover):.2f}-{max(takeover):.2f} s "
-                        f"(bound LEASE_TTL_S + REAPER_INTERVAL_S = "
-                        f"{LEASE_TTL_S + REAPER_INTERVAL_S:g} s)")
+        measured.record(
+            hosts.mode,
+            "reaper takeover after SIGKILL",
+            f"{len(takeover)} runs, {min(takeover):.2f}-{max(takeover):.2f} s "
+            f"(bound LEASE_TTL_S + REAPER_INTERVAL_S = "
+            f"{LEASE_TTL_S + REAPER_INTERVAL_S:g} s)",
+        )
         assert max(takeover) <= LEASE_TTL_S + REAPER_INTERVAL_S + 1.0
 
         # A's runtime row is judged by a live host: a pause job the reaper enqueued once the
         # runner's grace ran out, run by the cleanup worker of B or C, paused the devbox (A's
         # in-memory sandbox devbox died with A: the worker finds it gone, nothing left running).
         bound = DEVBOX_PAUSE_GRACE_S + 2 * REAPER_INTERVAL_S + CLEANUP_INTERVAL_S + 5.0
-        job = wait_for(lambda: pause_job(conn, ai_run, devbox["remote_id"]), bound,
-                       message="a live host to pause the dead host's devbox")
+        job = wait_for(
+            lambda: pause_job(conn, ai_run, devbox["remote_id"]),
+            bound,
+            message="a live host to pause the dead host's devbox",
+        )
         paused = rows(conn, [ai_run])[ai_run]
         assert job["claimed_by"].split(":")[0] in ("b", "c"), job["claimed_by"]
         assert paused["devbox_id"] == devbox["remote_id"]
@@ -327,23 +391,28 @@ def test_killing_every_process_of_host_a_leaves_its_runs_to_a_live_reaper(hosts)
         # The row stays the durable handle of the devbox (its delete comes with the purge).
         [kept] = runtimes_of(conn, [ai_run])
         assert (kept["id"], kept["host"]) == (devbox["id"], "a")
-        measured.record(hosts.mode, "dead host's devbox paused by a live host",
-                        f"{paused['devbox_paused_at'].timestamp() - killed_at:.2f} s after SIGKILL "
-                        f"by {job['claimed_by'].split(':')[0]} (grace DEVBOX_PAUSE_GRACE_S = "
-                        f"{DEVBOX_PAUSE_GRACE_S:g} s)")
+        measured.record(
+            hosts.mode,
+            "dead host's devbox paused by a live host",
+            f"{paused['devbox_paused_at'].timestamp() - killed_at:.2f} s after SIGKILL "
+            f"by {job['claimed_by'].split(':')[0]} (grace DEVBOX_PAUSE_GRACE_S = "
+            f"{DEVBOX_PAUSE_GRACE_S:g} s)",
+        )
 
 
 def runtimes_of(conn, ids) -> list[dict]:
-    return conn.execute("SELECT * FROM task_runtimes "
-                        "WHERE task_id = ANY(%s::uuid[]) ORDER BY created_at",
-                        ([str(i) for i in ids],)).fetchall()
+    return conn.execute(
+        "SELECT * FROM task_runtimes WHERE task_id = ANY(%s::uuid[]) ORDER BY created_at",
+        ([str(i) for i in ids],),
+    ).fetchall()
 
 
 def pause_job(conn, task_id, devbox_id) -> dict | None:
     """The devbox pause job of the task, once it succeeded."""
-    return conn.execute("SELECT * FROM cleanup_jobs "
-                        "WHERE operation_id = %s AND state = 'succeeded'",
-                        (f"devbox_pause:{task_id}:{devbox_id}",)).fetchone()
+    return conn.execute(
+        "SELECT * FROM cleanup_jobs WHERE operation_id = %s AND state = 'succeeded'",
+        (f"devbox_pause:{task_id}:{devbox_id}",),
+    ).fetchone()
 
 
 class Load:
@@ -374,8 +443,11 @@ class Load:
             host = self._pick()
             self.in_flight[host.name] += 1
             try:
-                response = requests.post(host.base + "/api/v1/tasks", timeout=30,
-                                         json={"projectId": "roll", "source": IMAGE_SOURCE})
+                response = requests.post(
+                    host.base + "/api/v1/tasks",
+                    timeout=30,
+                    json={"projectId": "roll", "source": IMAGE_SOURCE},
+                )
             except requests.RequestException as exc:
                 self.failures.append(f"{host.name}: {exc!r}")
                 continue
@@ -397,8 +469,11 @@ class Load:
     def put_back(self, host) -> None:
         served = self.by_host[host.name]
         self.rotation.append(host)
-        wait_for(lambda: self.by_host[host.name] >= served + 3, 30,
-                 message=f"host {host.name} to serve again")
+        wait_for(
+            lambda: self.by_host[host.name] >= served + 3,
+            30,
+            message=f"host {host.name} to serve again",
+        )
 
     def stop(self) -> None:
         self.stopping = True
@@ -408,8 +483,11 @@ class Load:
 def test_a_rolling_restart_under_load_fails_no_request_and_leaves_no_run_behind(hosts):
     load = Load(hosts)
     try:
-        wait_for(lambda: all(n >= 3 for n in load.by_host.values()), 60,
-                 message="every host to serve creates")
+        wait_for(
+            lambda: all(n >= 3 for n in load.by_host.values()),
+            60,
+            message="every host to serve creates",
+        )
         for name in ("a", "b", "c"):
             host = hosts[name]
             load.take_out(host)
@@ -421,15 +499,24 @@ def test_a_rolling_restart_under_load_fails_no_request_and_leaves_no_run_behind(
     finally:
         load.stop()
     with hosts.connect() as conn:
-        final = wait_rows(conn, load.created, lambda r: r["status"] in TERMINAL, 60,
-                          "every task of the rollout to finish")
+        final = wait_rows(
+            conn,
+            load.created,
+            lambda r: r["status"] in TERMINAL,
+            60,
+            "every task of the rollout to finish",
+        )
     outcomes = {}
     for row in final.values():
         outcome = row["status"] if row["status"] != "failed" else f"failed: {row['failure_reason']}"
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    measured.record(hosts.mode, "rolling restart", f"{len(load.created)} creates (201), "
-                    f"{load.retries_503} 503 shutting_down, {len(load.failures)} failed; "
-                    f"outcomes {outcomes}")
+    measured.record(
+        hosts.mode,
+        "rolling restart",
+        f"{len(load.created)} creates (201), "
+        f"{load.retries_503} 503 shutting_down, {len(load.failures)} failed; "
+        f"outcomes {outcomes}",
+    )
     assert load.failures == []
     assert set(outcomes) <= {"completed", "failed: interrupted"}, outcomes
     assert outcomes.get("completed", 0) > 0

@@ -1,5 +1,6 @@
 """The template catalog: shipped templates, declarations, sensitivity, YAML-safe rendering, and the
 load-time rules that keep secrets in Secrets and every resource inside its own instance."""
+
 import os
 import textwrap
 
@@ -9,9 +10,15 @@ import yaml
 
 from engine.abort import CANCEL, SHUTDOWN, Aborted, AbortSignal
 from engine.config import PROJECT_ROOT
-from engine.integrations.base import ApplyError, AppliedResource, IntegrationError, ResourceRef
-from engine.integrations.templates import (CatalogError, InstantiationError, InvalidInputs,
-                                           TemplateApplyError, TemplateCatalog, TemplateNotFound)
+from engine.integrations.base import AppliedResource, ApplyError, IntegrationError, ResourceRef
+from engine.integrations.templates import (
+    CatalogError,
+    InstantiationError,
+    InvalidInputs,
+    TemplateApplyError,
+    TemplateCatalog,
+    TemplateNotFound,
+)
 
 SHIPPED = PROJECT_ROOT / "catalog"
 
@@ -110,18 +117,22 @@ def test_every_shipped_template_renders_namespaced_labelled_instance_scoped_docu
 def test_sensitivity_is_the_declaration_or_the_shared_predicate(tmp_path):
     template = catalog_of(tmp_path, greeter=GREETER).get("greeter")
     flags = {d.name: d.sensitive for d in template.inputs}
-    assert flags == {"greeting": False, "replicas": False, "verbose": False,
-                     "motd": True,            # declared
-                     "adminPassword": True,   # named like a secret (shared predicate)
-                     "pin": True}             # typed as one (shared predicate)
+    assert flags == {
+        "greeting": False,
+        "replicas": False,
+        "verbose": False,
+        "motd": True,  # declared
+        "adminPassword": True,  # named like a secret (shared predicate)
+        "pin": True,
+    }  # typed as one (shared predicate)
 
 
 def test_placeholders_take_typed_values_and_interpolate_into_strings(tmp_path):
     template = catalog_of(tmp_path, greeter=GREETER).get("greeter")
-    values, _ = template.resolve({"replicas": "3", "verbose": "yes", "motd": "m",
-                                  "adminPassword": "a", "pin": "p"})
-    secret, deployment = template.render(instance="greeter-0a1b2c", namespace="demo",
-                                         values=values)
+    values, _ = template.resolve(
+        {"replicas": "3", "verbose": "yes", "motd": "m", "adminPassword": "a", "pin": "p"}
+    )
+    secret, deployment = template.render(instance="greeter-0a1b2c", namespace="demo", values=values)
     assert deployment["spec"]["replicas"] == 3
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["echo", "hello from greeter-0a1b2c in demo"]
@@ -130,14 +141,29 @@ def test_placeholders_take_typed_values_and_interpolate_into_strings(tmp_path):
     assert secret["stringData"] == {"motd": "m", "admin": "a", "pin": "p"}
 
 
-@pytest.mark.parametrize("hostile", [
-    "x\nkind: ClusterRole", "a: b", "- item", "{{ injected }}", "*alias", "&anchor x",
-    '"quoted"', "'single'", "${inputs.replicas}", "# comment", "null", "true", "123",
-])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "x\nkind: ClusterRole",
+        "a: b",
+        "- item",
+        "{{ injected }}",
+        "*alias",
+        "&anchor x",
+        '"quoted"',
+        "'single'",
+        "${inputs.replicas}",
+        "# comment",
+        "null",
+        "true",
+        "123",
+    ],
+)
 def test_values_are_yaml_safe_they_never_change_the_document_structure(tmp_path, hostile):
     template = catalog_of(tmp_path, greeter=GREETER).get("greeter")
-    values, _ = template.resolve({"greeting": hostile, "motd": "m", "adminPassword": "a",
-                                  "pin": "p"})
+    values, _ = template.resolve(
+        {"greeting": hostile, "motd": "m", "adminPassword": "a", "pin": "p"}
+    )
     manifests = template.render(instance="greeter-0a1b2c", namespace="demo", values=values)
     reparsed = list(yaml.safe_load_all(yaml.safe_dump_all(manifests)))
     assert reparsed == manifests
@@ -153,13 +179,17 @@ def test_bad_values_are_reported_by_field_without_echoing_them(tmp_path):
     template = catalog_of(tmp_path, greeter=GREETER).get("greeter")
     with pytest.raises(InvalidInputs) as caught:
         template.resolve({"replicas": "many-SECRETISH", "verbose": "perhaps"})
-    assert caught.value.fields == {"replicas": "must be an integer",
-                                   "verbose": "must be true or false"}
+    assert caught.value.fields == {
+        "replicas": "must be an integer",
+        "verbose": "must be true or false",
+    }
     assert "SECRETISH" not in str(caught.value)
 
 
 def test_required_inputs_without_value_or_default_are_missing(tmp_path):
-    template = catalog_of(tmp_path, t="""
+    template = catalog_of(
+        tmp_path,
+        t="""
         name: t
         inputs:
           - {name: a, type: string, required: true}
@@ -168,66 +198,103 @@ def test_required_inputs_without_value_or_default_are_missing(tmp_path):
         resources:
           - {apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"},
              data: {a: "${inputs.a}", b: "${inputs.b}", c: "${inputs.c}"}}
-    """).get("t")
+    """,
+    ).get("t")
     values, missing = template.resolve({"a": ""})
     assert [d.name for d in missing] == ["a"]
     assert values == {"b": "x", "c": ""}
 
 
-@pytest.mark.parametrize("body,problem", [
-    ("""
+@pytest.mark.parametrize(
+    "body,problem",
+    [
+        (
+            """
      inputs: [{name: password, type: password}]
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"},
           data: {p: "${inputs.password}"}}
-     """, "may only be used in a Secret's data or stringData"),
-    ("""
+     """,
+            "may only be used in a Secret's data or stringData",
+        ),
+        (
+            """
      inputs: [{name: password, type: password}]
      resources:
        - {apiVersion: v1, kind: Secret, metadata: {name: "${instance}",
           annotations: {leak: "${inputs.password}"}}, stringData: {p: x}}
-     """, "may only be used in a Secret's data or stringData"),
-    ("""
+     """,
+            "may only be used in a Secret's data or stringData",
+        ),
+        (
+            """
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: &m {name: "${instance}"}, data: *m}
-     """, "aliases are not accepted"),
-    ("""
+     """,
+            "aliases are not accepted",
+        ),
+        (
+            """
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: fixed-name}}
-     """, "must contain ${instance}"),
-    ("""
+     """,
+            "must contain ${instance}",
+        ),
+        (
+            """
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"},
           data: {a: "${inputs.nope}"}}
-     """, "unknown placeholders ['inputs.nope']"),
-    ("""
+     """,
+            "unknown placeholders ['inputs.nope']",
+        ),
+        (
+            """
      inputs: [{name: token, type: string, default: abc}]
      resources:
        - {apiVersion: v1, kind: Secret, metadata: {name: "${instance}"},
           stringData: {t: "${inputs.token}"}}
-     """, "a sensitive input has no default"),
-    ("""
+     """,
+            "a sensitive input has no default",
+        ),
+        (
+            """
      inputs: [{name: n, type: integer, default: ten}]
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"}}
-     """, "must be an integer"),
-    ("""
+     """,
+            "must be an integer",
+        ),
+        (
+            """
      inputs: [{name: n, type: integer}]
      resources:
        - {apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"}}
-     """, "an optional integer input needs a default"),
-    ("""
+     """,
+            "an optional integer input needs a default",
+        ),
+        (
+            """
      resources:
        - {apiVersion: v1, kind: Namespace, metadata: {name: "${instance}"}}
-     """, "Namespace is not a namespaced kind a task may create"),
-    ("""
+     """,
+            "Namespace is not a namespaced kind a task may create",
+        ),
+        (
+            """
      resources:
        - {apiVersion: example.com/v1, kind: Widget, metadata: {name: "${instance}"}}
-     """, "Widget is not a namespaced kind a task may create"),
-    ("""
+     """,
+            "Widget is not a namespaced kind a task may create",
+        ),
+        (
+            """
      resources: []
-     """, "non-empty list"),
-])
+     """,
+            "non-empty list",
+        ),
+    ],
+)
 def test_templates_breaking_the_rules_are_rejected_at_load_naming_the_file(tmp_path, body, problem):
     with pytest.raises(CatalogError) as caught:
         catalog_of(tmp_path, broken="name: broken\n" + textwrap.dedent(body))
@@ -235,10 +302,14 @@ def test_templates_breaking_the_rules_are_rejected_at_load_naming_the_file(tmp_p
 
 
 def test_an_edit_is_picked_up_and_a_broken_edit_hides_only_that_template(tmp_path):
-    catalog = catalog_of(tmp_path, greeter=GREETER, other="""
+    catalog = catalog_of(
+        tmp_path,
+        greeter=GREETER,
+        other="""
         name: other
         resources: [{apiVersion: v1, kind: ConfigMap, metadata: {name: "${instance}"}}]
-    """)
+    """,
+    )
     path = tmp_path / "greeter.yaml"
     path.write_text(textwrap.dedent(GREETER).replace("default: hello", "default: bonjour"))
     os.utime(path, ns=(1, 1))  # a different mtime even within the filesystem's resolution
@@ -289,8 +360,11 @@ def test_a_refused_document_is_a_typed_apply_failure_carrying_the_partial_instan
     assert [r.ref.kind for r in caught.value.applied] == ["Secret"]
     assert caught.value.ref.kind == "Deployment" and caught.value.reason == "apply_failed"
     with pytest.raises(InstantiationError) as other:
-        catalog.instantiate(manifests, abort=AbortSignal(),
-                            cluster=_Cluster(refuse="Deployment", error=IntegrationError))
+        catalog.instantiate(
+            manifests,
+            abort=AbortSignal(),
+            cluster=_Cluster(refuse="Deployment", error=IntegrationError),
+        )
     assert not isinstance(other.value, TemplateApplyError)
 
 

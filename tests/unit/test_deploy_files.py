@@ -1,6 +1,7 @@
 """The service's own deployment files: the Kubernetes manifests validate against the Kubernetes
 schemas (offline, kubernetes-validate) and say what operating the service needs; the Dockerfile
 builds a non-root gunicorn image. tests/integration/test_image_env.py boots what it installs."""
+
 import re
 from pathlib import Path
 
@@ -14,8 +15,13 @@ from tests.dockerfile import Dockerfile
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
 KUBERNETES_VERSION = "1.37.0"
-SECRETS = {"SECRET_KEY", "OIDC_CLIENT_SECRET", "GATEWAY_API_KEY", "DEVBOX_SIGNING_KEY",
-           "DATABASE_URL"}
+SECRETS = {
+    "SECRET_KEY",
+    "OIDC_CLIENT_SECRET",
+    "GATEWAY_API_KEY",
+    "DEVBOX_SIGNING_KEY",
+    "DATABASE_URL",
+}
 
 
 def documents() -> list[dict]:
@@ -69,8 +75,15 @@ def test_every_secret_comes_from_the_secret_and_every_env_name_is_a_setting():
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "deploy-task-engine"
     settings = {name.upper() for name in Settings.__dataclass_fields__}
     # Names read by gunicorn.conf.py or by settings that are not Settings fields yet.
-    known = settings | {"WEB_CONCURRENCY", "GRACEFUL_TIMEOUT", "SECRET_KEY", "OIDC_ISSUER",
-                        "OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET", "TRUSTED_HOSTS"}
+    known = settings | {
+        "WEB_CONCURRENCY",
+        "GRACEFUL_TIMEOUT",
+        "SECRET_KEY",
+        "OIDC_ISSUER",
+        "OIDC_CLIENT_ID",
+        "OIDC_CLIENT_SECRET",
+        "TRUSTED_HOSTS",
+    }
     assert set(env) <= known, set(env) - known
 
 
@@ -87,8 +100,14 @@ def test_the_network_policy_lets_the_pods_reach_only_what_they_use():
     assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
     ports = {(p["protocol"], p["port"]) for rule in policy["egress"] for p in rule["ports"]}
     # DNS, PostgreSQL / PgBouncer, and https (OIDC issuer, gateway, devbox API, cluster APIs).
-    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 5432), ("TCP", 6432), ("TCP", 443),
-                     ("TCP", 6443)}
+    assert ports == {
+        ("UDP", 53),
+        ("TCP", 53),
+        ("TCP", 5432),
+        ("TCP", 6432),
+        ("TCP", 443),
+        ("TCP", 6443),
+    }
     for rule in policy["egress"]:
         assert rule["to"], "an egress rule without peers would allow everywhere"
 

@@ -1,4 +1,5 @@
 """The timeline websocket's frame writer over a real (gevent) socket pair."""
+
 from types import SimpleNamespace
 
 import gevent.socket

@@ -1,4 +1,5 @@
 """The invariants the product stands on, checked over the source itself."""
+
 import ast
 import re
 from pathlib import Path
@@ -7,9 +8,20 @@ from engine.sql import queries
 from engine.status import ACTIVE, LEASED, TERMINAL, Status
 
 ROOT = Path(__file__).resolve().parents[2]
-STORAGE = ("engine.db", "engine.migrations", "engine.sql", "engine.transitions", "engine.leases",
-           "engine.cleanup", "engine.cleanup_jobs", "engine.runtimes", "engine.handle",
-           "engine.runtime", "psycopg", "psycopg_pool")
+STORAGE = (
+    "engine.db",
+    "engine.migrations",
+    "engine.sql",
+    "engine.transitions",
+    "engine.leases",
+    "engine.cleanup",
+    "engine.cleanup_jobs",
+    "engine.runtimes",
+    "engine.handle",
+    "engine.runtime",
+    "psycopg",
+    "psycopg_pool",
+)
 #: `status IN ('a', 'b')`, also `t.status` and `%(to)s::task_status IN (...)`.
 STATUS_SET = re.compile(r"status\s+IN\s*\(([^)]*)\)", re.IGNORECASE)
 DB_CALL = re.compile(r"\bdb\.\w")
@@ -28,9 +40,11 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_only_the_guarded_transition_writes_status():
-    writers = [name for name, text in queries.items()
-               if re.search(r"UPDATE\s+deploy_tasks\b", text)
-               and re.search(r"(SET|,)\s*status\s*=", text)]
+    writers = [
+        name
+        for name, text in queries.items()
+        if re.search(r"UPDATE\s+deploy_tasks\b", text) and re.search(r"(SET|,)\s*status\s*=", text)
+    ]
     assert writers == ["task_transition"]
 
 
@@ -67,10 +81,15 @@ def test_every_request_schema_carries_the_storable_text_rule():
     import blueprints.tools
     from blueprints.schemas import RequestSchema
 
-    defined = [obj for module in (blueprints.schemas, blueprints.tools)
-               for obj in vars(module).values()
-               if isinstance(obj, type) and issubclass(obj, marshmallow.Schema)
-               and obj.__module__ == module.__name__ and obj is not RequestSchema]
+    defined = [
+        obj
+        for module in (blueprints.schemas, blueprints.tools)
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, marshmallow.Schema)
+        and obj.__module__ == module.__name__
+        and obj is not RequestSchema
+    ]
     assert len(defined) >= 10  # the scan sees the schemas (positive control)
     assert [s.__name__ for s in defined if not issubclass(s, RequestSchema)] == []
 
@@ -117,10 +136,11 @@ def imported_test_modules(source: str) -> set[str]:
 
 def test_test_modules_import_helpers_and_conftest_never_another_test_module():
     # The control: both spellings of "import another test module" are seen.
-    assert imported_test_modules("from tests.unit.test_store import at\n"
-                                 "from . import test_store\n"
-                                 "from aiohttp.test_utils import RawTestServer\n") == {
-        "tests.unit.test_store", "tests.unit.test_store.at", ".test_store"}
+    assert imported_test_modules(
+        "from tests.unit.test_store import at\n"
+        "from . import test_store\n"
+        "from aiohttp.test_utils import RawTestServer\n"
+    ) == {"tests.unit.test_store", "tests.unit.test_store.at", ".test_store"}
     paths = list((ROOT / "tests").rglob("*.py"))
     assert ROOT / "tests/unit/test_invariants.py" in paths
     for path in paths:
@@ -128,8 +148,11 @@ def test_test_modules_import_helpers_and_conftest_never_another_test_module():
         assert not leaked, f"{path.relative_to(ROOT)} imports the test module(s) {leaked}"
 
 
-IDENTITY_HEADER = re.compile(r"""["'](X-User[\w-]*|X-Forwarded-(User|Email|Groups)|X-Namespace|"""
-                             r"""X-Auth-Request-[\w-]+|Remote-User|X-Remote-User)["']""", re.I)
+IDENTITY_HEADER = re.compile(
+    r"""["'](X-User[\w-]*|X-Forwarded-(User|Email|Groups)|X-Namespace|"""
+    r"""X-Auth-Request-[\w-]+|Remote-User|X-Remote-User)["']""",
+    re.I,
+)
 
 
 def test_identity_comes_only_from_the_auth_seam():
@@ -143,8 +166,12 @@ def test_identity_comes_only_from_the_auth_seam():
             name = path.relative_to(ROOT).as_posix()
             assert not IDENTITY_HEADER.search(text), f"{name} reads an identity header"
             # (the operator's CLI acts as itself, outside any request)
-            if name not in ("blueprints/auth.py", "blueprints/oidc.py", "engine/identity.py",
-                            "engine/operations.py"):
+            if name not in (
+                "blueprints/auth.py",
+                "blueprints/oidc.py",
+                "engine/identity.py",
+                "engine/operations.py",
+            ):
                 assert "X-Workspace" not in text and not re.search(r"\bIdentity\(", text), name
 
 
@@ -158,12 +185,17 @@ def test_blueprints_read_through_the_read_side():
 
 def test_every_status_set_in_sql_is_one_of_status_py():
     """Each set of task statuses in SQL (queries and migrations) is LEASED, ACTIVE or TERMINAL."""
-    named = {frozenset(LEASED): "LEASED", frozenset(ACTIVE): "ACTIVE",
-             frozenset(TERMINAL): "TERMINAL"}
+    named = {
+        frozenset(LEASED): "LEASED",
+        frozenset(ACTIVE): "ACTIVE",
+        frozenset(TERMINAL): "TERMINAL",
+    }
     task_statuses = {s.value for s in Status}
     found = 0
-    for path in [*sorted((ROOT / "engine/sql").glob("*.sql")),
-                 *sorted((ROOT / "migrations").glob("*.sql"))]:
+    for path in [
+        *sorted((ROOT / "engine/sql").glob("*.sql")),
+        *sorted((ROOT / "migrations").glob("*.sql")),
+    ]:
         for match in STATUS_SET.finditer(path.read_text()):
             spelled = frozenset(re.findall(r"'(\w+)'", match.group(1)))
             if not spelled <= task_statuses:
@@ -178,10 +210,14 @@ def test_the_engine_speaks_no_http():
     """HTTP statuses of domain errors live in blueprints/errors.py only, and every one is mapped."""
     from blueprints.errors import HTTP_STATUS
     from engine import errors
+
     for path in (ROOT / "engine").rglob("*.py"):
         assert "http_status" not in path.read_text(), f"{path.relative_to(ROOT)} speaks HTTP"
-    domain = [c for c in vars(errors).values()
-              if isinstance(c, type) and issubclass(c, errors.DomainError)]
+    domain = [
+        c
+        for c in vars(errors).values()
+        if isinstance(c, type) and issubclass(c, errors.DomainError)
+    ]
     assert errors.TaskNotFound in domain  # the control
     assert [c.__name__ for c in domain if c not in HTTP_STATUS] == []
 
@@ -196,7 +232,11 @@ def test_sql_files_are_alphabetised():
 def test_the_handle_implements_what_runners_are_given():
     from engine import handle
     from engine.runners import context
-    members = [name for name, value in vars(context.TaskHandle).items()
-               if callable(value) and not name.startswith("_")]
+
+    members = [
+        name
+        for name, value in vars(context.TaskHandle).items()
+        if callable(value) and not name.startswith("_")
+    ]
     assert "checkpoint" in members  # the control
     assert [name for name in members if not hasattr(handle.TaskHandle, name)] == []

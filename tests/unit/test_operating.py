@@ -1,5 +1,6 @@
 """Pure helpers of the operator's side: credential redaction, request ids, bounded labels, the
 JSON log line."""
+
 import json
 import logging
 
@@ -10,12 +11,18 @@ from engine.secrets import redact_credentials
 from engine.streaks import subject_kind
 
 
-@pytest.mark.parametrize("text, secret", [
-    ("connect to postgresql://app:hunter2hunter@db:5432/x failed", "hunter2hunter"),
-    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig-sig-sig", "eyJhbGciOiJIUzI1NiJ9.e30.sig"),
-    ("retry with password=s3cr3t-value&user=x", "s3cr3t-value"),
-    ('{"api_key": "sk-live-123456"}', "sk-live-123456"),
-])
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("connect to postgresql://app:hunter2hunter@db:5432/x failed", "hunter2hunter"),
+        (
+            "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig-sig-sig",
+            "eyJhbGciOiJIUzI1NiJ9.e30.sig",
+        ),
+        ("retry with password=s3cr3t-value&user=x", "s3cr3t-value"),
+        ('{"api_key": "sk-live-123456"}', "sk-live-123456"),
+    ],
+)
 def test_credential_shapes_are_redacted(text, secret):
     assert secret in text  # control: the needle is there before
     assert secret not in redact_credentials(text)
@@ -47,14 +54,25 @@ def record(message, *args, **extra) -> logging.LogRecord:
 
 
 def test_a_json_line_is_one_object_with_context_and_structured_fields():
-    line = JsonFormatter().format(record("task %s failed\nhard", "t-1", request_id="r-1",
-                                         task_id="t-1", namespace="default",
-                                         consecutiveFailures=3))
+    line = JsonFormatter().format(
+        record(
+            "task %s failed\nhard",
+            "t-1",
+            request_id="r-1",
+            task_id="t-1",
+            namespace="default",
+            consecutiveFailures=3,
+        )
+    )
     assert "\n" not in line
     parsed = json.loads(line)
     assert parsed["level"] == "WARNING" and parsed["logger"] == "engine.test"
     assert parsed["message"] == "task t-1 failed\nhard"
-    assert (parsed["request_id"], parsed["task_id"], parsed["namespace"]) == ("r-1", "t-1", "default")
+    assert (parsed["request_id"], parsed["task_id"], parsed["namespace"]) == (
+        "r-1",
+        "t-1",
+        "default",
+    )
     assert parsed["consecutiveFailures"] == 3 and parsed["time"].endswith("+00:00")
 
 

@@ -1,6 +1,7 @@
 """Through a transaction-mode pooler (PgBouncer) a statement may run on any server session, so
 nothing may rely on session state; LISTEN gets a direct connection. The suite's scale-out run
 (tests/scaleout) proves it against a real PgBouncer; these pin the rules at their source."""
+
 import re
 from pathlib import Path
 
@@ -52,8 +53,12 @@ def statements(text: str) -> list[str]:
 
 
 def relies_on_session_state(text: str) -> list[str]:
-    return [what for statement in statements(text) for pattern, what in SESSION_STATE
-            if re.search(pattern, statement, re.IGNORECASE)]
+    return [
+        what
+        for statement in statements(text)
+        for pattern, what in SESSION_STATE
+        if re.search(pattern, statement, re.IGNORECASE)
+    ]
 
 
 #: The schema migrator's queries run over the direct connection (LISTEN_DATABASE_URL), never
@@ -69,15 +74,22 @@ def test_no_named_query_relies_on_session_state():
 
 def test_the_audit_detects_session_state():
     """Positive control: each rule catches what it names."""
-    samples = ["SELECT pg_advisory_lock(1)", "SELECT set_config('x', 'y', false)",
-               "SELECT 1;\n  -- why\n  SET statement_timeout = 0", "CREATE TEMP TABLE t (x int)"]
-    for sample, (_, what) in zip(samples, SESSION_STATE):
+    samples = [
+        "SELECT pg_advisory_lock(1)",
+        "SELECT set_config('x', 'y', false)",
+        "SELECT 1;\n  -- why\n  SET statement_timeout = 0",
+        "CREATE TEMP TABLE t (x int)",
+    ]
+    for sample, (_, what) in zip(samples, SESSION_STATE, strict=False):
         assert relies_on_session_state(sample) == [what]
     assert relies_on_session_state("UPDATE t\nSET x = 1 RETURNING set_config('a', 'b', true)") == []
 
 
 def test_only_the_listener_issues_listen_and_only_on_the_direct_connection():
-    hits = [p.relative_to(ROOT).as_posix() for p in (ROOT / "engine").rglob("*.py")
-            if re.search(r"[\"']LISTEN\b", p.read_text())]
+    hits = [
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "engine").rglob("*.py")
+        if re.search(r"[\"']LISTEN\b", p.read_text())
+    ]
     assert hits == ["engine/readside/fanout.py"]
     assert "dedicated_connection()" in (ROOT / "engine/readside/fanout.py").read_text()

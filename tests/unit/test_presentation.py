@@ -1,12 +1,18 @@
 """The one status-to-presentation mapping."""
+
 import pytest
 
 from engine.readside import presentation
 from engine.status import Status
 
 HUES = {
-    "queued": "neutral", "running": "blue", "blocked": "amber", "applying": "blue",
-    "completed": "green", "failed": "red", "cancelled": "neutral",
+    "queued": "neutral",
+    "running": "blue",
+    "blocked": "amber",
+    "applying": "blue",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "neutral",
 }
 
 
@@ -20,7 +26,10 @@ def test_every_status_has_its_hue(status):
 
 def test_in_progress_statuses_are_busy_and_settled_ones_are_not():
     assert {s for s in Status if presentation.task(s).busy} == {
-        Status.QUEUED, Status.RUNNING, Status.APPLYING}
+        Status.QUEUED,
+        Status.RUNNING,
+        Status.APPLYING,
+    }
 
 
 @pytest.mark.parametrize("status", ["queued", "running", "blocked", "applying"])
@@ -70,8 +79,10 @@ def test_attention_rules():
     assert presentation.attention({"status": "failed"}, dismissed=True) is None
     assert presentation.attention({"status": "cancelled"}) is None
     assert presentation.attention({"status": "completed"}) is None
-    assert presentation.attention({"status": "blocked"}, dismissed=True) == \
-        presentation.BLOCKED_ATTENTION
+    assert (
+        presentation.attention({"status": "blocked"}, dismissed=True)
+        == presentation.BLOCKED_ATTENTION
+    )
     assert presentation.attention({"status": "running"}) is None
 
 

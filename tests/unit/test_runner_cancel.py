@@ -1,4 +1,5 @@
 """Runners against a fake TaskHandle: cooperative-cancel properties (the secondary seam)."""
+
 import gevent
 import pytest
 
@@ -56,9 +57,15 @@ class FakeHandle:
 
 
 def context(cluster):
-    return RunContext(task_id="t", project_id="demo", target_namespace="demo", cluster=cluster,
-                      source={"kind": "image", "image": "nginx", "name": "web", "port": 80},
-                      readiness_timeout_s=30, readiness_poll_s=0.01)
+    return RunContext(
+        task_id="t",
+        project_id="demo",
+        target_namespace="demo",
+        cluster=cluster,
+        source={"kind": "image", "image": "nginx", "name": "web", "port": 80},
+        readiness_timeout_s=30,
+        readiness_poll_s=0.01,
+    )
 
 
 def test_after_a_checkpoint_sees_the_cancel_no_further_write_happens():

@@ -1,4 +1,5 @@
 """The one sensitivity predicate, split and scrub."""
+
 import base64
 import json
 
@@ -7,9 +8,22 @@ import pytest
 from engine import secrets
 
 
-@pytest.mark.parametrize("name", ["password", "DB_PASSWORD", "api_key", "API-KEY", "token",
-                                  "GITHUB_TOKEN", "client_secret", "private_key", "credentials",
-                                  "session_key", "DATABASE_DSN"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "password",
+        "DB_PASSWORD",
+        "api_key",
+        "API-KEY",
+        "token",
+        "GITHUB_TOKEN",
+        "client_secret",
+        "private_key",
+        "credentials",
+        "session_key",
+        "DATABASE_DSN",
+    ],
+)
 def test_secret_looking_names_are_sensitive(name):
     assert secrets.is_sensitive(name)
 
@@ -25,16 +39,22 @@ def test_declared_names_and_secret_types_are_sensitive():
 
 
 def test_split_separates_plain_from_sensitive():
-    plain, sensitive = secrets.split({"LOG_LEVEL": "debug", "API_TOKEN": "t", "x": "y"},
-                                     declared={"x"})
+    plain, sensitive = secrets.split(
+        {"LOG_LEVEL": "debug", "API_TOKEN": "t", "x": "y"}, declared={"x"}
+    )
     assert plain == {"LOG_LEVEL": "debug"} and sensitive == {"API_TOKEN": "t", "x": "y"}
 
 
 def test_scrub_replaces_raw_json_escaped_and_base64_forms_everywhere():
     value = 'p@ss"word\\1'
     b64 = base64.b64encode(value.encode()).decode()
-    doc = {"a": f"x {value} y", "b": [json.dumps({"k": value})], "c": {"d": b64},
-           "e": b64.rstrip("="), "n": 5}
+    doc = {
+        "a": f"x {value} y",
+        "b": [json.dumps({"k": value})],
+        "c": {"d": b64},
+        "e": b64.rstrip("="),
+        "n": 5,
+    }
     out = secrets.scrub(doc, [value])
     assert value not in json.dumps(out) and json.dumps(value)[1:-1] not in json.dumps(out)
     assert b64.rstrip("=") not in json.dumps(out)

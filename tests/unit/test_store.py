@@ -1,8 +1,10 @@
 """The deployment-tasks store against synthetic stream events (no database, clock pinned)."""
+
 import pytest
 
 from engine.readside.store import GRACE_WINDOW_S, TaskStore
 from tests.helpers import at, iso
+
 
 def ids(items):
     return [i["id"] for i in items]
@@ -85,8 +87,10 @@ def test_an_upsert_that_finishes_a_task_starts_its_grace_window(projection):
     task = projection("applying", created=0)
     store = TaskStore("demo")
     store.bootstrap([task], now=at(0))
-    store.apply({"type": "upsert", "item": {**task, "status": "completed",
-                                            "finishedAt": iso(100)}}, now=at(100))
+    store.apply(
+        {"type": "upsert", "item": {**task, "status": "completed", "finishedAt": iso(100)}},
+        now=at(100),
+    )
     assert store.get(task["id"])["status"] == "completed"
     assert store.expire(at(100 + GRACE_WINDOW_S)).removed == [task["id"]]
 
@@ -191,8 +195,10 @@ def test_placeholders_are_the_active_tasks_oldest_first(projection):
     store = TaskStore("demo")
     store.bootstrap([second, done, first], now=at(5))
     assert ids(store.placeholders()) == [first["id"], second["id"]]
-    store.apply({"type": "upsert", "item": {**first, "status": "cancelled",
-                                            "finishedAt": iso(6)}}, now=at(6))
+    store.apply(
+        {"type": "upsert", "item": {**first, "status": "cancelled", "finishedAt": iso(6)}},
+        now=at(6),
+    )
     assert ids(store.placeholders()) == [second["id"]]
 
 
@@ -201,14 +207,24 @@ def test_resource_cards_belong_to_the_newest_task_and_report_changes(projection)
     store = TaskStore("demo")
     store.bootstrap([old], now=at(2))
     [card] = store.resource_cards()
-    assert (card.kind, card.name, card.owner_id, card.owner_status) == \
-        ("Deployment", "web", old["id"], "failed")
-    clone = projection("applying", created=3, predecessor=old["id"],
-                       applied=[("Deployment", "web"), ("Service", "web")])
+    assert (card.kind, card.name, card.owner_id, card.owner_status) == (
+        "Deployment",
+        "web",
+        old["id"],
+        "failed",
+    )
+    clone = projection(
+        "applying",
+        created=3,
+        predecessor=old["id"],
+        applied=[("Deployment", "web"), ("Service", "web")],
+    )
     changes = store.apply({"type": "upsert", "item": clone}, now=at(3))
     assert changes.cards
-    assert [(c.kind, c.owner_id) for c in store.resource_cards()] == \
-        [("Deployment", clone["id"]), ("Service", clone["id"])]
+    assert [(c.kind, c.owner_id) for c in store.resource_cards()] == [
+        ("Deployment", clone["id"]),
+        ("Service", clone["id"]),
+    ]
     # A change that does not touch resources reports no card change.
     moved = {**clone, "canvas": {"x": 1, "y": 2}}
     assert not store.apply({"type": "upsert", "item": moved}, now=at(4)).cards

@@ -1,4 +1,5 @@
 """The timeline builder over synthetic events."""
+
 from datetime import timedelta
 
 from engine.readside import timeline
@@ -9,14 +10,18 @@ def ev(seq, kind, **payload):
 
 
 def test_steps_keep_their_first_order_and_their_latest_state():
-    t = timeline.build([
-        ev(3, "step", step="apply", state="started", detail="Deployment/web"),
-        ev(1, "step", step="render", state="started"),
-        ev(2, "step", step="render", state="done", detail="2 resources"),
-        ev(4, "step", step="apply", state="failed", detail="refused"),
-    ])
+    t = timeline.build(
+        [
+            ev(3, "step", step="apply", state="started", detail="Deployment/web"),
+            ev(1, "step", step="render", state="started"),
+            ev(2, "step", step="render", state="done", detail="2 resources"),
+            ev(4, "step", step="apply", state="failed", detail="refused"),
+        ]
+    )
     assert [(s.key, s.state, s.detail) for s in t.ordered_steps()] == [
-        ("render", "done", "2 resources"), ("apply", "failed", "refused")]
+        ("render", "done", "2 resources"),
+        ("apply", "failed", "refused"),
+    ]
     assert [e.seq for e in t.entries] == [1, 2, 3, 4]
 
 
@@ -42,20 +47,41 @@ def test_a_live_reader_reads_on_after_the_settled_seq_only():
 
 
 def test_status_entries_name_the_move_the_reason_and_the_person():
-    line = timeline.entry(ev(7, "status", **{"from": "running", "to": "cancelled",
-                                              "verdict": "cancelled", "by": "dev"}))
+    line = timeline.entry(
+        ev(
+            7,
+            "status",
+            **{"from": "running", "to": "cancelled", "verdict": "cancelled", "by": "dev"},
+        )
+    )
     assert line.title == "Running → Cancelled" and line.detail == "cancelled (by dev)"
-    reaped = timeline.entry(ev(8, "status", **{"from": "running", "to": "failed", "verdict": "failed",
-                                                "reason": "interrupted", "by": "reaper",
-                                                "message": "the server stopped"}))
+    reaped = timeline.entry(
+        ev(
+            8,
+            "status",
+            **{
+                "from": "running",
+                "to": "failed",
+                "verdict": "failed",
+                "reason": "interrupted",
+                "by": "reaper",
+                "message": "the server stopped",
+            },
+        )
+    )
     assert reaped.detail == "the server stopped (by reaper)"
 
 
 def test_outcome_itemizes_a_cancelled_run():
-    snap = {"status": "cancelled", "appliedResources": [{"kind": "Deployment", "name": "web"}],
-            "plannedResources": [{"kind": "Deployment", "name": "web"},
-                                 {"kind": "Service", "name": "web"}],
-            "cancellation": None}
+    snap = {
+        "status": "cancelled",
+        "appliedResources": [{"kind": "Deployment", "name": "web"}],
+        "plannedResources": [
+            {"kind": "Deployment", "name": "web"},
+            {"kind": "Service", "name": "web"},
+        ],
+        "cancellation": None,
+    }
     out = timeline.outcome(snap)
     assert out.extent == "partially" and out.not_applied == [{"kind": "Service", "name": "web"}]
     assert timeline.outcome({**snap, "status": "running"}) is None
