@@ -1,23 +1,18 @@
-"""The Kubernetes adapter: server-side apply and readiness reads against a real cluster.
+"""The Kubernetes adapter: server-side apply, readiness reads and deletes against a real cluster.
 
 The kubeconfig arrives with the request as an in-memory dict and is a secret; everything about it
 (parsing, the server address check, TLS from memory) lives in engine/integrations/kubeconfig.py.
+Which failures are retried and how long to wait is kube_retry.py; how a response's error text is
+built (the API's own `Status.message`, bounded) is kube_response.py; the readiness rule of each
+kind is kube_readiness.py. This module holds the request path they meet on.
 
 Every call is bounded and abort-aware: each HTTP attempt runs in its own greenlet under the
 run's AbortSignal (an abort stops the wait at once; killing the greenlet closes its connection),
-urllib3's own retries are off, and this module's policy retries 429, 5xx and connection errors
-with exponential backoff, honouring Retry-After. Error text is built from the API's structured
-`Status.message`, bounded; a body that is not a Status is never quoted.
-
-It stays one module (just over 500 lines) because apply, readiness and the retry policy share one
-request path; splitting the policy out is the next step if it grows.
+urllib3's own retries are off, and the retry policy retries 429, 5xx and connection errors with
+exponential backoff, honouring Retry-After.
 """
 
-import email.utils
-import random
-import time
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -35,7 +30,18 @@ from engine.integrations.base import (
     Readiness,
     ResourceRef,
     UnknownKind,
-    upstream_text,
+)
+from engine.integrations.kube_readiness import (
+    endpoint_slices_readiness,
+    object_readiness,
+    service_readiness_by_spec,
+)
+from engine.integrations.kube_response import MESSAGE_MAX_CHARS, ApiError, KubeResponse
+from engine.integrations.kube_retry import (
+    RETRYABLE_ERRORS,
+    RETRYABLE_STATUSES,
+    RetryPolicy,
+    retry_after_seconds,
 )
 from engine.integrations.kubeconfig import (
     InvalidKubeconfig,
@@ -45,118 +51,14 @@ from engine.integrations.kubeconfig import (
     parse_kubeconfig,
     pool_manager,
 )
-from engine.untrusted import load_json
 
-__all__ = [
-    "InvalidKubeconfig",
-    "KubeBackend",
-    "KubeCluster",
-    "KubeTarget",
-    "NetworkPolicy",
-    "RetryPolicy",
-    "check_kubeconfig",
-    "parse_kubeconfig",
-    "retry_after_seconds",
-]
+__all__ = ["KubeBackend", "KubeCluster", "NoKubeconfig"]
 
 DEFAULT_FIELD_MANAGER = ENGINE_NAME
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
-DEFAULT_MAX_RETRIES = 4
-#: First backoff step; each retry doubles it (with jitter) up to RETRY_BACKOFF_MAX_S.
-DEFAULT_RETRY_BACKOFF_S = 0.5
-RETRY_BACKOFF_MAX_S = 8.0
-#: A longer Retry-After is shortened to this: a run must not sleep for minutes on one call.
-RETRY_AFTER_MAX_S = 60.0
 CONNECT_TIMEOUT_MAX_S = 10.0
-#: 501 is absent on purpose: "not implemented" does not get better by asking again.
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-#: Transport failures worth another attempt (a TLS failure is not: it is a configuration error).
-RETRYABLE_ERRORS = (
-    urllib3.exceptions.NewConnectionError,
-    urllib3.exceptions.ConnectTimeoutError,
-    urllib3.exceptions.ReadTimeoutError,
-    urllib3.exceptions.ProtocolError,
-    ConnectionError,
-)
 APPLY_PATCH = "application/apply-patch+yaml"
-#: Kinds whose readiness is their own Ready condition (absent means not ready yet).
-READY_CONDITION_KINDS = frozenset({"TemplateInstance"})
-MESSAGE_MAX_CHARS = 500
-
-
-# -- HTTP -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently a failed call is tried again."""
-
-    max_retries: int = DEFAULT_MAX_RETRIES
-    backoff_s: float = DEFAULT_RETRY_BACKOFF_S
-    backoff_max_s: float = RETRY_BACKOFF_MAX_S
-    retry_after_max_s: float = RETRY_AFTER_MAX_S
-
-    def delay_s(self, retry: int, retry_after_s: float | None) -> float:
-        """Seconds before retry number `retry` (0-based): Retry-After when given, else backoff."""
-        if retry_after_s is not None:
-            return min(retry_after_s, self.retry_after_max_s)
-        ceiling = min(self.backoff_max_s, self.backoff_s * 2**retry)
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
-
-
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """A Retry-After header (delta-seconds or HTTP-date) in seconds; None when absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None or when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    #: urllib3's case-insensitive HTTPHeaderDict.
-    headers: Mapping
-    body: bytes
-
-    def json(self) -> dict:
-        try:
-            value = load_json(self.body or b"{}")
-        except ValueError:
-            raise IntegrationError(f"the API answered {self.status} with a body that is not JSON")
-        if not isinstance(value, dict):
-            raise IntegrationError(f"the API answered {self.status} with an unexpected body")
-        return value
-
-    def message(self) -> str:
-        """The API's own words (a Status object's message), bounded; never the raw body, which
-        may be whatever some other service behind that address answered."""
-        try:
-            value = load_json(self.body)
-        except ValueError:
-            value = None
-        text = upstream_text(
-            value.get("message") if isinstance(value, dict) else None, MESSAGE_MAX_CHARS
-        )
-        return f"{text or 'no Status message'} (HTTP {self.status})"
-
-
-class ApiError(IntegrationError):
-    """The API refused a call with a non-retryable status."""
-
-    reason = "api_error"
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
+DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
 @dataclass(frozen=True)
@@ -194,7 +96,7 @@ class KubeCluster:
         *,
         field_manager: str = DEFAULT_FIELD_MANAGER,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ):
         """`addresses`: the server's addresses as NetworkPolicy.resolve checked them."""
         self.target = target
@@ -266,7 +168,7 @@ class KubeCluster:
         """Whether one object is ready, by its kind's rule; a missing object is not."""
         abort.raise_if_aborted()
         resource = self._resource(ref, abort)
-        namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
+        namespace = self._namespace(ref, resource)
         response = self._request(
             "GET",
             resource.path(namespace, ref.name),
@@ -279,10 +181,7 @@ class KubeCluster:
         obj = response.json()
         if ref.kind == "Service":
             return self._service_readiness(obj, namespace, ref.name, abort)
-        check = _READINESS_BY_KIND.get(ref.kind)
-        if check is not None:
-            return check(obj)
-        return _condition_readiness(obj, required=ref.kind in READY_CONDITION_KINDS)
+        return object_readiness(ref.kind, obj)
 
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         """Delete one object (dependents in the background); NotFound when it is already gone."""
@@ -292,7 +191,7 @@ class KubeCluster:
         except UnknownKind as exc:
             # A kind the cluster no longer serves (its CRD is gone) has no objects left.
             raise NotFound(str(exc)) from exc
-        namespace = (ref.namespace or self.target.namespace) if resource.namespaced else None
+        namespace = self._namespace(ref, resource)
         response = self._request(
             "DELETE",
             resource.path(namespace, ref.name),
@@ -303,6 +202,10 @@ class KubeCluster:
         )
         if response.status == 404:
             raise NotFound(f"{ref.label()} does not exist")
+
+    def _namespace(self, ref: ResourceRef, resource: "_Resource") -> str | None:
+        """The object's own namespace, else the kubeconfig context's; None when cluster-scoped."""
+        return (ref.namespace or self.target.namespace) if resource.namespaced else None
 
     # -- discovery ------------------------------------------------------------------------------
     def _resource(self, ref: ResourceRef, abort: AbortSignal) -> _Resource:
@@ -342,13 +245,9 @@ class KubeCluster:
     def _service_readiness(
         self, service: dict, namespace: str | None, name: str, abort: AbortSignal
     ) -> Readiness:
-        spec = service.get("spec") or {}
-        if spec.get("type") == "ExternalName":
-            return Readiness(True, "ExternalName service")
-        if spec.get("clusterIP") == "None":
-            return Readiness(True, "headless service")
-        if not spec.get("selector"):
-            return Readiness(True, "no selector: endpoints are managed outside the cluster")
+        by_spec = service_readiness_by_spec(service)
+        if by_spec is not None:
+            return by_spec
         slices = _Resource("discovery.k8s.io/v1", "endpointslices", True)
         response = self._request(
             "GET",
@@ -357,16 +256,7 @@ class KubeCluster:
             what=f"reading endpoints of Service/{name}",
             query=[("labelSelector", f"kubernetes.io/service-name={name}")],
         )
-        ready = sum(
-            1
-            for item in response.json().get("items") or []
-            for endpoint in item.get("endpoints") or []
-            if endpoint.get("addresses")
-            and (endpoint.get("conditions") or {}).get("ready") is not False
-        )
-        if ready:
-            return Readiness(True, f"{ready} ready endpoint{'s' if ready != 1 else ''}")
-        return Readiness(False, "no ready endpoints")
+        return endpoint_slices_readiness(response.json())
 
     # -- one logical call, with retries ---------------------------------------------------------
     def _request(
@@ -380,7 +270,7 @@ class KubeCluster:
         body: dict | None = None,
         content_type: str = "application/json",
         not_found_ok: bool = False,
-    ) -> _Response:
+    ) -> KubeResponse:
         """One API call under the retry policy; the response, or IntegrationError/ApiError.
 
         `what` ("reading Service/web") prefixes error messages.
@@ -426,7 +316,7 @@ class KubeCluster:
 
     def _send(
         self, method: str, url: str, headers: dict, body, post_params
-    ) -> _Response | Exception:
+    ) -> KubeResponse | Exception:
         """One HTTP attempt, in its own greenlet: killing it (abort) closes its connection.
 
         A failure is returned, not raised: gevent's hub prints the traceback of every greenlet
@@ -444,90 +334,7 @@ class KubeCluster:
             data = response.read()
         except Exception as exc:
             return exc
-        return _Response(response.status, response.headers, data)
-
-
-# -- readiness rules ------------------------------------------------------------------------------
-
-
-def _generation_pending(obj: dict) -> str | None:
-    generation = (obj.get("metadata") or {}).get("generation")
-    observed = (obj.get("status") or {}).get("observedGeneration") or 0
-    if generation and observed < generation:
-        return f"waiting for the controller to observe generation {generation}"
-    return None
-
-
-def _conditions(obj: dict) -> dict:
-    return {
-        c.get("type"): c
-        for c in (obj.get("status") or {}).get("conditions") or []
-        if isinstance(c, dict)
-    }
-
-
-def _deployment_readiness(obj: dict) -> Readiness:
-    desired = (obj.get("spec") or {}).get("replicas", 1)
-    status = obj.get("status") or {}
-    pending = _generation_pending(obj)
-    if pending:
-        return Readiness(False, pending)
-    progressing = _conditions(obj).get("Progressing") or {}
-    if progressing.get("reason") == "ProgressDeadlineExceeded":
-        return Readiness(False, f"progress deadline exceeded: {progressing.get('message', '')}")
-    updated = status.get("updatedReplicas") or 0
-    available = status.get("availableReplicas") or 0
-    if updated < desired:
-        return Readiness(False, f"{updated}/{desired} replicas updated")
-    if available < desired:
-        return Readiness(False, f"{available}/{desired} replicas available")
-    return Readiness(True, f"{available}/{desired} replicas available")
-
-
-def _statefulset_readiness(obj: dict) -> Readiness:
-    desired = (obj.get("spec") or {}).get("replicas", 1)
-    status = obj.get("status") or {}
-    pending = _generation_pending(obj)
-    if pending:
-        return Readiness(False, pending)
-    available = status.get("availableReplicas", status.get("readyReplicas")) or 0
-    if available < desired:
-        return Readiness(False, f"{available}/{desired} replicas available")
-    return Readiness(True, f"{available}/{desired} replicas available")
-
-
-def _job_readiness(obj: dict) -> Readiness:
-    conditions = _conditions(obj)
-    if (conditions.get("Complete") or {}).get("status") == "True":
-        return Readiness(True, "complete")
-    failed = conditions.get("Failed") or {}
-    if failed.get("status") == "True":
-        return Readiness(False, f"failed: {failed.get('message') or failed.get('reason', '')}")
-    succeeded = (obj.get("status") or {}).get("succeeded") or 0
-    completions = (obj.get("spec") or {}).get("completions", 1)
-    return Readiness(False, f"running: {succeeded}/{completions} succeeded")
-
-
-def _condition_readiness(obj: dict, *, required: bool) -> Readiness:
-    """An object's own Ready condition when it has one (required for some kinds), else exists."""
-    ready = _conditions(obj).get("Ready")
-    if ready is None:
-        return (
-            Readiness(False, "waiting for the Ready condition")
-            if required
-            else Readiness(True, "exists")
-        )
-    detail = ready.get("message") or ready.get("reason") or ""
-    if ready.get("status") == "True":
-        return Readiness(True, detail or "Ready")
-    return Readiness(False, f"Ready={ready.get('status')}" + (f": {detail}" if detail else ""))
-
-
-_READINESS_BY_KIND = {
-    "Deployment": _deployment_readiness,
-    "StatefulSet": _statefulset_readiness,
-    "Job": _job_readiness,
-}
+        return KubeResponse(response.status, response.headers, data)
 
 
 # -- the backend --------------------------------------------------------------------------------
@@ -543,7 +350,7 @@ class KubeBackend:
         *,
         field_manager: str = DEFAULT_FIELD_MANAGER,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         network: NetworkPolicy | None = None,
     ):
         self.field_manager = field_manager

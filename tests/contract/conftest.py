@@ -8,7 +8,9 @@ from collections import Counter
 import pytest
 import trustme
 
-from engine.integrations.kube import KubeBackend, NetworkPolicy, RetryPolicy
+from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kubeconfig import NetworkPolicy
 from tests.contract.kmock_server import KMockServer
 
 TOKEN = "t0ken-for-contract-tests"

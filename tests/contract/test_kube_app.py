@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from engine.integrations import Integrations
-from engine.integrations.kube import KubeBackend, RetryPolicy
+from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_retry import RetryPolicy
 from tests.conftest import IMAGE_SOURCE
 from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT_PATH, echo, header, wait_finished

@@ -17,7 +17,8 @@ from engine.integrations.base import (
     ResourceRef,
     UnknownKind,
 )
-from engine.integrations.kube import KubeBackend, RetryPolicy, retry_after_seconds
+from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_retry import RetryPolicy, retry_after_seconds
 from tests.conftest import free_port, wait_for
 from tests.contract.conftest import (
     FAST_RETRY,

@@ -14,8 +14,9 @@ from gevent.server import StreamServer
 
 from engine.abort import AbortSignal
 from engine.integrations.base import ApplyError
-from engine.integrations.kube import KubeBackend, NetworkPolicy, RetryPolicy
-from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig
+from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, check_kubeconfig
 from tests.conftest import IMAGE_SOURCE, wait_for
 from tests.contract.conftest import FAST_RETRY, LOOPBACK, kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, header, patches

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from engine.integrations import Integrations
-from engine.integrations.kube import KubeBackend, RetryPolicy
+from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_retry import RetryPolicy
 from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
 from tests.contract.helpers import echo, header, wait_finished
 
