@@ -222,6 +222,35 @@ def test_the_engine_speaks_no_http():
     assert [c.__name__ for c in domain if c not in HTTP_STATUS] == []
 
 
+def test_commands_import_no_blueprint():
+    """Operator commands stand on the engine beside the web surface, never on top of it."""
+    assert "blueprints.errors" in imports_of(ROOT / "blueprints/api.py")  # the control
+    for path in (ROOT / "commands").rglob("*.py"):
+        leaked = {n for n in imports_of(path) if n.split(".")[0] == "blueprints"}
+        assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
+
+
+def test_the_cli_and_the_api_agree_on_what_is_not_found():
+    """A domain error the API answers 404 exits 3 from a command, and only such an error does."""
+    from blueprints.errors import http_status
+    from commands.operate import EXIT_NOT_FOUND, exit_code
+    from engine import errors, operations
+
+    domain = [
+        c
+        for module in (errors, operations)
+        for c in vars(module).values()
+        if isinstance(c, type) and issubclass(c, errors.DomainError)
+    ]
+    assert operations.CleanupJobNotFound in domain  # the control
+    disagree = [
+        c.__name__
+        for c in domain
+        if (exit_code(c()) == EXIT_NOT_FOUND) != (http_status(c()) == 404)
+    ]
+    assert disagree == []
+
+
 def test_sql_files_are_alphabetised():
     for path in sorted((ROOT / "engine/sql").glob("*.sql")):
         names = re.findall(r"^-- ([a-z0-9_]+) --$", path.read_text(), re.MULTILINE)
