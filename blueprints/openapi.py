@@ -89,6 +89,11 @@ def _errors(*statuses: int) -> dict:
     return {str(s): _json("Error", words[s]) for s in statuses}
 
 
+def _body(schema) -> dict:
+    """A required JSON request body."""
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 def _sse(description: str) -> dict:
     return {
         "description": description,
@@ -101,6 +106,11 @@ SNAPSHOT_LINKS = {
     "ListEvents": {"operationId": "listEvents", "parameters": {"task_id": "$response.body#/id"}},
     "CancelTask": {"operationId": "cancelTask", "parameters": {"task_id": "$response.body#/id"}},
 }
+#: A failed or cancelled task's redeploy: a new task naming it as its predecessor.
+REDEPLOY_LINK = {
+    "operationId": "createTask",
+    "requestBody": {"predecessorTaskId": "$response.body#/id"},
+}
 WRITE_ERRORS = (400, 404, 409, 413, 415, 503)
 
 #: endpoint -> (method -> operation). Every /api/v1 route must be here (spec() checks).
@@ -111,10 +121,7 @@ OPERATIONS = {
             "tags": ["tasks"],
             "summary": "Create a deployment task, or with predecessorTaskId a redeploy",
             "parameters": [IDEMPOTENCY_KEY, KUBECONFIG],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": schemas.CreateTask}},
-            },
+            "requestBody": _body(schemas.CreateTask),
             "responses": {
                 "201": {
                     **_json("Task", "the task, already claimed and running"),
@@ -147,10 +154,7 @@ OPERATIONS = {
                             "operationId": "submitInputs",
                             "parameters": {"task_id": "$response.body#/id"},
                         },
-                        "Redeploy": {
-                            "operationId": "createTask",
-                            "requestBody": {"predecessorTaskId": "$response.body#/id"},
-                        },
+                        "Redeploy": REDEPLOY_LINK,
                     },
                 },
                 **_errors(400, 404),
@@ -172,10 +176,7 @@ OPERATIONS = {
             "tags": ["tasks"],
             "summary": "Answer a blocked task's inputs; it resumes at once",
             "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": schemas.SubmitInputs}},
-            },
+            "requestBody": _body(schemas.SubmitInputs),
             "responses": {"200": _json("Task", "the resumed task"), **_errors(*WRITE_ERRORS, 422)},
         }
     },
@@ -188,12 +189,7 @@ OPERATIONS = {
             "responses": {
                 "200": {
                     **_json("Task", "the task"),
-                    "links": {
-                        "Redeploy": {
-                            "operationId": "createTask",
-                            "requestBody": {"predecessorTaskId": "$response.body#/id"},
-                        }
-                    },
+                    "links": {"Redeploy": REDEPLOY_LINK},
                 },
                 **_errors(404, 409),
             },
@@ -205,10 +201,7 @@ OPERATIONS = {
             "tags": ["tasks"],
             "summary": "Save the task's placement on the canvas",
             "parameters": [TASK_ID],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": schemas.CanvasPatch}},
-            },
+            "requestBody": _body(schemas.CanvasPatch),
             "responses": {"200": _json("Task", "the task"), **_errors(400, 404, 413, 415)},
         }
     },
@@ -234,10 +227,7 @@ OPERATIONS = {
             "tags": ["tools"],
             "summary": "Call a chat tool with its arguments as the body",
             "parameters": [TOOL_NAME, KUBECONFIG],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": {"type": "object"}}},
-            },
+            "requestBody": _body({"type": "object"}),
             "responses": {
                 "200": _json({"type": "object"}, "the tool's result"),
                 "201": _json({"type": "object"}, "the created task"),

@@ -16,6 +16,7 @@ from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
 from engine import errors, operations
+from engine.cleanup_jobs import JobState
 from engine.errors import DomainError
 from engine.status import Status
 
@@ -36,6 +37,14 @@ EXIT_CODES: dict[type[DomainError], int] = {
 tasks_cli = AppGroup("tasks", help="Look at and cancel tasks of any namespace.")
 jobs_cli = AppGroup("cleanup-jobs", help="Look at and retry durable cleanup jobs.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+limit_option = click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+
+
+def any_of(flag: str, dest: str, values) -> click.Option:
+    """A repeatable filter option: rows whose value is any of those given."""
+    return click.option(
+        flag, dest, multiple=True, type=click.Choice([v.value for v in values]), help="Repeatable."
+    )
 
 
 def runtime():
@@ -74,6 +83,14 @@ def fail(exc: DomainError) -> None:
     sys.exit(exit_code(exc))
 
 
+def perform(operation, *args):
+    """`operation(runtime, *args)`; a domain error ends the command (fail)."""
+    try:
+        return operation(runtime(), *args)
+    except DomainError as exc:
+        fail(exc)
+
+
 TASK_COLUMNS = [
     ("id", "ID"),
     ("namespace", "NAMESPACE"),
@@ -82,19 +99,14 @@ TASK_COLUMNS = [
     ("sourceKind", "KIND"),
     ("createdAt", "CREATED"),
 ]
+EVENT_COLUMNS = [("seq", "SEQ"), ("at", "AT"), ("kind", "KIND"), ("payload", "PAYLOAD")]
 
 
 @tasks_cli.command("list")
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    type=click.Choice([s.value for s in Status]),
-    help="Repeatable.",
-)
+@any_of("--status", "statuses", Status)
 @click.option("--namespace")
 @click.option("--project")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@limit_option
 @json_option
 def tasks_list(statuses, namespace, project, limit, as_json):
     """The newest tasks across namespaces."""
@@ -111,10 +123,7 @@ def tasks_list(statuses, namespace, project, limit, as_json):
 @json_option
 def tasks_show(task_id: UUID, as_json):
     """A task's snapshot, its events, and the explanation chat gives."""
-    try:
-        shown = operations.show_task(runtime(), task_id)
-    except DomainError as exc:
-        fail(exc)
+    shown = perform(operations.show_task, task_id)
     if as_json:
         emit(shown, True)
         return
@@ -138,7 +147,7 @@ def tasks_show(task_id: UUID, as_json):
             for e in shown["events"]
         ],
         False,
-        [("seq", "SEQ"), ("at", "AT"), ("kind", "KIND"), ("payload", "PAYLOAD")],
+        EVENT_COLUMNS,
     )
 
 
@@ -147,10 +156,7 @@ def tasks_show(task_id: UUID, as_json):
 @json_option
 def tasks_cancel(task_id: UUID, as_json):
     """Cancel a task (the same two-phase cancel a user's request makes)."""
-    try:
-        snap = operations.cancel_task(runtime(), task_id)
-    except DomainError as exc:
-        fail(exc)
+    snap = perform(operations.cancel_task, task_id)
     if as_json:
         emit(snap, True)
     else:
@@ -174,14 +180,8 @@ JOB_COLUMNS = [
 
 
 @jobs_cli.command("list")
-@click.option(
-    "--state",
-    "states",
-    multiple=True,
-    type=click.Choice(["pending", "running", "retry_wait", "succeeded", "failed", "cancelled"]),
-    help="Repeatable.",
-)
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@any_of("--state", "states", JobState)
+@limit_option
 @json_option
 def jobs_list(states, limit, as_json):
     """The newest cleanup jobs."""
@@ -197,10 +197,7 @@ def jobs_list(states, limit, as_json):
 @json_option
 def jobs_retry(job_id: int, as_json):
     """Give a job that failed for good a fresh attempt budget (recorded as a task event)."""
-    try:
-        job = operations.retry_cleanup_job(runtime(), job_id)
-    except DomainError as exc:
-        fail(exc)
+    job = perform(operations.retry_cleanup_job, job_id)
     if as_json:
         emit(job, True)
     else:
@@ -210,25 +207,32 @@ def jobs_retry(job_id: int, as_json):
         )
 
 
+STREAK_COLUMNS = [
+    ("subject", "SUBJECT"),
+    ("consecutiveFailures", "FAILURES"),
+    ("firstFailureAt", "SINCE"),
+    ("lastFailureAt", "LAST"),
+    ("lastError", "LAST ERROR"),
+]
+
+
 @click.command("streaks")
 @json_option
 @with_appcontext
 def streaks(as_json):
     """What keeps failing right now (exit 1 when anything is)."""
     items = operations.list_streaks(runtime())
-    emit(
-        items,
-        as_json,
-        [
-            ("subject", "SUBJECT"),
-            ("consecutiveFailures", "FAILURES"),
-            ("firstFailureAt", "SINCE"),
-            ("lastFailureAt", "LAST"),
-            ("lastError", "LAST ERROR"),
-        ],
-    )
+    emit(items, as_json, STREAK_COLUMNS)
     if items:
         sys.exit(EXIT_ATTENTION)
+
+
+RECONCILE_COLUMNS = [
+    ("kind", "KIND"),
+    ("liveness", "LIVENESS"),
+    ("disposition", "DISPOSITION"),
+    ("count", "COUNT"),
+]
 
 
 @click.command("reconcile")
@@ -244,16 +248,7 @@ def reconcile(as_json):
             f"host {summary['host']}: {summary['rows']} row(s)"
             f"{' (truncated)' if summary['truncated'] else ''}"
         )
-        emit(
-            summary["counts"],
-            False,
-            [
-                ("kind", "KIND"),
-                ("liveness", "LIVENESS"),
-                ("disposition", "DISPOSITION"),
-                ("count", "COUNT"),
-            ],
-        )
+        emit(summary["counts"], False, RECONCILE_COLUMNS)
     if any(c["disposition"] == "error" for c in summary["counts"]):
         sys.exit(EXIT_ATTENTION)
 
