@@ -193,13 +193,9 @@ def placeholders(obj) -> set[str]:
 
 def substitute(obj, inputs: dict):
     """obj with every ${input:NAME} replaced by its value (in memory only, for the cluster)."""
-    if isinstance(obj, str):
-        return PLACEHOLDER.sub(lambda m: str(inputs[m.group(1)]), obj)
-    if isinstance(obj, dict):
-        return {k: substitute(v, inputs) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [substitute(v, inputs) for v in obj]
-    return obj
+    return manifests.map_strings(
+        obj, lambda text: PLACEHOLDER.sub(lambda m: str(inputs[m.group(1)]), text)
+    )
 
 
 def sanitize(obj, sensitive: set[str]):

@@ -9,6 +9,7 @@ know, is refused there for every source.
 """
 
 import re
+from collections.abc import Callable
 
 #: Namespaced kinds a task may create (core workloads, their config and their network).
 NAMESPACED_KINDS = frozenset(
@@ -78,6 +79,18 @@ def references(obj, pattern: re.Pattern) -> set[str]:
     if isinstance(obj, list):
         return set().union(*(references(v, pattern) for v in obj)) if obj else set()
     return set()
+
+
+def map_strings(obj, replace: Callable[[str], object]):
+    """A copy of `obj` (parsed JSON or YAML) with every string value in it replaced by
+    `replace(string)`; keys and other values stay as they are."""
+    if isinstance(obj, str):
+        return replace(obj)
+    if isinstance(obj, dict):
+        return {k: map_strings(v, replace) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [map_strings(v, replace) for v in obj]
+    return obj
 
 
 def sensitive_outside_secret_data(doc: dict, sensitive: set[str], pattern: re.Pattern) -> set[str]:

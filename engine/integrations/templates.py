@@ -358,7 +358,7 @@ def _validate(raw) -> Template:
         if (kind, doc_name) in seen:
             raise ValueError(f"resource {i}: {kind} {doc_name} rendered twice")
         seen.add((kind, doc_name))
-        refs = set(_references(doc))
+        refs = manifests.references(doc, PLACEHOLDER)
         if refs - known:
             raise ValueError(f"resource {i}: unknown placeholders {sorted(refs - known)}")
         misplaced = manifests.sensitive_outside_secret_data(doc, sensitive, PLACEHOLDER)
@@ -417,28 +417,15 @@ def _input(item) -> InputDecl:
     )
 
 
-def _references(obj):
-    if isinstance(obj, str):
-        yield from PLACEHOLDER.findall(obj)
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from _references(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            yield from _references(value)
-
-
 def _substitute(obj, context: dict):
-    if isinstance(obj, str):
-        whole = PLACEHOLDER.fullmatch(obj)
+    def fill(text: str):
+        # A value that is one whole placeholder keeps its type (replicas: ${inputs.replicas}).
+        whole = PLACEHOLDER.fullmatch(text)
         if whole:
             return context[whole.group(1)]
-        return PLACEHOLDER.sub(lambda m: _text(context[m.group(1)]), obj)
-    if isinstance(obj, dict):
-        return {k: _substitute(v, context) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_substitute(v, context) for v in obj]
-    return obj
+        return PLACEHOLDER.sub(lambda m: _text(context[m.group(1)]), text)
+
+    return manifests.map_strings(obj, fill)
 
 
 def _text(value) -> str:
