@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 import trustme
 
+from engine.integrations import Integrations
 from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import NetworkPolicy
@@ -86,6 +87,24 @@ def kube(backend, mock_server):
     cluster = backend.cluster(kubeconfig_for(mock_server.url))
     yield cluster
     cluster.close()
+
+
+@pytest.fixture
+def kube_app(make_app):
+    """Factory: an app (CLUSTER_BACKEND=kubernetes) whose runs reach kmock through the adapter
+    under `retry`."""
+
+    def factory(retry: RetryPolicy):
+        backend = KubeBackend(retry=retry, network=LOOPBACK)
+        return make_app(
+            cluster_backend="kubernetes",
+            **LOOPBACK_SETTINGS,
+            overrides={
+                "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
+            },
+        )
+
+    return factory
 
 
 @pytest.fixture(scope="session")

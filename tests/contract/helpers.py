@@ -5,9 +5,11 @@ import base64
 
 import yaml
 
+from tests.contract.conftest import kubeconfig_for
 from tests.helpers import wait_for
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
+SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
 DEPLOYMENT = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",
@@ -21,6 +23,22 @@ DEPLOYMENT = {
         },
     },
 }
+
+
+def workload_status(available: int, name: str = "web") -> dict:
+    """A Deployment or StatefulSet in demo as the API returns it: one replica wanted, settled on
+    its current generation, `available` of it up."""
+    return {
+        "metadata": {"name": name, "namespace": "demo", "generation": 1},
+        "spec": {"replicas": 1},
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "readyReplicas": available,
+            "availableReplicas": available,
+        },
+    }
 
 
 def status(code: int, message: str) -> dict:
@@ -46,6 +64,15 @@ def patches(mock, path=DEPLOYMENT_PATH):
 def header(kubeconfig) -> dict:
     """The X-Kubeconfig header carrying `kubeconfig`."""
     return {"X-Kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()}
+
+
+def deploy(client, server_url: str, source: dict):
+    """POST a task of `source` in project demo, with a kubeconfig for the kmock at `server_url`."""
+    return client.post(
+        "/api/v1/tasks",
+        headers=header(kubeconfig_for(server_url)),
+        json={"projectId": "demo", "source": source},
+    )
 
 
 def wait_finished(client, task_id: str) -> dict:

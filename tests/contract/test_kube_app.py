@@ -4,53 +4,28 @@ Kubernetes adapter to kmock, and refuses requests that bring no usable kubeconfi
 import pytest
 import yaml
 
-from engine.integrations import Integrations
-from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
 from tests.conftest import IMAGE_SOURCE
-from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
-from tests.contract.helpers import DEPLOYMENT_PATH, echo, header, wait_finished
-
-SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
-
-
-def deployment_status(available: int) -> dict:
-    return {
-        "metadata": {"name": "web", "namespace": "demo", "generation": 1},
-        "spec": {"replicas": 1},
-        "status": {
-            "observedGeneration": 1,
-            "replicas": 1,
-            "updatedReplicas": 1,
-            "availableReplicas": available,
-        },
-    }
+from tests.contract.conftest import kubeconfig_for
+from tests.contract.helpers import (
+    DEPLOYMENT_PATH,
+    SERVICE_PATH,
+    deploy,
+    echo,
+    header,
+    wait_finished,
+    workload_status,
+)
 
 
-def test_an_image_source_deploys_to_completed_through_the_adapter(make_app, mock_server, mock):
+def test_an_image_source_deploys_to_completed_through_the_adapter(kube_app, mock_server, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     mock[f"patch {SERVICE_PATH}"] << 201 << echo
-    mock[f"get {DEPLOYMENT_PATH}"][:2] << deployment_status(available=0)
-    mock[f"get {DEPLOYMENT_PATH}"] << deployment_status(available=1)
-    backend = KubeBackend(
-        field_manager="deploy-task-engine",
-        retry=RetryPolicy(max_retries=2, backoff_s=0.01),
-        network=LOOPBACK,
-    )
-    app = make_app(
-        cluster_backend="kubernetes",
-        **LOOPBACK_SETTINGS,
-        overrides={
-            "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
-        },
-    )
-    client = app.test_client()
+    mock[f"get {DEPLOYMENT_PATH}"][:2] << workload_status(available=0)
+    mock[f"get {DEPLOYMENT_PATH}"] << workload_status(available=1)
+    client = kube_app(RetryPolicy(max_retries=2, backoff_s=0.01)).test_client()
 
-    response = client.post(
-        "/api/v1/tasks",
-        headers=header(kubeconfig_for(mock_server.url)),
-        json={"projectId": "demo", "source": dict(IMAGE_SOURCE)},
-    )
+    response = deploy(client, mock_server.url, dict(IMAGE_SOURCE))
     assert response.status_code == 201, response.get_json()
     snapshot = wait_finished(client, response.get_json()["id"])
 
@@ -101,25 +76,12 @@ def unserve_deployments(mock):
     ],
 )
 def test_a_refused_apply_fails_the_task_with_the_clusters_reason(
-    make_app, mock_server, mock, arrange, reason, message
+    kube_app, mock_server, mock, arrange, reason, message
 ):
     arrange(mock)
-    backend = KubeBackend(retry=RetryPolicy(max_retries=0), network=LOOPBACK)
-    app = make_app(
-        cluster_backend="kubernetes",
-        **LOOPBACK_SETTINGS,
-        overrides={
-            "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
-        },
-    )
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
 
-    client = app.test_client()
-
-    response = client.post(
-        "/api/v1/tasks",
-        headers=header(kubeconfig_for(mock_server.url)),
-        json={"projectId": "demo", "source": dict(IMAGE_SOURCE)},
-    )
+    response = deploy(client, mock_server.url, dict(IMAGE_SOURCE))
     snapshot = wait_finished(client, response.get_json()["id"])
 
     assert snapshot["failure"] == {"reason": reason, "message": message}

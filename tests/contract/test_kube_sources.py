@@ -6,29 +6,15 @@ import re
 
 import pytest
 
-from engine.integrations import Integrations
-from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
-from tests.contract.conftest import LOOPBACK, LOOPBACK_SETTINGS, kubeconfig_for
-from tests.contract.helpers import echo, header, wait_finished
+from tests.contract.helpers import deploy, echo, wait_finished, workload_status
 
 WORKLOAD = re.compile(r"^/apis/apps/v1/namespaces/demo/(deployments|statefulsets)/[a-z0-9-]+$")
 
 
 def ready(request):
     """A GET of any workload answers it fully available."""
-    name = request.url.path.rsplit("/", 1)[-1]
-    return {
-        "metadata": {"name": name, "namespace": "demo", "generation": 1},
-        "spec": {"replicas": 1},
-        "status": {
-            "observedGeneration": 1,
-            "replicas": 1,
-            "updatedReplicas": 1,
-            "readyReplicas": 1,
-            "availableReplicas": 1,
-        },
-    }
+    return workload_status(available=1, name=request.url.path.rsplit("/", 1)[-1])
 
 
 @pytest.mark.parametrize(
@@ -47,27 +33,11 @@ def ready(request):
     ],
     ids=["database", "template", "prompt", "github"],
 )
-def test_each_source_kind_deploys_through_the_adapter(make_app, mock_server, mock, source, kinds):
+def test_each_source_kind_deploys_through_the_adapter(kube_app, mock_server, mock, source, kinds):
     mock["patch"] << 201 << echo
     mock["get", WORKLOAD] << ready
-    backend = KubeBackend(
-        field_manager="deploy-task-engine",
-        retry=RetryPolicy(max_retries=2, backoff_s=0.01),
-        network=LOOPBACK,
-    )
-    app = make_app(
-        cluster_backend="kubernetes",
-        **LOOPBACK_SETTINGS,
-        overrides={
-            "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
-        },
-    )
-    client = app.test_client()
-    response = client.post(
-        "/api/v1/tasks",
-        headers=header(kubeconfig_for(mock_server.url)),
-        json={"projectId": "demo", "source": source},
-    )
+    client = kube_app(RetryPolicy(max_retries=2, backoff_s=0.01)).test_client()
+    response = deploy(client, mock_server.url, source)
     assert response.status_code == 201, response.get_json()
     snapshot = wait_finished(client, response.get_json()["id"])
     assert snapshot["status"] == "completed", snapshot["failure"]

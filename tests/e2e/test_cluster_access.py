@@ -11,24 +11,13 @@ import yaml
 
 from tests.conftest import dump_database
 from tests.contract.conftest import TOKEN, kubeconfig_for
-from tests.contract.helpers import echo
+from tests.contract.helpers import DEPLOYMENT_PATH, SERVICE_PATH, echo, workload_status
 from tests.contract.kmock_server import KMockServer
 from tests.e2e.conftest import NARROW, WIDE
 
 pytestmark = pytest.mark.e2e
 
-DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
-SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
-READY = {
-    "metadata": {"name": "web", "namespace": "demo", "generation": 1},
-    "spec": {"replicas": 1},
-    "status": {
-        "observedGeneration": 1,
-        "replicas": 1,
-        "updatedReplicas": 1,
-        "availableReplicas": 1,
-    },
-}
+READY = workload_status(available=1)
 #: kmock listens on plain http on 127.0.0.1: the operator opts that network in for this server.
 KUBE_ENV = {
     "CLUSTER_BACKEND": "kubernetes",
