@@ -135,6 +135,25 @@ def make_app(database_url, cluster):
 
 
 @pytest.fixture
+def sandbox_client(make_app):
+    """(test client, cluster) of an app on the zero-setup sandbox cluster, made quick."""
+    from engine.integrations import Integrations
+    from engine.integrations.sandbox import SandboxCluster
+
+    sandbox = SandboxCluster(
+        apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False, apply_error=""
+    )
+    app = make_app(
+        overrides={
+            "integrations": Integrations(
+                cluster=lambda kubeconfig: sandbox, cluster_label="sandbox"
+            )
+        }
+    )
+    return app.test_client(), sandbox
+
+
+@pytest.fixture
 def app(make_app):
     return make_app()
 

@@ -562,6 +562,14 @@ def secret_in(kind: str, where: str) -> dict:
     return doc
 
 
+def run_with_a_sensitive_input(create_task, wait_status) -> dict:
+    """A prompt task given DB_PASSWORD as a sensitive input, once it has settled."""
+    task = create_task(
+        PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"}, sensitiveKeys=["DB_PASSWORD"]
+    )
+    return wait_status(task["id"], "failed", "completed", "blocked", timeout=30)
+
+
 @pytest.mark.parametrize(
     "answer, message",
     [
@@ -586,15 +594,7 @@ def test_hostile_answers_fail_as_malformed_without_touching_the_cluster(
     gateway.script(Reply(text=answer, chunk_chars=4096))
     started = time.monotonic()
 
-    done = wait_status(
-        create_task(
-            PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"}, sensitiveKeys=["DB_PASSWORD"]
-        )["id"],
-        "failed",
-        "completed",
-        "blocked",
-        timeout=30,
-    )
+    done = run_with_a_sensitive_input(create_task, wait_status)
 
     assert done["failure"]["reason"] == "malformed_answer", done["failure"]
     assert message in done["failure"]["message"]
@@ -607,15 +607,7 @@ def test_a_sensitive_input_in_a_secrets_data_is_deployed(
 ):
     gateway.script(Reply(text=plan_answer("web", extra_manifests=[secret_in("Secret", "data")])))
 
-    done = wait_status(
-        create_task(
-            PROMPT, inputs={"DB_PASSWORD": "a-long-secret-value"}, sensitiveKeys=["DB_PASSWORD"]
-        )["id"],
-        "failed",
-        "completed",
-        "blocked",
-        timeout=30,
-    )
+    done = run_with_a_sensitive_input(create_task, wait_status)
 
     assert done["status"] == "completed", done["failure"]
 

@@ -4,8 +4,6 @@ generated password that exists only in the cluster Secret."""
 
 import pytest
 
-from engine.integrations import Integrations
-from engine.integrations.sandbox import SandboxCluster
 from tests.helpers import applied_manifests, create, dump_database, wait
 from tests.helpers import secret_forms as forms
 
@@ -106,17 +104,8 @@ def test_a_statefulset_that_never_gets_ready_fails_with_the_resources_kept(make_
     assert len(snap["appliedResources"]) == 3 and cluster.deletes() == []
 
 
-def test_a_database_deploys_to_completed_on_the_sandbox(make_app):
-    sandbox = SandboxCluster(
-        apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False, apply_error=""
-    )
-    client = make_app(
-        overrides={
-            "integrations": Integrations(
-                cluster=lambda kubeconfig: sandbox, cluster_label="sandbox"
-            )
-        }
-    ).test_client()
+def test_a_database_deploys_to_completed_on_the_sandbox(sandbox_client):
+    client, sandbox = sandbox_client
     snap = wait(
         client, create(client, database("mongodb", name="catalog"))["id"], "completed", "failed"
     )

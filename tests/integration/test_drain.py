@@ -1,11 +1,15 @@
 """The drain and launching are atomic: a create is refused with 503, or its run is aborted and
 waited for by the drain; no run launched around a SIGTERM keeps writing after it."""
 
+from contextlib import contextmanager
+
 import gevent
 import psycopg
 from psycopg.rows import dict_row
 
 from tests.helpers import IMAGE_SOURCE, late_events, wait_for
+
+BODY = {"projectId": "demo", "source": dict(IMAGE_SOURCE)}
 
 
 def blocked_on_lock(sql_conn, statement: str) -> bool:
@@ -18,23 +22,28 @@ def blocked_on_lock(sql_conn, statement: str) -> bool:
     )
 
 
-def test_a_create_admitted_before_the_drain_is_aborted_and_waited_for(
-    client, runtime, database_url, sql_conn
-):
-    body = {"projectId": "demo", "source": dict(IMAGE_SOURCE)}
+@contextmanager
+def create_held_at_its_insert(client, database_url, sql_conn):
+    """(holder, greenlet of the create): a create held between admission and its insert (the
+    moment SIGTERM can arrive) by `holder`'s lock, until holder rolls back."""
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as holder:
-        # Holds the create between admission and insert: the moment SIGTERM can arrive.
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE deploy_tasks IN SHARE MODE")
-        early = gevent.spawn(client.post, "/api/v1/tasks", json=body)
+        early = gevent.spawn(client.post, "/api/v1/tasks", json=BODY)
         wait_for(
             lambda: blocked_on_lock(sql_conn, "INSERT INTO deploy_tasks"),
             message="the create to reach its insert",
         )
+        yield holder, early
 
+
+def test_a_create_admitted_before_the_drain_is_aborted_and_waited_for(
+    client, runtime, database_url, sql_conn
+):
+    with create_held_at_its_insert(client, database_url, sql_conn) as (holder, early):
         drain = gevent.spawn(runtime.shutdown)
         wait_for(lambda: not runtime.accepting, message="the drain to begin")
-        late = client.post("/api/v1/tasks", json=body)
+        late = client.post("/api/v1/tasks", json=BODY)
         assert late.status_code == 503 and late.get_json()["code"] == "shutting_down"
         assert not drain.ready()  # it waits for the admitted create
         holder.execute("ROLLBACK")
@@ -59,15 +68,7 @@ def test_a_create_that_outlives_the_drains_wait_starts_aborted(make_app, databas
     starts aborted and resolves itself as interrupted."""
     app = make_app(shutdown_grace_s=0.1)
     client, runtime = app.test_client(), app.extensions["engine"]
-    body = {"projectId": "demo", "source": dict(IMAGE_SOURCE)}
-    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as holder:
-        holder.execute("BEGIN")
-        holder.execute("LOCK TABLE deploy_tasks IN SHARE MODE")
-        early = gevent.spawn(client.post, "/api/v1/tasks", json=body)
-        wait_for(
-            lambda: blocked_on_lock(sql_conn, "INSERT INTO deploy_tasks"),
-            message="the create to reach its insert",
-        )
+    with create_held_at_its_insert(client, database_url, sql_conn) as (holder, early):
         runtime.shutdown()  # gives up waiting for the create after its grace
         holder.execute("ROLLBACK")
     response = early.get(timeout=30)

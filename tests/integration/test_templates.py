@@ -10,8 +10,6 @@ import uuid
 
 import pytest
 
-from engine.integrations import Integrations
-from engine.integrations.sandbox import SandboxCluster
 from tests.helpers import (
     applied_manifests,
     create,
@@ -80,21 +78,6 @@ def test_a_template_deploys_to_completed_on_the_fake_cluster(client, cluster):
     polled = [c.ref.label() for c in cluster.calls if c.op == "readiness"]
     assert polled == [f"Deployment/{instance}"]
     assert cluster.deletes() == []
-
-
-@pytest.fixture
-def sandbox_client(make_app):
-    sandbox = SandboxCluster(
-        apply_delay_s=0.0, ready_delay_s=0.05, never_ready=False, apply_error=""
-    )
-    app = make_app(
-        overrides={
-            "integrations": Integrations(
-                cluster=lambda kubeconfig: sandbox, cluster_label="sandbox"
-            )
-        }
-    )
-    return app.test_client(), sandbox
 
 
 @pytest.mark.parametrize(
