@@ -69,15 +69,21 @@ def create_task():
 
 def _create_task():
     body = load(schemas.CreateTask, json_body())
+    return create_from(body, predecessor_task_id=body.get("predecessorTaskId"))
+
+
+def create_from(fields: dict, *, predecessor_task_id=None) -> tuple[dict, int]:
+    """The create use case on a validated create body or tool arguments (projectId, source,
+    inputs, sensitiveKeys) and the request's kubeconfig; 201 with the stored snapshot."""
     row = actions.create_task(
         runtime(),
         current_identity(),
-        project_id=body.get("projectId"),
-        source=body.get("source"),
-        inputs=body.get("inputs"),
-        sensitive_keys=body.get("sensitiveKeys"),
+        project_id=fields.get("projectId"),
+        source=fields.get("source"),
+        inputs=fields.get("inputs"),
+        sensitive_keys=fields.get("sensitiveKeys"),
         kubeconfig=kubeconfig_from_header(),
-        predecessor_task_id=body.get("predecessorTaskId"),
+        predecessor_task_id=predecessor_task_id,
     )
     return dto.snapshot(row), 201
 

@@ -11,7 +11,7 @@ from flask import Blueprint, jsonify
 from marshmallow import fields, validate
 
 from blueprints import schemas
-from blueprints.api import answered, idempotency_secret
+from blueprints.api import answered, create_from, idempotency_secret
 from blueprints.auth import current_identity
 from blueprints.errors import UnknownTool, error_body, http_status
 from blueprints.jsonschema import schema_of
@@ -85,35 +85,12 @@ class Tool:
     call: Callable[[dict], tuple[dict, int]]
 
 
-def _create(args):
-    row = actions.create_task(
-        runtime(),
-        current_identity(),
-        project_id=args["projectId"],
-        source=args["source"],
-        inputs=args.get("inputs"),
-        sensitive_keys=args.get("sensitiveKeys"),
-        kubeconfig=kubeconfig_from_header(),
-    )
-    return dto.snapshot(row), 201
-
-
 def _cancel(args):
     return dto.snapshot(actions.cancel_task(runtime(), current_identity(), args["taskId"])), 200
 
 
 def _redeploy(args):
-    row = actions.create_task(
-        runtime(),
-        current_identity(),
-        project_id=args.get("projectId"),
-        source=args.get("source"),
-        inputs=args.get("inputs"),
-        sensitive_keys=args.get("sensitiveKeys"),
-        kubeconfig=kubeconfig_from_header(),
-        predecessor_task_id=args["taskId"],
-    )
-    return dto.snapshot(row), 201
+    return create_from(args, predecessor_task_id=args["taskId"])
 
 
 def _submit(args):
@@ -150,7 +127,7 @@ def _wait(args):
 TOOLS = {
     t.name: t
     for t in [
-        Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, _create),
+        Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, create_from),
         Tool(
             "cancel_deployment",
             "Cancel a deployment. Queued or blocked ones stop at once; running "
