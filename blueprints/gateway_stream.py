@@ -9,10 +9,10 @@ Frames: `status` {status, phase}; `turn_started` {turn, sessionId}; `delta` {tur
 `turn_done` {turn, chars}; `end` {status} once the task has finished (then the stream closes).
 """
 
-from flask import Blueprint, Response, current_app, stream_with_context
+from flask import Blueprint, current_app
 
 from blueprints.auth import current_identity
-from blueprints.streams import KEEPALIVE_S, sse
+from blueprints.streams import KEEPALIVE_S, sse, sse_response
 from engine import actions
 from engine.readside.fanout import CLOSED, REBOOTSTRAP
 from engine.readside.store import read_task
@@ -136,8 +136,4 @@ def gateway_stream(task_id):
         finally:
             close()
 
-    return Response(
-        stream_with_context(frames()),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(frames())

@@ -30,6 +30,16 @@ def sse(event: str, data: dict) -> str:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
+def sse_response(frames) -> Response:
+    """A streamed SSE response of `frames` (strings), in the request's context, kept out of
+    caches and proxy buffers so each frame reaches the viewer at once."""
+    return Response(
+        stream_with_context(frames),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
 @bp.get("/api/v1/projects/<project_id>/tasks/stream")
 def project_tasks_stream(project_id):
     """SSE: `snapshot` (all projections), then `upsert` / `remove` per change."""
@@ -66,11 +76,7 @@ def project_tasks_stream(project_id):
         finally:
             subscription.close()
 
-    return Response(
-        stream_with_context(frames()),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(frames())
 
 
 @bp.get("/projects/<project_id>/stream")
@@ -114,11 +120,7 @@ def project_page_stream(project_id):
         finally:
             subscription.close()
 
-    return Response(
-        stream_with_context(frames()),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(frames())
 
 
 def apply_notification(engine, store: TaskStore, namespace: str, payload: dict) -> list[str]:
