@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 from engine.abort import AbortSignal
 
 if TYPE_CHECKING:
+    from engine.integrations.devbox import ExecResult
     from engine.integrations.templates import Template
 
 #: The name this engine signs its work with: the server-side apply field manager, the
@@ -124,6 +125,20 @@ class Devbox(Protocol):
 
     def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
         """A new devbox for a task; its id."""
+
+    def attach(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+        """Re-attach to an existing devbox (resuming it if paused)."""
+
+    def exec(
+        self,
+        devbox_id: str,
+        command: list[str],
+        *,
+        namespace: str,
+        abort: AbortSignal,
+        timeout_s: float | None = None,
+    ) -> "ExecResult":
+        """Run one command (argv, no shell) inside the devbox; its exit code and output."""
 
     def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
         """Pause (idempotent)."""

@@ -269,3 +269,39 @@ def test_the_handle_implements_what_runners_are_given():
     ]
     assert "checkpoint" in members  # the control
     assert [name for name in members if not hasattr(handle.TaskHandle, name)] == []
+
+
+def test_every_adapter_implements_its_integration_protocol():
+    """Integrations' fields are typed by the protocols in engine/integrations/base.py; each real
+    and sandbox adapter has every method its protocol declares, and the runners call nothing
+    on a devbox, gateway or template catalog that the protocol leaves out."""
+    from engine.integrations import base, devbox, gateway, kube, sandbox, templates
+
+    implementations = {
+        base.Cluster: [kube.KubeCluster, kube.NoKubeconfig, sandbox.SandboxCluster],
+        base.Devbox: [devbox.DevboxClient, sandbox.SandboxDevbox],
+        base.Gateway: [gateway.GatewayClient, sandbox.SandboxGateway],
+        base.Templates: [templates.TemplateCatalog],
+    }
+
+    def members(protocol) -> set[str]:
+        return {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+
+    assert {"attach", "exec"} <= members(base.Devbox)  # the control
+    missing = [
+        f"{adapter.__name__}.{name}"
+        for protocol, adapters in implementations.items()
+        for adapter in adapters
+        for name in sorted(members(protocol))
+        if not callable(getattr(adapter, name, None))
+    ]
+    assert missing == []
+    called = re.compile(r"\b(devbox|gateway|templates)\.(\w+)\(")
+    protocol_of = {"devbox": base.Devbox, "gateway": base.Gateway, "templates": base.Templates}
+    calls = {
+        (seam, name)
+        for path in (ROOT / "engine/runners").glob("*.py")
+        for seam, name in called.findall(path.read_text())
+    }
+    assert ("devbox", "exec") in calls  # the control: the pattern finds the runners' calls
+    assert sorted(c for c in calls if c[1] not in members(protocol_of[c[0]])) == []
