@@ -60,7 +60,7 @@ def error_body(exc: DomainError) -> dict:
     body = {"code": exc.code, "message": exc.message}
     if exc.snapshot is not None:
         body["snapshot"] = exc.snapshot
-    if getattr(exc, "fields", None):
+    if isinstance(exc, errors.InvalidRequest) and exc.fields:
         body["fields"] = exc.fields
     return body
 
