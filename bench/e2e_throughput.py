@@ -181,7 +181,8 @@ def database_counters(admin: str, dbname: str) -> dict[str, int]:
         row = conn.execute(
             f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = %s", (dbname,)
         ).fetchone()
-    return dict(zip(COUNTERS, row, strict=True))
+    # A database nothing has reported on yet has no row.
+    return dict(zip(COUNTERS, row or (0,) * len(COUNTERS), strict=True))
 
 
 def settled_counters(admin: str, dbname: str) -> tuple[dict[str, int], float]:
@@ -370,9 +371,8 @@ class Context:
     statements: bool
 
 
-def measure_ours(log_dir: Path) -> dict:
+def measure_ours(admin: str, statements: bool, log_dir: Path) -> dict:
     """Every run of every concurrency, the idle background rate and the statement breakdown."""
-    admin, statements = admin_url()
     out: dict = {"runs": [], "statements": statements, "breakdown": {}, "breakdown_n": 0}
     with fresh_database(admin) as url, service(url, log_dir) as server:
         dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
@@ -477,18 +477,39 @@ def table_markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
-def main(peers: bool = False) -> Result:
+def peers_markdown(peers: dict, ours_rate: float) -> str:
+    lines = [
+        "| peer (same PostgreSQL, same run) | rate (median of runs) | commits / unit "
+        "| rows inserted / updated / deleted per unit | ours (4 clients) / peer | how it ran |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for peer in peers.values():
+        per = peer["per_unit"]
+        runs = ", ".join(f"{r:.0f}" for r in peer["rates"])
+        lines.append(
+            f"| {peer['peer']}, {peer['unit']} | {peer['rate']:.1f}/s ({runs}) "
+            f"| {per['xact_commit']:.1f} | {per['tup_inserted']:.1f} / {per['tup_updated']:.1f} "
+            f"/ {per['tup_deleted']:.1f} | {ours_rate / peer['rate']:.2f}x | {peer['setup']}, "
+            f"{peer['jobs']:,} in all |"
+        )
+    return "\n".join(lines)
+
+
+def main(peers: bool = True) -> Result:
     result = Result("(d) end-to-end throughput through gunicorn", "python -m bench.e2e_throughput")
     log_dir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    ours = measure_ours(log_dir)
+    admin, statements = admin_url()
+    ours = measure_ours(admin, statements, log_dir)
     table = by_clients(ours["runs"])
-    peer_rates = {}
+    peer_results = {}
     if peers:
         from bench import peers as peer_bench
 
-        admin, _ = admin_url()
-        peer_rates = peer_bench.measure(admin)
+        peer_results = peer_bench.measure(
+            admin, COUNTERS, lambda dbname: settled_counters(admin, dbname)[0]
+        )
+    peer_rates = {name: peer["rate"] for name, peer in peer_results.items()}
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     for clients, t in table.items():
@@ -505,9 +526,10 @@ def main(peers: bool = False) -> Result:
     ):
         result.add(label, median([t[key] for t in table.values()]), "")
     best = max(t["rate"] for t in table.values())
+    same = table.get(4, table[CLIENTS[0]])["rate"]
     for peer, rate in peer_rates.items():
-        result.add(f"{peer}, same PostgreSQL", rate, "/s")
-        result.add(f"ratio ours (best concurrency) / {peer}", best / rate, "x")
+        result.add(f"{peer_results[peer]['peer']} {peer_results[peer]['unit']}", rate, "/s")
+        result.add(f"ratio ours (4 clients) / {peer} (4 producers)", same / rate, "x")
     result.target(
         f"deployments/s >= {TARGET_RATE:g} (best measured {best:.0f})", best >= TARGET_RATE
     )
@@ -541,6 +563,7 @@ def main(peers: bool = False) -> Result:
     result.extra = "\n\n".join(
         [
             table_markdown(table),
+            *([peers_markdown(peer_results, same)] if peer_results else []),
             breakdown_markdown(ours["breakdown"], ours["breakdown_n"])
             if ours["breakdown_n"]
             else "(pg_stat_statements not loaded: no per-statement breakdown)",
@@ -550,5 +573,5 @@ def main(peers: bool = False) -> Result:
 
 
 if __name__ == "__main__":
-    outcome = main(peers="--peers" in sys.argv)
+    outcome = main(peers="--no-peers" not in sys.argv)
     print(outcome.markdown())
