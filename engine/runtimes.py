@@ -142,6 +142,12 @@ def release_confirmed(db: Database, row: dict, *, stop_timeout_s: float) -> str:
     if identity is None:
         raise StopUnconfirmed("the runtime has no local process handle (liveness unknown)")
     stop_group(identity, timeout_s=stop_timeout_s)
+    return _release_if_process(db, row)
+
+
+def _release_if_process(db: Database, row: dict) -> str:
+    """Release a local row whose process is stopped or dead, if the row still describes that
+    process (pid and start ticks); its disposition, or "changed" when it no longer does."""
     released = db.one(
         "runtime_release_if_process",
         runtime_id=row["id"],
@@ -265,13 +271,7 @@ def _reconcile_row(db: Database, row: dict, now: datetime | None) -> str:
         return "preserved_unknown"  # a devbox, or a local row without a liveness handle
     liveness = group_liveness(identity)
     if liveness is Liveness.DEAD:
-        released = db.one(
-            "runtime_release_if_process",
-            runtime_id=row["id"],
-            pid=row["pid"],
-            start_ticks=row["start_ticks"],
-        )
-        return released["disposition"] if released else "changed"
+        return _release_if_process(db, row)
     if liveness is Liveness.UNKNOWN:
         return "preserved_unknown"
     owner = process_liveness(

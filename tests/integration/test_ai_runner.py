@@ -66,18 +66,26 @@ def devbox():
 
 
 @pytest.fixture
-def app(make_app, cluster, devbox, gateway):
-    client = GatewayClient(gateway.url, "fake-model", "gw-key", retries=0, idle_timeout_s=10)
-    return make_app(
-        overrides={
-            "integrations": Integrations(
-                cluster=lambda kubeconfig: cluster,
-                cluster_label="fake",
-                devbox=devbox,
-                gateway=client,
-            )
-        }
-    )
+def make_ai_app(make_app, cluster, devbox, gateway):
+    """Factory: an app whose runs use the fake cluster, the fake devbox and the fake gateway
+    (through the real gateway client)."""
+
+    def factory(**settings):
+        client = GatewayClient(gateway.url, "fake-model", "gw-key", retries=0, idle_timeout_s=10)
+        integrations = Integrations(
+            cluster=lambda kubeconfig: cluster,
+            cluster_label="fake",
+            devbox=devbox,
+            gateway=client,
+        )
+        return make_app(**settings, overrides={"integrations": integrations})
+
+    return factory
+
+
+@pytest.fixture
+def app(make_ai_app):
+    return make_ai_app()
 
 
 def events(client, task_id) -> list[dict]:
@@ -662,22 +670,11 @@ def test_sensitive_keys_sent_with_input_are_recorded_and_kept_from_the_model(
 
 
 def test_devbox_calls_carry_the_tasks_workspace_never_a_header(
-    make_app, issuer, cluster, devbox, gateway
+    make_ai_app, issuer, devbox, gateway
 ):
     """AUTH_MODE=oidc: the devbox is addressed (and its JWT minted) with the task row's
     workspace; identity headers the client adds change nothing."""
-    client = GatewayClient(gateway.url, "fake-model", "gw-key", retries=0, idle_timeout_s=10)
-    http = make_app(
-        **oidc_settings(issuer.url),
-        overrides={
-            "integrations": Integrations(
-                cluster=lambda kubeconfig: cluster,
-                cluster_label="fake",
-                devbox=devbox,
-                gateway=client,
-            )
-        },
-    ).test_client()
+    http = make_ai_app(**oidc_settings(issuer.url)).test_client()
     gateway.script(Reply(text=plan_answer("web"), chunk_chars=50))
     headers = {
         **issuer.bearer(workspaces=("team-a", "team-b")),
