@@ -24,6 +24,9 @@ from engine.processes import HOST, Liveness, ProcessIdentity
 from tests.conftest import ROOT, free_port, wait_for
 
 STOP_TIMEOUT_S = 0.3
+#: How long a wait on a process (to start, to end) or on the cleanup worker may take before the
+#: test fails: it bounds a failure only, so it is generous for a loaded machine.
+WAIT_S = 60.0
 
 
 @pytest.fixture
@@ -151,10 +154,10 @@ def dead_identity(spawned) -> ProcessIdentity:
     """The identity of a process that existed and is gone."""
     # Alive until killed: a process that exits at once can be reaped before it is identified.
     proc = spawned(["sleep", "300"])
-    identity = wait_for(lambda: processes._stat(proc.pid) and identity_of(proc.pid))
+    identity = wait_for(lambda: processes._stat(proc.pid) and identity_of(proc.pid), WAIT_S)
     proc.kill()
     proc.wait()
-    wait_for(lambda: not running(proc.pid))
+    wait_for(lambda: not running(proc.pid), WAIT_S, message="the killed process to end")
     return identity
 
 
@@ -175,7 +178,11 @@ def test_a_group_whose_leader_ignores_sigterm_is_killed_and_nothing_survives(hel
         "running",
     )
     assert row["start_ticks"] == processes._stat(proc.pid).start_ticks
-    group = wait_for(lambda: len(members(proc.pid)) == 3 and members(proc.pid))
+    group = wait_for(
+        lambda: len(members(proc.pid)) == 3 and members(proc.pid),
+        WAIT_S,
+        message="the stubborn group's three members",
+    )
 
     started = time.monotonic()
     assert proc.stop() is True
@@ -213,7 +220,7 @@ def test_an_abort_stops_the_group_a_runner_waits_on(held_handle, sql_conn):
     assert runtime_rows(sql_conn, task_id=handle.task_id) == []
 
 
-def test_a_fenced_off_runner_cannot_leave_a_process_behind(held_handle, sql_conn):
+def test_a_fenced_off_runner_cannot_leave_a_process_behind(held_handle, spawned, sql_conn):
     handle = held_handle(epoch=0)  # a stale epoch: the lease moved on
     marker = f"{time.time() % 1000:.6f}"
     with pytest.raises(LeaseLost):
@@ -234,6 +241,9 @@ def test_a_fenced_off_runner_cannot_leave_a_process_behind(held_handle, sql_conn
         return found
 
     assert survivors() == []
+    # The control: the same scan finds such a process while it runs.
+    control = spawned(["sleep", f"3{marker}"])
+    assert wait_for(survivors, WAIT_S, message="the scan to see the control") == [str(control.pid)]
 
 
 def test_the_shutdown_drain_stops_this_process_groups(runtime, held_handle, sql_conn):
@@ -250,7 +260,7 @@ def test_the_shutdown_drain_stops_this_process_groups(runtime, held_handle, sql_
 
 def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, caplog):
     bystander = spawned(["sleep", "300"])
-    real = wait_for(lambda: processes._stat(bystander.pid) and identity_of(bystander.pid))
+    real = wait_for(lambda: processes._stat(bystander.pid) and identity_of(bystander.pid), WAIT_S)
     reused = ProcessIdentity(HOST, real.boot_id, real.pid, real.pgid, real.start_ticks - 1)
     other_boot = ProcessIdentity(HOST, "another-boot", real.pid, real.pgid, real.start_ticks)
     assert processes.group_liveness(real) is Liveness.ALIVE
@@ -316,7 +326,7 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(
     sibling_proc = spawned(["sleep", "300"])
     sibling = insert_runtime(
         sql_conn,
-        identity=wait_for(lambda: identity_of(sibling_proc.pid)),
+        identity=wait_for(lambda: identity_of(sibling_proc.pid), WAIT_S),
         owner=f"{HOST}:{os.getpid()}:sibling",
         owner_pid=os.getpid(),
         owner_start_ticks=me.start_ticks,
@@ -477,10 +487,14 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
     )
     try:
         pids.update(json.loads(server.stdout.readline()))
-        lasting = wait_for(lambda: len(members(pids["lasting"])) == 3 and members(pids["lasting"]))
+        lasting = wait_for(
+            lambda: len(members(pids["lasting"])) == 3 and members(pids["lasting"]),
+            WAIT_S,
+            message="the lasting group's three members",
+        )
         server.send_signal(signal.SIGKILL)
         server.wait(10)
-        wait_for(lambda: not running(pids["brief"]), message="the brief runtime to end")
+        wait_for(lambda: not running(pids["brief"]), WAIT_S, message="the brief runtime to end")
         # The killed server's groups had their own sessions: they outlive it.
         assert all(running(pid) for pid in lasting)
         assert len(runtime_rows(sql_conn, task_id=task["id"])) == 2
@@ -500,7 +514,7 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
         # The stop job runs on this host's worker: SIGTERM is ignored, SIGKILL ends it.
         wait_for(
             lambda: runtime_rows(sql_conn, task_id=task["id"]) == [],
-            timeout=15,
+            timeout=WAIT_S,
             message="the left-behind group to be stopped and its row released",
         )
         assert [pid for pid in lasting if running(pid)] == []
@@ -509,6 +523,7 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
             lambda: sql_conn.execute(
                 "SELECT trigger, state, attempts FROM cleanup_jobs WHERE state <> 'running'"
             ).fetchone(),
+            WAIT_S,
             message="the stop job to finish",
         )
         assert job == {"trigger": "runtime_stop", "state": "succeeded", "attempts": 1}
@@ -555,11 +570,11 @@ def test_make_run_stops_gracefully_and_reaps_the_servers_groups(
             except requests.RequestException:
                 return None
 
-        owner = wait_for(healthy, 30, interval=0.1, message="make run to serve")["owner"]
+        owner = wait_for(healthy, WAIT_S, interval=0.1, message="make run to serve")["owner"]
         # A group the server started (its runtime row names the server as owner) that ignores
         # SIGTERM: only the server's shutdown can end it, and only with SIGKILL.
         stubborn = spawned(["sh", "-c", "trap '' TERM; sleep 300 & wait"])
-        wait_for(lambda: len(members(stubborn.pid)) == 2)
+        wait_for(lambda: len(members(stubborn.pid)) == 2, WAIT_S, message="the stubborn group")
         server_pid = int(owner.split(":")[1])
         insert_runtime(
             sql_conn,
@@ -571,7 +586,7 @@ def test_make_run_stops_gracefully_and_reaps_the_servers_groups(
 
         started = time.monotonic()
         make.send_signal(signal.SIGTERM)  # to make alone, as a launcher or a terminal would
-        make.wait(30)
+        make.wait(WAIT_S)
         assert time.monotonic() - started >= 1.0  # make waited for the server's drain
         assert members(stubborn.pid) == []
         assert runtime_rows(sql_conn, kind="local") == []
