@@ -82,4 +82,6 @@ def wait_finished(client, task_id: str) -> dict:
         snapshot = client.get(f"/api/v1/tasks/{task_id}").get_json()
         return snapshot if snapshot["status"] in ("completed", "failed") else None
 
-    return wait_for(finished, timeout=10.0, message=f"{task_id} to finish")
+    # Bounds a failure only: a prompt or github run (devbox, gateway, apply, verify) takes a few
+    # seconds on an idle machine and well past ten on a loaded one.
+    return wait_for(finished, timeout=90.0, interval=0.1, message=f"{task_id} to finish")
