@@ -1,5 +1,6 @@
 """PostgreSQL access: the pool, named-query execution, error translation, embedded server."""
 
+import collections
 import logging
 import os
 from pathlib import Path
@@ -53,6 +54,9 @@ class Database:
             # PgBouncer in transaction mode hands each statement any server connection: a
             # statement prepared on one is unknown on the next (psycopg docs, "PgBouncer").
             kwargs["prepare_threshold"] = None
+        #: Named queries run by this process, by name: what a run costs, countable by a test or
+        #: a benchmark without a statistics extension on the server.
+        self.statements: collections.Counter[str] = collections.Counter()
         self.pool = ConnectionPool(
             self.url, min_size=1, max_size=max_size, open=False, name="engine", kwargs=kwargs
         )
@@ -76,6 +80,7 @@ class Database:
         return self._run(name, params, lambda cur: cur.rowcount, None)
 
     def _run(self, name: str, params: dict, result, abort: AbortSignal | None):
+        self.statements[name] += 1
         try:
             with self.pool.connection() as conn:
                 if abort is None:

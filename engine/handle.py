@@ -52,6 +52,8 @@ class TaskHandle:
         #: Applied-resource evidence, kept in memory too so a cancel can itemize it.
         self.planned: list[dict] = []
         self.applied: list[dict] = []
+        #: Whether this run recorded a local process group: only then has its end any to release.
+        self.started_local_process = False
 
     def add_secret_values(self, values) -> None:
         """Scrub these values too from everything this run writes (e.g. inputs a template
@@ -69,64 +71,47 @@ class TaskHandle:
 
     # -- reads -----------------------------------------------------------------------------
     def checkpoint(self) -> None:
-        """Stop here if the run was aborted or a cancel is pending (raises Aborted)."""
+        """Stop here if the run was aborted or a cancel is pending (raises Aborted).
+
+        Needed only where no fenced write came just before: every write answers the same
+        question under the row lock (see `_confirmed`)."""
         self.abort.raise_if_aborted()
-        row = self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
-        if row is None:
-            self._lost()
-        if row["cancel_pending"]:
-            self.abort.abort(CANCEL)
-            raise Aborted(CANCEL)
+        self._confirmed(
+            self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
+        )
 
     # -- fenced writes -----------------------------------------------------------------------
     def emit_event(self, kind: str, payload: dict | None = None) -> None:
         """Append an event to the task's history."""
-        row = self.db.one(
-            "event_append_if_held",
-            kind=kind,
-            abort=self._live_abort(),
-            payload=self._scrub(payload or {}),
-            **self._fence(),
-        )
-        if row is None:
-            self._lost()
+        self._write(kind=kind, payload=payload or {})
 
-    def update_timeline(self, step: str, state: str, detail: str | None = None, **extra) -> None:
-        """Record a timeline step's state ("started", "done", "failed", "skipped")."""
+    def update_timeline(
+        self,
+        step: str,
+        state: str,
+        detail: str | None = None,
+        *,
+        artifacts: dict | None = None,
+        phase: str | None = None,
+        **extra,
+    ) -> None:
+        """Record a timeline step's state ("started", "done", "failed", "skipped"); with
+        `artifacts` and/or `phase`, merge those keys and set the phase in the same write."""
         payload = {"step": step, "state": state, **extra}
         if detail:
             payload["detail"] = self._bounded(detail, DETAIL_MAX_CHARS)
-        self.emit_event("step", payload)
+        self._write(kind="step", payload=payload, patch=artifacts, phase=phase)
 
     def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None:
         """Move running -> applying (a guarded transition) and/or set the phase."""
         if status is not None:
             self._move(status, phase=phase)
         elif phase is not None:
-            if (
-                self.db.one(
-                    "task_set_phase_if_held", phase=phase, abort=self._live_abort(), **self._fence()
-                )
-                is None
-            ):
-                self._lost()
+            self._write(phase=phase)
 
     def set_artifacts(self, **patch) -> None:
         """Merge keys into the artifact summary (resultIdentities, plannedResources, ...)."""
-        if "plannedResources" in patch:
-            self.planned = list(patch["plannedResources"])
-        if "appliedResources" in patch:
-            self.applied = list(patch["appliedResources"])
-        if (
-            self.db.one(
-                "task_merge_artifacts_if_held",
-                patch=self._scrub(patch),
-                abort=self._live_abort(),
-                **self._fence(),
-            )
-            is None
-        ):
-            self._lost()
+        self._write(patch=patch)
 
     def strip_source_keys(self, field: str, names: list[str]) -> None:
         """Remove these keys from the persisted source's `field` map and record their names on
@@ -155,6 +140,7 @@ class TaskHandle:
         is used; `resume` is kept past its death for a later run. Stop it with `.stop()` or
         `.wait(abort)`; whatever still runs when the run ends is stopped by the engine."""
         self.abort.raise_if_aborted()
+        self.started_local_process = True  # first: a start that dies half-way is released too
         process = runtimes.start_local_runtime(
             self.db,
             self.task_id,
@@ -217,6 +203,42 @@ class TaskHandle:
         )
 
     # -- internals -----------------------------------------------------------------------------
+    def _write(
+        self,
+        *,
+        kind: str | None = None,
+        payload: dict | None = None,
+        patch: dict | None = None,
+        phase: str | None = None,
+    ) -> None:
+        """One fenced statement: an event, an artifact patch and a phase, whichever are given."""
+        if patch is not None:
+            # Kept in memory too, so a cancel can itemize what was applied.
+            if "plannedResources" in patch:
+                self.planned = list(patch["plannedResources"])
+            if "appliedResources" in patch:
+                self.applied = list(patch["appliedResources"])
+        row = self.db.one(
+            "task_write_if_held",
+            kind=kind,
+            payload=None if payload is None else self._scrub(payload),
+            patch=None if patch is None else self._scrub(patch),
+            phase=phase,
+            abort=self._live_abort(),
+            **self._fence(),
+        )
+        self._confirmed(row)
+
+    def _confirmed(self, row: dict | None) -> None:
+        """Act on what a fenced statement said about the lease: gone raises LeaseLost; a cancel
+        pending fires the abort and raises Aborted, so a write doubles as a checkpoint (after the
+        abort fired, writes land without raising: they record the outcome)."""
+        if row is None:
+            self._lost()
+        if row["cancel_pending"] and not self.abort.aborted:
+            self.abort.abort(CANCEL)
+            raise Aborted(CANCEL)
+
     def _move(
         self,
         to: Status,
@@ -238,7 +260,10 @@ class TaskHandle:
         )
         if not moved:
             self._lost()
-        if to is not Status.APPLYING:
+        if to is Status.APPLYING:
+            # Still leased: the moved row answers a checkpoint's question like any fenced write.
+            self._confirmed({"cancel_pending": moved[0]["cancel_requested_at"] is not None})
+        else:
             self.outcome = to
 
     def _live_abort(self) -> AbortSignal | None:

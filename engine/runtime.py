@@ -234,7 +234,8 @@ class EngineRuntime:
         finally:
             self.runs.pop(handle.task_id, None)
             metrics.LEASES_HELD.set(len(self.runs))
-            self._release_runtimes(handle.task_id)
+            if handle.started_local_process:
+                self._release_runtimes(handle.task_id)
 
     def _release_runtimes(self, task_id: UUID | None = None) -> None:
         """Stop the local process groups of a finished run (or, at shutdown, of every run): a
@@ -321,27 +322,49 @@ class EngineRuntime:
                 self.streaks.succeeded("reaper")
 
     def _on_notify(self, payload: dict) -> None:
-        """A task this process runs changed elsewhere: stop at once on a cancel or a lost lease."""
+        """A task this process runs changed: stop at once on a cancel or a lost lease."""
         try:
             task_id = UUID(payload.get("task", ""))
         except ValueError:
             return
         run = self.runs.get(task_id)
-        if run is None or run.handle.abort.aborted or task_id in self._checking:
-            return  # a check already queued will read the newest state anyway
-        self._checking.add(task_id)
-        gevent.spawn(self._check_run, task_id, run)
+        if run is None or run.handle.abort.aborted:
+            return
+        lease = payload.get("lease")
+        if isinstance(lease, dict):
+            # The writing statement sent the lease as it left it (its own writes included): no
+            # read needed. Notifications arrive in commit order, so the newest one is the truth.
+            self._judge(run, lease)
+        elif task_id not in self._checking:  # a check already queued reads the newest state
+            self._checking.add(task_id)
+            gevent.spawn(self._check_run, task_id, run)
+
+    def _judge(self, run: _Run, lease: dict) -> None:
+        """Abort a local runner whose lease is gone (LEASE_LOST) or has a cancel pending."""
+        held = (
+            lease.get("status") in LEASED
+            and lease.get("epoch") == run.handle.epoch
+            and lease.get("owner") == self.owner
+        )
+        if not held:
+            if run.handle.outcome is None:
+                run.handle.abort.abort(LEASE_LOST)
+        elif lease.get("cancel"):
+            run.handle.abort.abort(CANCEL)
 
     def _check_run(self, task_id: UUID, run: _Run) -> None:
         self._checking.discard(task_id)
         row = self.db.one("task_get_lease_state", task_id=task_id)
-        if (
-            row is None
-            or row["status"] not in LEASED
-            or row["lease_epoch"] != run.handle.epoch
-            or row["lease_owner"] != self.owner
-        ):
+        if row is None:
             if run.handle.outcome is None:
                 run.handle.abort.abort(LEASE_LOST)
-        elif row["cancel_requested_at"] is not None:
-            run.handle.abort.abort(CANCEL)
+            return
+        self._judge(
+            run,
+            {
+                "status": row["status"],
+                "epoch": row["lease_epoch"],
+                "owner": row["lease_owner"],
+                "cancel": row["cancel_requested_at"] is not None,
+            },
+        )

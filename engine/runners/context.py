@@ -29,7 +29,9 @@ class LocalProcess(Protocol):
 
 
 class TaskHandle(Protocol):
-    """What a runner may do to its task while it holds the lease (engine/handle.py)."""
+    """What a runner may do to its task while it holds the lease (engine/handle.py). Every
+    write is fenced and doubles as a checkpoint: LeaseLost when the lease is gone, Aborted when a
+    cancel is pending; call `checkpoint()` only where no write came just before (after a wait)."""
 
     task_id: UUID
     abort: AbortSignal
@@ -42,7 +44,14 @@ class TaskHandle(Protocol):
     def checkpoint(self) -> None: ...
     def emit_event(self, kind: str, payload: dict | None = None) -> None: ...
     def update_timeline(
-        self, step: str, state: str, detail: str | None = None, **extra
+        self,
+        step: str,
+        state: str,
+        detail: str | None = None,
+        *,
+        artifacts: dict | None = None,
+        phase: str | None = None,
+        **extra,
     ) -> None: ...
     def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None: ...
     def set_artifacts(self, **patch) -> None: ...

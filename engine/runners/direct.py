@@ -65,19 +65,22 @@ def with_endpoint(applied: dict, manifest: dict, namespace: str | None) -> dict:
 
 
 def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> None:
-    """Render with `render_manifests(ctx)`, apply document by document (checkpoint before each),
-    then wait for readiness."""
+    """Render with `render_manifests(ctx)`, apply document by document, then wait for
+    readiness. Each fenced write doubles as a checkpoint (a pending cancel raises Aborted from it),
+    so the "started" write before each apply is what stops a cancelled run before the cluster."""
     handle.update_timeline("render", "started")
     manifests = render_manifests(ctx)
     planned = [ResourceRef.of(m).as_json() for m in manifests]
-    handle.set_artifacts(plannedResources=planned, appliedResources=[])
-    handle.update_timeline("render", "done", f"{len(manifests)} resources")
+    handle.update_timeline(
+        "render",
+        "done",
+        f"{len(manifests)} resources",
+        artifacts={"plannedResources": planned, "appliedResources": []},
+    )
 
-    handle.checkpoint()
     handle.set_state(status=Status.APPLYING, phase="apply")
     applied: list[dict] = []
     for manifest in manifests:
-        handle.checkpoint()
         ref = ResourceRef.of(manifest)
         handle.update_timeline("apply", "started", ref.label(), resource=ref.as_json())
         try:
@@ -87,24 +90,24 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
             handle.fail(exc.reason, f"applying {ref.label()} failed: {exc}")
             return
         applied.append(with_endpoint(result.as_json(), manifest, ctx.target_namespace))
-        handle.set_artifacts(appliedResources=applied)
         handle.update_timeline(
-            "apply", "done", f"{ref.label()} {result.action}", resource=result.as_json()
+            "apply",
+            "done",
+            f"{ref.label()} {result.action}",
+            resource=result.as_json(),
+            artifacts={"appliedResources": applied},
         )
 
-    handle.checkpoint()
     verify(handle, ctx, manifests)
 
 
 def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
     """Wait for every required result resource: completed when all are ready, failed on the
     readiness timeout with the resources kept (ADR 0028)."""
-    handle.set_state(phase="verify")
-    handle.update_timeline("verify", "started")
+    handle.update_timeline("verify", "started", phase="verify")
     required = [ResourceRef.of(m) for m in manifests if m["kind"] in REQUIRED_KINDS]
     deadline = time.monotonic() + ctx.readiness_timeout_s
     while True:
-        handle.checkpoint()
         try:
             waiting = [
                 ref for ref in required if not ctx.cluster.readiness(ref, abort=handle.abort).ready
@@ -124,6 +127,7 @@ def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
             handle.fail("readiness_timeout", detail + "; resources were kept")
             return
         handle.abort.sleep(ctx.readiness_poll_s)
+        handle.checkpoint()  # the first poll follows the "started" write; later ones a sleep
     handle.update_timeline("verify", "done", "all required resources ready")
     handle.complete()
 

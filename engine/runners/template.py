@@ -5,7 +5,8 @@
    value in this run's memory. Parking happens before any identity is allocated.
 3. Reuse the recorded instance name (a redeploy's, copied from its predecessor), or allocate one
    and record it BEFORE any provider call, so an identity is never allocated and then lost.
-4. Instantiate every document in one provider call (checkpoints before and after, never between).
+4. Instantiate every document in one provider call (fenced writes, each a checkpoint, before and
+   after it, never between).
 5. Wait for the required result resources like the direct runner.
 
 Failure cleanup deletes the partial resources only for a typed apply-stage failure of an instance
@@ -54,16 +55,27 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
     fresh = instance is None
     if fresh:
         instance = template.allocate_instance_name()
-        handle.set_artifacts(resultIdentities={**ctx.result_identities, INSTANCE_NAME: instance})
-    handle.update_timeline("identity", "done", instance, reused=not fresh)
+    handle.update_timeline(
+        "identity",
+        "done",
+        instance,
+        reused=not fresh,
+        artifacts={"resultIdentities": {**ctx.result_identities, INSTANCE_NAME: instance}}
+        if fresh
+        else None,
+    )
 
     manifests = template.render(instance=instance, namespace=ctx.target_namespace, values=values)
-    handle.set_artifacts(
-        plannedResources=[ResourceRef.of(m).as_json() for m in manifests], appliedResources=[]
+    handle.update_timeline(
+        "render",
+        "done",
+        f"{len(manifests)} resources",
+        artifacts={
+            "plannedResources": [ResourceRef.of(m).as_json() for m in manifests],
+            "appliedResources": [],
+        },
     )
-    handle.update_timeline("render", "done", f"{len(manifests)} resources")
 
-    handle.checkpoint()
     handle.set_state(status=Status.APPLYING, phase="apply")
     handle.update_timeline("apply", "started", f"{template.name} as {instance}")
     try:
@@ -77,17 +89,20 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
         handle.fail(exc.reason, f"instantiating {template.name} failed at {exc.ref.label()}: {exc}")
         return
     by_ref = {(m.get("kind"), (m.get("metadata") or {}).get("name")): m for m in manifests}
-    handle.set_artifacts(
-        appliedResources=[
-            direct.with_endpoint(
-                r.as_json(), by_ref.get((r.ref.kind, r.ref.name), {}), ctx.target_namespace
-            )
-            for r in applied
-        ]
+    handle.update_timeline(
+        "apply",
+        "done",
+        f"{len(applied)} resources applied",
+        artifacts={
+            "appliedResources": [
+                direct.with_endpoint(
+                    r.as_json(), by_ref.get((r.ref.kind, r.ref.name), {}), ctx.target_namespace
+                )
+                for r in applied
+            ]
+        },
     )
-    handle.update_timeline("apply", "done", f"{len(applied)} resources applied")
 
-    handle.checkpoint()
     direct.verify(handle, ctx, manifests)
 
 

@@ -148,17 +148,6 @@ UPDATE deploy_tasks SET devbox_paused_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(task_id)s AND devbox_id = %(devbox_id)s AND devbox_paused_at IS NULL
 RETURNING id;
 
--- task_merge_artifacts_if_held --
--- Merge keys into the artifact summary, for the holder of the lease, and notify.
-WITH changed AS (
-    UPDATE deploy_tasks SET artifact_summary = artifact_summary || %(patch)s, updated_at = now()
-    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
-      AND status IN ('running', 'applying')
-    RETURNING id, namespace, project_id
-)
-SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
-FROM changed c;
-
 -- task_record_sensitive_keys_if_held --
 -- Add input names to the task's sensitive keys (names only, never values) for the holder of the
 -- lease: names declared sensitive with an answer are scrubbed and re-asked like any other.
@@ -194,7 +183,9 @@ WITH marked AS (
     INSERT INTO deploy_task_events (task_id, kind, payload)
     SELECT id, 'cancel_requested', jsonb_build_object('by', %(requested_by)s::text) FROM marked
 )
-SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id) AS notified
+SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+                               epoch => m.lease_epoch, owner => m.lease_owner,
+                               cancel => true) AS notified
 FROM marked m;
 
 -- task_set_canvas --
@@ -226,17 +217,6 @@ WITH task AS (
         owner = EXCLUDED.owner, updated_at = now()
 )
 SELECT id FROM task;
-
--- task_set_phase_if_held --
--- Set the phase (not the status), for the holder of the lease, and notify.
-WITH changed AS (
-    UPDATE deploy_tasks SET phase = %(phase)s, updated_at = now()
-    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
-      AND status IN ('running', 'applying')
-    RETURNING id, namespace, project_id
-)
-SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
-FROM changed c;
 
 -- task_strip_source_keys_if_held --
 -- Remove keys from one map of the persisted source and record their names as sensitive, for the
@@ -317,5 +297,38 @@ WITH clock AS (
         'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
     FROM moved m
 )
-SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id) AS notified
+SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+                               epoch => m.lease_epoch, owner => m.lease_owner,
+                               cancel => m.cancel_requested_at IS NOT NULL) AS notified
 FROM moved m;
+
+-- task_write_if_held --
+-- A runner's write, for the holder of the lease, in one statement: append an event (when
+-- %(kind)s is given), merge keys into the artifact summary (when %(patch)s is) and set the phase
+-- (when %(phase)s is); notify with the lease facts; say whether a cancel is pending, which is
+-- what a checkpoint right after it would read. No row back: the lease is lost.
+-- FOR NO KEY UPDATE: the check and the writes see the same task. Without the row lock a
+-- transition committing meanwhile goes unseen (READ COMMITTED reads the statement's snapshot) and
+-- the event lands after the terminal one; with it, this waits for that transition and re-checks.
+WITH holder AS (
+    SELECT id, namespace, project_id, status, lease_epoch, lease_owner, cancel_requested_at
+    FROM deploy_tasks
+    WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+      AND status IN ('running', 'applying')
+    FOR NO KEY UPDATE
+), changed AS (
+    UPDATE deploy_tasks t SET
+        artifact_summary = t.artifact_summary || coalesce(%(patch)s::jsonb, '{}'::jsonb),
+        phase = coalesce(%(phase)s::text, t.phase),
+        updated_at = now()
+    FROM holder h
+    WHERE t.id = h.id AND (%(patch)s::jsonb IS NOT NULL OR %(phase)s::text IS NOT NULL)
+), appended AS (
+    INSERT INTO deploy_task_events (task_id, kind, payload)
+    SELECT h.id, %(kind)s::text, %(payload)s::jsonb FROM holder h WHERE %(kind)s::text IS NOT NULL
+)
+SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending,
+       notify_task_changed(h.namespace, h.project_id, h.id, status => h.status,
+                           epoch => h.lease_epoch, owner => h.lease_owner,
+                           cancel => h.cancel_requested_at IS NOT NULL) AS notified
+FROM holder h;

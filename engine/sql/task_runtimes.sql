@@ -12,7 +12,7 @@ SELECT * FROM task_runtimes WHERE id = %(runtime_id)s;
 
 -- runtime_insert_local_if_held --
 -- Record a local process group a task started, for the holder of the task's lease (FOR SHARE:
--- a transition committing meanwhile is waited for and re-checked, as in event_append_if_held).
+-- a transition committing meanwhile is waited for and re-checked, as in task_write_if_held).
 INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, owner_pid,
                            owner_start_ticks, boot_id, pid, pgid, start_ticks, resume)
 SELECT t.id, t.namespace, 'local', %(liveness)s, %(label)s, %(host)s, %(owner)s, %(owner_pid)s,

@@ -29,3 +29,23 @@ def test_expired_is_inlined_so_its_cutoff_stays_an_index_condition(sql_conn):
     )
     assert "finished_at <" in plan  # the control: the condition is in the plan
     assert "task_expired" not in plan
+
+
+def test_a_lease_holders_write_notifies_the_lease_as_it_left_it(sql_conn, database_url):
+    task_id = uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN deploy_tasks")
+        sql_conn.execute(
+            "SELECT notify_task_changed('ws', 'shop', %s, status => 'applying', epoch => 3, "
+            "owner => 'host-a:1:abc', cancel => false)",
+            (task_id,),
+        )
+        got = [json.loads(n.payload) for n in listener.notifies(timeout=10, stop_after=1)]
+    assert got == [
+        {
+            "namespace": "ws",
+            "project": "shop",
+            "task": str(task_id),
+            "lease": {"status": "applying", "epoch": 3, "owner": "host-a:1:abc", "cancel": False},
+        }
+    ]

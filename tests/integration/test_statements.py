@@ -1,0 +1,65 @@
+"""What one deployment costs the database, counted by named query (issue: throughput).
+
+A run's fenced writes each carry an event, an artifact patch and a phase in one statement and
+double as checkpoints; the process running the task learns of its own writes' effect on the lease
+from their NOTIFY payloads, so it re-reads nothing.
+"""
+
+from collections import Counter
+
+from tests.helpers import IMAGE_SOURCE, wait_for
+
+#: Named queries a run issues on the way (the background loops' are left out).
+RUN_QUERIES = {
+    "task_insert",
+    "task_transition",
+    "task_write_if_held",
+    "task_checkpoint_if_held",
+    "task_get_lease_state",
+    "runtime_list_local_of_owner",
+}
+
+
+def test_an_image_deployment_costs_twelve_statements_and_no_lease_reads(
+    runtime, create_task, wait_status, sql_conn
+):
+    # Warm up (the first request loads templates, settings, ...), then count one deployment.
+    wait_status(create_task(source={**IMAGE_SOURCE, "name": "warm"})["id"], "completed")
+    listened = runtime.fanout.connected.is_set()
+    assert listened  # the control: own-write notifications do reach this process
+    before = Counter(runtime.db.statements)
+    task = create_task()  # a Deployment and a Service
+    wait_status(task["id"], "completed")
+    # The last notification of the run has been dispatched too (no late re-read counted after).
+    wait_for(lambda: not runtime._checking and task["id"] not in map(str, runtime.runs))
+    spent = {
+        name: n
+        for name, n in (Counter(runtime.db.statements) - before).items()
+        if name in RUN_QUERIES
+    }
+    assert spent == {
+        "task_insert": 1,
+        # claim, running -> applying, applying -> completed
+        "task_transition": 3,
+        # render started/done, apply started/done twice, verify started/done
+        "task_write_if_held": 8,
+    }
+    events = sql_conn.execute(
+        "SELECT count(*) AS n FROM deploy_task_events WHERE task_id = %s", (task["id"],)
+    ).fetchone()["n"]
+    assert events == 1 + 3 + 8  # created, three status events, eight steps
+
+
+def test_a_cancel_from_elsewhere_still_reaches_the_runner_through_its_notification(
+    runtime, cluster, create_task, client, wait_status
+):
+    cluster.ready_after_polls = "never"
+    task = create_task()
+    wait_for(lambda: cluster.polls >= 1, message="the readiness wait")
+    reads_before = runtime.db.statements["task_get_lease_state"]
+    response = client.post(f"/api/v1/tasks/{task['id']}/cancel")
+    assert response.status_code in (200, 202), response.get_json()
+    snap = wait_status(task["id"], "cancelled")
+    assert snap["cancellation"]["applied"] == "fully"
+    # The cancel's own notification carried the lease facts: decided with no read.
+    assert runtime.db.statements["task_get_lease_state"] == reads_before
