@@ -34,7 +34,7 @@ from engine.answer import (
 )
 from engine.integrations.base import IntegrationError, NotFound
 from engine.runners import direct
-from engine.runners.context import RunContext
+from engine.runners.context import RunContext, TaskHandle
 from engine.status import Status
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class AiSession:
         }
 
 
-def run(handle, ctx: RunContext) -> None:
+def run(handle: TaskHandle, ctx: RunContext) -> None:
     """One run of an AI task: plan with the model, then apply and verify (or park blocked)."""
     integrations = ctx.integrations
     if (
@@ -191,7 +191,7 @@ def _run(
 
 
 # -- the devbox ----------------------------------------------------------------------------------
-def _open_devbox(handle, ctx: RunContext, session: AiSession, opened: list[str]) -> None:
+def _open_devbox(handle: TaskHandle, ctx: RunContext, session: AiSession, opened: list[str]) -> None:
     """Re-attach to the recorded devbox, or create one; recorded on the row before any use."""
     devbox = ctx.integrations.devbox
     if session.devbox_id:
@@ -215,7 +215,7 @@ def _open_devbox(handle, ctx: RunContext, session: AiSession, opened: list[str])
     handle.update_timeline("devbox", "done", f"created {devbox_id}")
 
 
-def _prepare_workspace(handle, ctx: RunContext, session: AiSession) -> list[str]:
+def _prepare_workspace(handle: TaskHandle, ctx: RunContext, session: AiSession) -> list[str]:
     """Clone the repository into the devbox (once per devbox); its file names."""
     devbox = ctx.integrations.devbox
     repo, ref = ctx.source["repo"], ctx.source.get("ref")
@@ -249,7 +249,7 @@ def _prepare_workspace(handle, ctx: RunContext, session: AiSession) -> list[str]
     return listing.stdout.splitlines()[:MAX_LISTED_FILES] if listing.ok else []
 
 
-def pause_devbox(handle, ctx: RunContext, devbox_id: str) -> None:
+def pause_devbox(handle: TaskHandle, ctx: RunContext, devbox_id: str) -> None:
     """Pause with the server credential and record it; never writes status, never raises.
 
     Runs on abort paths too, so it takes a signal of its own, bounded by PAUSE_TIMEOUT_S; a pause
@@ -324,7 +324,7 @@ def inputs_text(ctx: RunContext, sensitive: set[str]) -> str:
     return "Inputs provided:\n" + "\n".join(lines)
 
 
-def gateway_turn(handle, ctx: RunContext, session: AiSession, messages: list[dict]) -> str:
+def gateway_turn(handle: TaskHandle, ctx: RunContext, session: AiSession, messages: list[dict]) -> str:
     """Stream one turn: every piece goes live to viewers (scrubbed) and is persisted in batches
     as `gateway` events; the raw answer stays in memory."""
     session.turns += 1
@@ -363,7 +363,7 @@ class _Batch:
     """Scrubbed text of one turn: shown live at once, persisted every BATCH_CHARS or
     BATCH_INTERVAL_S (with a checkpoint, so a cancel from anywhere is seen mid-stream)."""
 
-    def __init__(self, handle, turn: int):
+    def __init__(self, handle: TaskHandle, turn: int):
         self.handle, self.turn = handle, turn
         self.offset = 0  # scrubbed characters shown so far
         self.pending: list[str] = []
@@ -407,7 +407,7 @@ def sensitive_names(ctx: RunContext, declared: list[dict]) -> set[str]:
 
 
 # -- deploy ---------------------------------------------------------------------------------------
-def _deploy(handle, ctx: RunContext, session: AiSession, answer: dict, sensitive: set[str]) -> None:
+def _deploy(handle: TaskHandle, ctx: RunContext, session: AiSession, answer: dict, sensitive: set[str]) -> None:
     """Persist the sanitized plan, then apply (substituted in memory) and verify like direct."""
     manifests = [_own(doc, ctx) for doc in answer["manifests"]]
     persisted = [sanitize(doc, sensitive) for doc in manifests]
