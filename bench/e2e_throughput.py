@@ -18,7 +18,7 @@ PGSTAT_IDLE_INTERVAL, 10 s), minus the background rate measured on the idle serv
 cleanup worker), divided by deployments. `pg_stat_statements` (loaded by this benchmark's server)
 names them: each statement text is matched to its named query in engine/sql.
 
-Peers, in the same run on the same PostgreSQL (`bench/peers.py`): procrastinate no-op jobs and
+Peers, in the same run on the same PostgreSQL (`bench/peers/`): procrastinate no-op jobs and
 DBOS two-step workflows, end to end, each in a venv of its own built from
 bench/requirements-peers.txt, never the app's.
 """
@@ -287,6 +287,7 @@ class RunResult:
     #: Seconds of CPU per deployment: gunicorn workers, PostgreSQL.
     worker_cpu_ms: float = 0.0
     postgres_cpu_ms: float = 0.0
+    client_cpu_ms: float = 0.0
     worker_busy: float = 0.0
     bench_statements: int = 0
     window_s: float = 0.0
@@ -341,10 +342,12 @@ def wait_completed(url: str, changes: TaskChanges, ids: list[str]) -> tuple[dict
 def one_run(ctx: "Context", clients: int, count: int, tag: str) -> RunResult:
     procs = workers(ctx.server)
     cpu0, pg0, t0 = cpu_seconds(procs), postgres_cpu_seconds(ctx.admin), time.monotonic()
+    client0 = time.process_time()
     ids, create_ms = create_deployments(ctx.server.base, clients, count, f"bench-{tag}")
     rows, checks = wait_completed(ctx.url, ctx.changes, ids)
     elapsed = time.monotonic() - t0
     cpu1 = cpu_seconds(procs)
+    client1 = time.process_time()
     pg1 = postgres_cpu_seconds(ctx.admin)
     return RunResult(
         clients=clients,
@@ -355,6 +358,7 @@ def one_run(ctx: "Context", clients: int, count: int, tag: str) -> RunResult:
         not_completed=rows["not_completed"],
         worker_cpu_ms=(cpu1 - cpu0) * 1000 / count,
         postgres_cpu_ms=(pg1 - pg0) * 1000 / count,
+        client_cpu_ms=(client1 - client0) * 1000 / count,
         worker_busy=(cpu1 - cpu0) / elapsed / len(procs),
         bench_statements=checks,
     )
@@ -421,8 +425,15 @@ def summary_line(r: RunResult) -> str:
         f" p99 {percentile(r.create_ms, 99):.1f} ms, done p50 {percentile(r.done_ms, 50):.0f}"
         f" p99 {percentile(r.done_ms, 99):.0f} ms, commits/deployment "
         f"{r.counters.get('xact_commit', 0):.1f}, worker CPU {r.worker_cpu_ms:.1f} ms/deployment"
-        f" ({r.worker_busy:.0%} busy), postgres CPU {r.postgres_cpu_ms:.1f} ms/deployment"
+        f" ({r.worker_busy:.0%} busy), postgres CPU {r.postgres_cpu_ms:.1f} ms/deployment,"
+        f" client CPU {r.client_cpu_ms:.1f} ms/deployment"
     )
+
+
+def cpu_bound_rate(r: RunResult) -> float:
+    """Deployments/s the machine's cores would give if the service, PostgreSQL and the clients
+    had them to themselves: the load-independent reading of a run on a shared machine."""
+    return (os.cpu_count() or 1) * 1000 / (r.worker_cpu_ms + r.postgres_cpu_ms + r.client_cpu_ms)
 
 
 def by_clients(runs: list[RunResult]) -> dict[int, dict[str, float]]:
@@ -440,6 +451,7 @@ def by_clients(runs: list[RunResult]) -> dict[int, dict[str, float]]:
             "done_p99": median([percentile(r.done_ms, 99) for r in mine]),
             "worker_cpu_ms": median([r.worker_cpu_ms for r in mine]),
             "postgres_cpu_ms": median([r.postgres_cpu_ms for r in mine]),
+            "cpu_bound_rate": median([cpu_bound_rate(r) for r in mine]),
             "worker_busy": median([r.worker_busy for r in mine]),
             "not_completed": sum(r.not_completed for r in mine),
             **{k: median([r.counters[k] for r in mine]) for k in COUNTERS},
@@ -463,8 +475,8 @@ def table_markdown(table: dict) -> str:
     lines = [
         "| clients | deployments/s | create p50 / p99 | create -> completed p50 / p99 "
         "| commits / deployment | rows inserted / updated / deleted | worker CPU / deployment "
-        "| workers busy | PostgreSQL CPU / deployment |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| workers busy | PostgreSQL CPU / deployment | CPU-bound deployments/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for clients, t in table.items():
         lines.append(
@@ -472,16 +484,23 @@ def table_markdown(table: dict) -> str:
             f"| {t['done_p50']:,.0f} / {t['done_p99']:,.0f} ms | {t['xact_commit']:.1f} "
             f"| {t['tup_inserted']:.1f} / {t['tup_updated']:.1f} / {t['tup_deleted']:.1f} "
             f"| {t['worker_cpu_ms']:.1f} ms | {t['worker_busy']:.0%} "
-            f"| {t['postgres_cpu_ms']:.1f} ms |"
+            f"| {t['postgres_cpu_ms']:.1f} ms | {t['cpu_bound_rate']:.0f} |"
         )
     return "\n".join(lines)
 
 
-def peers_markdown(peers: dict, ours_rate: float) -> str:
+def peer_cpu_bound(peer: dict) -> float:
+    per = peer["per_unit"]
+    return (os.cpu_count() or 1) * 1000 / (per["python_cpu_ms"] + per["postgres_cpu_ms"])
+
+
+def peers_markdown(peers: dict, ours: dict) -> str:
+    """The peers' rows; `ours` is our 4-client row of the table."""
     lines = [
         "| peer (same PostgreSQL, same run) | rate (median of runs) | commits / unit "
-        "| rows inserted / updated / deleted per unit | ours (4 clients) / peer | how it ran |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| rows inserted / updated / deleted per unit | Python CPU / unit | PostgreSQL CPU / unit "
+        "| CPU-bound rate | ours / peer: rate, CPU-bound rate | how it ran |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for peer in peers.values():
         per = peer["per_unit"]
@@ -489,7 +508,10 @@ def peers_markdown(peers: dict, ours_rate: float) -> str:
         lines.append(
             f"| {peer['peer']}, {peer['unit']} | {peer['rate']:.1f}/s ({runs}) "
             f"| {per['xact_commit']:.1f} | {per['tup_inserted']:.1f} / {per['tup_updated']:.1f} "
-            f"/ {per['tup_deleted']:.1f} | {ours_rate / peer['rate']:.2f}x | {peer['setup']}, "
+            f"/ {per['tup_deleted']:.1f} | {per['python_cpu_ms']:.1f} ms "
+            f"| {per['postgres_cpu_ms']:.1f} ms | {peer_cpu_bound(peer):.0f}/s "
+            f"| {ours['rate'] / peer['rate']:.2f}x, "
+            f"{ours['cpu_bound_rate'] / peer_cpu_bound(peer):.2f}x | {peer['setup']}, "
             f"{peer['jobs']:,} in all |"
         )
     return "\n".join(lines)
@@ -507,13 +529,22 @@ def main(peers: bool = True) -> Result:
         from bench import peers as peer_bench
 
         peer_results = peer_bench.measure(
-            admin, COUNTERS, lambda dbname: settled_counters(admin, dbname)[0]
+            admin,
+            COUNTERS,
+            lambda dbname: settled_counters(admin, dbname)[0],
+            lambda: postgres_cpu_seconds(admin),
         )
     peer_rates = {name: peer["rate"] for name, peer in peer_results.items()}
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     for clients, t in table.items():
         result.add(f"deployments/s, {clients} client(s)", t["rate"], "/s")
+    for clients, t in table.items():
+        result.add(
+            f"CPU-bound deployments/s (cores / CPU per deployment), {clients} client(s)",
+            t["cpu_bound_rate"],
+            "/s",
+        )
     for clients, t in table.items():
         result.add(f"create p50, {clients} client(s)", t["create_p50"], "ms")
         result.add(f"create p99, {clients} client(s)", t["create_p99"], "ms")
@@ -526,10 +557,15 @@ def main(peers: bool = True) -> Result:
     ):
         result.add(label, median([t[key] for t in table.values()]), "")
     best = max(t["rate"] for t in table.values())
-    same = table.get(4, table[CLIENTS[0]])["rate"]
+    mid = table.get(4, table[CLIENTS[0]])
     for peer, rate in peer_rates.items():
         result.add(f"{peer_results[peer]['peer']} {peer_results[peer]['unit']}", rate, "/s")
-        result.add(f"ratio ours (4 clients) / {peer} (4 producers)", same / rate, "x")
+        result.add(f"ratio ours (4 clients) / {peer} (4 producers)", mid["rate"] / rate, "x")
+        result.add(
+            f"ratio of CPU-bound rates, ours (4 clients) / {peer}",
+            mid["cpu_bound_rate"] / peer_cpu_bound(peer_results[peer]),
+            "x",
+        )
     result.target(
         f"deployments/s >= {TARGET_RATE:g} (best measured {best:.0f})", best >= TARGET_RATE
     )
@@ -563,7 +599,7 @@ def main(peers: bool = True) -> Result:
     result.extra = "\n\n".join(
         [
             table_markdown(table),
-            *([peers_markdown(peer_results, same)] if peer_results else []),
+            *([peers_markdown(peer_results, mid)] if peer_results else []),
             breakdown_markdown(ours["breakdown"], ours["breakdown_n"])
             if ours["breakdown_n"]
             else "(pg_stat_statements not loaded: no per-statement breakdown)",

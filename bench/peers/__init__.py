@@ -10,6 +10,7 @@ runs there as a subprocess (procrastinate_noop.py, dbos_two_steps.py beside this
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import uuid
@@ -55,10 +56,16 @@ def url_of(admin: str, dbname: str) -> str:
     return f"postgresql://{auth}@/{dbname}?{urlencode(info)}"
 
 
-def measure(admin: str, counters, settled) -> dict[str, dict]:
-    """Per peer: its median rate, statements per unit of work, and how it was run.
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
-    `settled(dbname)` reads a database's pg_stat_database counters once they are flushed."""
+
+def measure(admin: str, counters, settled, server_cpu) -> dict[str, dict]:
+    """Per peer: its median rate, statements and CPU per unit of work, and how it was run.
+
+    `settled(dbname)` reads a database's pg_stat_database counters once they are flushed;
+    `server_cpu()` the PostgreSQL server's CPU seconds so far."""
     python = peers_python()
     out = {}
     for name, script in PEERS.items():
@@ -76,6 +83,8 @@ def measure(admin: str, counters, settled) -> dict[str, dict]:
             )
             before = settled(dbname)
             print(f"  peer {name} ...", file=sys.stderr, flush=True)
+            # The peer's processes (its worker included, which it waits for) are children.
+            python0, server0 = _children_cpu(), server_cpu()
             done = subprocess.run(
                 [str(python), str(HERE / script), url] + [str(JOBS), str(RUNS), str(PRODUCERS)],
                 check=True,
@@ -83,6 +92,7 @@ def measure(admin: str, counters, settled) -> dict[str, dict]:
                 text=True,
                 timeout=1800,
             )
+            python1, server1 = _children_cpu(), server_cpu()
             report = json.loads(done.stdout.strip().splitlines()[-1])
             after = settled(dbname)
         finally:
@@ -98,6 +108,8 @@ def measure(admin: str, counters, settled) -> dict[str, dict]:
             / report["jobs"]
             for k in counters
         }
+        per_unit["python_cpu_ms"] = (python1 - python0) * 1000 / report["jobs"]
+        per_unit["postgres_cpu_ms"] = (server1 - server0) * 1000 / report["jobs"]
         out[name] = {**report, "rate": rates[len(rates) // 2], "per_unit": per_unit}
         print(f"    {out[name]['rate']:.1f}/s {report['rates']}", file=sys.stderr, flush=True)
     return out
