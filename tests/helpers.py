@@ -85,7 +85,9 @@ class ServerProcess:
             start_new_session=True,
         )
 
-    def wait_healthy(self, timeout=30.0):
+    def wait_healthy(self, timeout=120.0):
+        # Bounds a failure only: a boot (imports, migrations, two workers) took over 30 s on a
+        # loaded 2-core machine.
         def healthy():
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited early:\n{self.output()}")
