@@ -56,6 +56,14 @@ RECORDER = """
 """
 
 
+def open_pane(kind: str = "") -> str:
+    """The selector of the open deploy pane once htmx has bound it. htmx marks swapped-in content
+    `htmx-added` until its settle step (20 ms later, far more on a loaded machine) processes its
+    hx- attributes: a tab clicked or a template chosen before that does nothing, and a form
+    submitted before that submits natively."""
+    return "#pane.is-open" + (f"[data-kind={kind}]" if kind else "") + ":not(.htmx-added)"
+
+
 @pytest.fixture(scope="session")
 def browser():
     """One headless Chromium for the session."""
@@ -195,14 +203,17 @@ class Page:
 
     def open_timeline(self, task_id: str):
         self.chip(task_id).locator(".chip-open").click()
-        self.page.wait_for_selector(f"#timeline-pane[data-task-id='{task_id}'][data-live]")
+        # Live (its websocket bootstrapped) and bound by htmx (see open_pane): its buttons work.
+        self.page.wait_for_selector(
+            f"#timeline-pane[data-task-id='{task_id}'][data-live]:not(.htmx-added)"
+        )
         return self.page.locator(f"#tl-head-{task_id}")
 
     def deploy_image(self, image: str, name: str, port: str = "") -> str:
         """Deploy through the image pane; the new task's id (its timeline opens)."""
-        if not self.page.locator("#pane.is-open[data-kind=image]").count():
+        if not self.page.locator(open_pane("image")).count():
             self.page.click("[data-deploy=image]")
-        self.page.wait_for_selector("#pane.is-open[data-kind=image]")
+        self.page.wait_for_selector(open_pane("image"))
         self.page.fill("#f-image", image)
         self.page.fill("#f-name", name)
         if port:

@@ -13,7 +13,7 @@ from tests.conftest import dump_database
 from tests.contract.conftest import TOKEN, kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT_PATH, SERVICE_PATH, echo, workload_status
 from tests.contract.kmock_server import KMockServer
-from tests.e2e.conftest import NARROW, WIDE
+from tests.e2e.conftest import NARROW, WIDE, open_pane
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
 
     # Without cluster access a deploy asks for it first instead of sending a request that fails.
     page.click("[data-deploy=image]")
-    page.wait_for_selector("#pane.is-open[data-kind=image]")
+    page.wait_for_selector(open_pane("image"))
     page.fill("#f-image", "nginx:1.27")
     page.fill("#f-name", "web")
     page.fill("#f-port", "80")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import NARROW, WIDE, image, server_factory
+from engine.readside.store import BOARD_LIMIT
+from tests.e2e.conftest import NARROW, WIDE, image, open_pane, server_factory
 
 pytestmark = pytest.mark.e2e
 
@@ -111,7 +112,7 @@ def test_no_horizontal_overflow_with_a_long_title_and_200_tasks(
         box = button.bounding_box()
         assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"] + 1, box
     ui.page.click("[data-deploy=image]")
-    ui.page.wait_for_selector("#pane.is-open")
+    ui.page.wait_for_selector(open_pane())
     ui.shot("200-tasks-deploy-pane")
     no_overflow(ui)
     ui.assert_no_errors()
@@ -121,7 +122,7 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
     srv = server(SANDBOX_GATEWAY_DELAY_S="0.03")
     ui = open_page(srv, "ai")
     ui.page.click("[data-deploy=prompt]")
-    ui.page.wait_for_selector("#pane.is-open[data-kind=prompt]")
+    ui.page.wait_for_selector(open_pane("prompt"))
     ui.page.fill("#f-prompt", "a small web page that says hello")
     ui.page.click("#pane button[type=submit]")
     ui.page.wait_for_selector("#timeline-pane.is-open[data-gateway-stream]")
@@ -174,7 +175,7 @@ def test_the_log_stops_following_while_the_reader_is_scrolled_up(server, open_pa
     srv = server(SANDBOX_GATEWAY_DELAY_S="0.15")  # about 100 chunks: text arrives for ~15 s
     ui = open_page(srv, "ai-log", viewport={"width": 1280, "height": 600})
     ui.page.click("[data-deploy=prompt]")
-    ui.page.wait_for_selector("#pane.is-open[data-kind=prompt]")
+    ui.page.wait_for_selector(open_pane("prompt"))
     ui.page.fill("#f-prompt", "a small web page that says hello")
     ui.page.click("#pane button[type=submit]")
     ui.page.wait_for_selector("#timeline-pane.is-open[data-gateway-stream]")
@@ -236,6 +237,38 @@ def test_the_dock_shows_the_newest_first_whatever_the_titles(server, open_page, 
     ui.assert_no_errors()
 
 
+def test_show_older_loads_the_next_page_of_the_dock_in_order(server, open_page, sql_conn):
+    srv = server()
+    seed(sql_conn, "paged", BOARD_LIMIT + 5)  # one page and five more
+    newest_first = [
+        str(r["id"])
+        for r in sql_conn.execute(
+            "SELECT id FROM deploy_tasks WHERE project_id = 'paged'"
+            " ORDER BY created_at DESC, id DESC"
+        )
+    ]
+    ui = open_page(srv, "paged")
+
+    def dock() -> list[str]:
+        return ui.page.eval_on_selector_all(
+            "#dock-chips [data-task-id]", "chips => chips.map(c => c.dataset.taskId)"
+        )
+
+    assert dock() == newest_first[:BOARD_LIMIT]
+    more = ui.page.locator("#dock-older button[data-action=show-older]")
+    assert more.inner_text() == "Show older"
+    ui.shot("dock-show-older")
+    more.focus()  # a button: the keyboard reaches it
+    ui.page.keyboard.press("Enter")
+    ui.page.wait_for_selector("#dock-older .dock-end")  # the last page says so...
+    assert ui.page.inner_text("#dock-older") == "No older deployments."
+    assert more.count() == 0  # ...in place of the control
+    # The older chips went in after the first page's, in the board's order, none twice.
+    assert dock() == newest_first
+    ui.shot("dock-no-older")
+    ui.assert_no_errors()
+
+
 def test_cancel_leaves_no_step_in_progress(server, open_page, api):
     srv = server()
     task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
@@ -287,10 +320,14 @@ def test_a_failure_reads_in_plain_words_with_the_raw_detail_behind_a_toggle(serv
     if asks_first:
         ui.page.click("#confirm-dialog [data-confirm-ok]")
     ui.page.wait_for_selector(f"#chip-{failed['id']}.is-superseded")
-    ui.page.keyboard.press("Escape")
     successor = ui.chip(failed["id"]).locator("[data-successor]").get_attribute("data-successor")
+    # The redeploy's own answer opens the successor's timeline, and may land after the stream
+    # showed the chip superseded: wait for it before closing it, or the Escape closes nothing.
+    ui.page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{successor}']")
+    ui.page.keyboard.press("Escape")
+    ui.page.wait_for_selector("#timeline-pane:not(.is-open)", state="attached")
     ui.chip(failed["id"]).locator("[data-successor] button").click()
-    ui.page.wait_for_selector(f"#timeline-pane[data-task-id='{successor}']")
+    ui.page.wait_for_selector(f"#timeline-pane.is-open[data-task-id='{successor}']")
     ui.assert_no_errors()
 
 
@@ -324,7 +361,7 @@ def test_keyboard_walk_chips_timeline_and_deploy_pane(server, open_page, api):
 
     page.focus("[data-deploy=image]")
     page.keyboard.press("Enter")
-    page.wait_for_selector("#pane.is-open[data-kind=image]")
+    page.wait_for_selector(open_pane("image"))
     page.wait_for_function("document.querySelector('#pane').contains(document.activeElement)")
     for _ in range(12):
         page.keyboard.press("Shift+Tab")
@@ -408,7 +445,7 @@ def test_axe_finds_no_serious_violations(server, open_page, api, viewport):
     found["blocked form"] = serious_violations(ui.page)
     ui.page.keyboard.press("Escape")
     ui.page.click("[data-deploy=template]")
-    ui.page.wait_for_selector("#pane.is-open")
+    ui.page.wait_for_selector(open_pane())
     ui.shot("axe-deploy-pane")
     found["deploy pane"] = serious_violations(ui.page)
     assert {k: v for k, v in found.items() if v} == {}
@@ -446,10 +483,10 @@ def test_the_canvas_groups_cards_by_deployment_and_a_service_shows_its_endpoint(
 def test_deploy_panes_read_in_words_and_default_to_postgresql(server, open_page):
     srv = server()
     ui = open_page(srv, "shop", query="?deploy=database")
-    ui.page.wait_for_selector("#pane.is-open[data-kind=database]")
+    ui.page.wait_for_selector(open_pane("database"))
     assert ui.page.input_value("#f-engine") == "postgresql"
     ui.page.click("#pane [data-pane-kind=template]")
-    ui.page.wait_for_selector("#pane.is-open[data-kind=template]")
+    ui.page.wait_for_selector(open_pane("template"))
     ui.page.select_option("#template-choice", "redis")
     ui.page.wait_for_selector("#pane.is-open [data-field=maxMemory]")
     assert ui.page.inner_text("label[for=f-maxMemory]").startswith("Max memory")

@@ -8,7 +8,7 @@ import pytest
 import requests
 import websocket
 
-from tests.e2e.conftest import image, server_factory
+from tests.e2e.conftest import image, open_pane, server_factory
 
 pytestmark = pytest.mark.e2e
 
@@ -179,7 +179,7 @@ def test_the_pages_work_under_their_content_security_policy(server, browser):
         assert "frame-ancestors 'none'" in csp and "script-src 'self';" in csp
         page.wait_for_selector("body[data-stream-open='1']")  # htmx and app.js ran, SSE is up
         page.click("[data-deploy=image]")
-        page.wait_for_selector("#pane.is-open[data-kind=image]")
+        page.wait_for_selector(open_pane("image"))
         page.fill("#f-image", "nginx:1.27")
         page.fill("#f-name", "web")
         page.click("#pane button[type=submit]")

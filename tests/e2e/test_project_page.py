@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from blueprints.schemas import SOURCE_SCHEMAS
-from tests.e2e.conftest import NARROW, image
+from tests.e2e.conftest import NARROW, image, open_pane
 
 pytestmark = pytest.mark.e2e
 
@@ -43,9 +43,12 @@ def test_deploy_an_image_and_watch_the_chip_go_running_applying_completed(server
     ui.shot("empty")
     ui.page.evaluate("window.__noReload = true")
     ui.page.click("[data-deploy=image]")
-    ui.page.wait_for_selector("#pane.is-open")
+    ui.page.wait_for_selector(open_pane())
     ui.shot("image-pane")
+    # The tab swaps in a fresh pane: fill that one, not the one it replaces.
+    ui.page.eval_on_selector("#pane", "pane => { pane.dataset.replaced = '1'; }")
     ui.page.click("#pane [data-pane-kind=image]")
+    ui.page.wait_for_selector(open_pane("image") + ":not([data-replaced])")
     task_id = ui.deploy_image("nginx:1.27", "web", port="80")
     ui.page.wait_for_selector(f"#chip-{task_id}[data-status=applying]")
     ui.shot("applying")
@@ -200,6 +203,10 @@ def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
     assert ui.chip(failed["id"]).count() == 0
     ui.open()
     ui.chip(clone["id"]).wait_for()
+    # The control: a task created after the reload arrived through the stream, after the
+    # stream's bootstrap (which would re-insert the dismissed chip were it not remembered).
+    later = api(srv).create("shop", image("later"))
+    ui.chip(later["id"]).wait_for()
     assert ui.chip(failed["id"]).count() == 0
     ui.assert_no_errors()
 
@@ -215,7 +222,7 @@ def test_edit_and_redeploy_with_a_changed_field(server, open_page, api):
     ui.wait_chip(failed["id"], "failed")
     head = ui.open_timeline(failed["id"])
     head.locator("[data-action=edit-redeploy]").click()
-    pane = ui.page.locator("#pane.is-open[data-kind=image]")
+    pane = ui.page.locator(open_pane("image"))
     pane.wait_for()
     ui.shot("edit-pane")
     # Prefilled from the predecessor's source, target locked; secrets never prefilled.
@@ -265,16 +272,23 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     assert "overwritten" in ui.page.inner_text("#confirm-message")
     assert "Deployment/db" in ui.page.inner_text("#confirm-message")
     ui.shot("overwrite-dialog")
+    redeploys = []
+    ui.page.on(
+        "request",
+        lambda r: redeploys.append(r.url) if r.method == "POST" and "/redeploy" in r.url else None,
+    )
     dialog.locator("button[value=cancel]").click()
     dialog.wait_for(state="hidden")
-    ui.page.wait_for_timeout(500)
-    assert len(api(srv).list("shop")) == 1  # kept: nothing was created
 
     # The same guard on the timeline header and on the edit pane.
     head = ui.open_timeline(failed["id"])
+    # Kept: nothing was sent or created. The timeline's requests went out after the cancel and
+    # were answered, so a redeploy the cancel had let through would have been seen first.
+    assert redeploys == []
+    assert len(api(srv).list("shop")) == 1
     assert head.locator("[data-action=redeploy]").get_attribute("hx-confirm")
     head.locator("[data-action=edit-redeploy]").click()
-    ui.page.wait_for_selector("#pane.is-open form[hx-confirm]")
+    ui.page.wait_for_selector(open_pane() + " form[hx-confirm]")
     # Confirmed once, by the dialog on submit: no second warning banner in the pane.
     assert ui.page.locator("#pane [data-overwrite-warning]").count() == 0
     assert ui.page.locator("#pane form").get_attribute("hx-confirm")
@@ -285,6 +299,7 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     dialog.locator("[data-confirm-ok]").click()
     ui.page.wait_for_selector(f"#chip-{failed['id']}.is-superseded")
     assert len(api(srv).list("shop")) == 2
+    assert len(redeploys) == 1  # the recorder's control: a confirmed redeploy is seen
     ui.assert_no_errors()
 
 
@@ -345,7 +360,10 @@ def test_two_browsers_on_one_project_see_each_others_actions_live(server, open_p
     alice.shot("alice-sees-bobs-cancel")
     # Another project's tasks never show here.
     other = api(srv).create("elsewhere", image("x"))
-    alice.page.wait_for_timeout(800)
+    # The control: a task of this project created after it has arrived (the stream keeps the
+    # order of the changes), so the other's would have too.
+    later = api(srv).create("team", image("later"))
+    alice.chip(later["id"]).wait_for()
     assert alice.chip(other["id"]).count() == 0
     alice.assert_no_errors()
     bob.assert_no_errors()

@@ -9,6 +9,21 @@ from tests.e2e.conftest import browser_sign_in, image, server_factory
 pytestmark = pytest.mark.e2e
 
 
+def create_as(page, project: str, source: dict) -> str:
+    """Create a task as the page's signed-in user, in the page's workspace; its id."""
+    return page.evaluate(
+        """async ([project, source]) => {
+            const token = document.querySelector('meta[name="csrf-token"]').content;
+            const r = await fetch('/api/v1/tasks', {method: 'POST', body: JSON.stringify(
+                {projectId: project, source}), headers: {'Content-Type': 'application/json',
+                'X-CSRF-Token': token}});
+            if (r.status !== 201) throw new Error(r.status + ' ' + await r.text());
+            return (await r.json()).id;
+        }""",
+        [project, source],
+    )
+
+
 @pytest.fixture
 def oidc_server(request, start_server, tmp_path):
     return server_factory(request, start_server, tmp_path, "oidc")
@@ -33,12 +48,15 @@ def test_sign_in_switch_workspace_and_sign_out(oidc_server, browser, api, shots)
     assert "data-project-link" not in landing and 'href="/projects/shop"' not in landing
     alice.goto(srv.base + "/projects/shop")
     alice.wait_for_function("document.body.dataset.streamOpen === '1'")
+    # The control: a task of this workspace created now arrives, after the stream's bootstrap.
+    alice.wait_for_selector(f"#chip-{create_as(alice, 'shop', image('later'))}")
     assert alice.locator(f"#chip-{task['id']}").count() == 0
 
     bob = browser.new_context(bypass_csp=True).new_page()
     browser_sign_in(bob, srv, "bob", "/projects/shop")
     bob.wait_for_function("document.body.dataset.streamOpen === '1'")
     assert bob.locator("[data-workspace]").inner_text() == "workspace team-c"
+    bob.wait_for_selector(f"#chip-{create_as(bob, 'shop', image('bobs'))}")  # the control
     assert bob.locator(f"#chip-{task['id']}").count() == 0
     assert bob.goto(f"{srv.base}/tasks/{task['id']}/timeline").status == 404
 
