@@ -264,12 +264,23 @@ def test_an_abort_mid_request_returns_within_a_second_and_closes_the_connection(
     assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
 
 
+class SleepRecordingSignal(AbortSignal):
+    """An abort signal that records the waits it is asked for (and waits them as usual)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        super().sleep(seconds)
+
+
 def test_an_abort_during_a_retry_wait_returns_at_once(kube, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 429 << {"Retry-After": "30"} << status(429, "slow")
-    abort = AbortSignal()
+    abort = SleepRecordingSignal()
     call = gevent.spawn(kube.apply, DEPLOYMENT, abort=abort)
-    wait_for(lambda: patches(mock), message="the first PATCH")
-    gevent.sleep(0.05)  # inside the 30 s wait now
+    assert wait_for(lambda: abort.sleeps, 30, message="the Retry-After wait") == [30.0]
 
     started = time.monotonic()
     abort.abort(CANCEL)
