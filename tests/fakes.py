@@ -75,6 +75,7 @@ import time  # noqa: E402
 from collections import deque  # noqa: E402
 
 import gevent  # noqa: E402
+from gevent.event import Event  # noqa: E402
 from gevent.pywsgi import WSGIServer  # noqa: E402
 
 from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
@@ -176,6 +177,10 @@ class FakeDevbox:
             raise NotFound(f"fake: no devbox {call.devbox_id}")
 
 
+#: How long a scripted answer waits for the test's `hold` or `resume` at most (bounds a failure).
+HELD_MAX_S = 60.0
+
+
 @dataclass
 class Reply:
     """One scripted answer of FakeGatewayServer."""
@@ -194,6 +199,10 @@ class Reply:
     #: After this many pieces, go silent for `stall_s` (a model that stops mid-answer).
     stall_after: int | None = None
     stall_s: float = 0.0
+    #: Events a test sets to let the answer go on: `hold` before the response headers, `resume`
+    #: after `stall_after` pieces (instead of `stall_s`). Each wait is bounded by HELD_MAX_S.
+    hold: Event | None = None
+    resume: Event | None = None
     #: Raw SSE text sent instead of the generated chunks (parser tests).
     raw: str | None = None
     finish_reason: str = "stop"
@@ -251,6 +260,8 @@ class FakeGatewayServer:
         reply = self.replies.popleft() if self.replies else Reply(status=500)
         if reply.head_delay_s:
             gevent.sleep(reply.head_delay_s)
+        if reply.hold is not None:
+            reply.hold.wait(HELD_MAX_S)
         if reply.status != 200:
             start_response(
                 f"{reply.status} Scripted", [("Content-Type", "application/json"), *reply.headers]
@@ -290,7 +301,10 @@ class FakeGatewayServer:
                 if reply.delay_s:
                     gevent.sleep(reply.delay_s)
                 if n == reply.stall_after:
-                    gevent.sleep(reply.stall_s)
+                    if reply.resume is not None:
+                        reply.resume.wait(HELD_MAX_S)
+                    else:
+                        gevent.sleep(reply.stall_s)
                 yield event({"content": piece})
                 request.sent += 1
             yield event({}, finish=reply.finish_reason)

