@@ -47,9 +47,10 @@ def cancel(server, task_id: str, request_id: str) -> None:
 def test_the_dev_server_logs_one_json_object_per_line(start_server):
     server = start_server("app", env={"LOG_FORMAT": "json", "SANDBOX_NEVER_READY": "1"})
     task_id, _ = create_on(server, "dev-create-1")
-    cancel(server, task_id, "dev-cancel-1")
     for _ in range(5):
         assert requests.get(server.base + "/readyz", timeout=10).status_code in (200, 503)
+    # The cancel comes after the probes: once its line is out, a probe's would be too.
+    cancel(server, task_id, "dev-cancel-1")
     lines = wait_for(
         lambda: (
             (ls := json_lines(server))
@@ -109,7 +110,18 @@ def test_gunicorn_logs_json_and_its_workers_metrics_add_up(start_server, tmp_pat
 
     for _ in range(3):
         requests.get(server.base + "/healthz", timeout=10)
-    lines = json_lines(server)
+    # The control: a request made after the probes is in the access log (a probe's line, were
+    # it logged, is written as its answer goes out, before this one was even sent).
+    requests.get(server.base + "/api/v1/tasks?projectId=after-probes", timeout=10)
+    lines = wait_for(
+        lambda: (
+            (ls := json_lines(server))
+            and any("after-probes" in line["message"] for line in ls)
+            and ls
+        ),
+        60,
+        message="the access line of the request after the probes",
+    )
     assert any(line["logger"] == "gunicorn.error" for line in lines)  # gunicorn's own lines too
     access = [line for line in lines if line["logger"] == "gunicorn.access"]
     assert any("/api/v1/tasks" in line["message"] for line in access)  # the access log works
