@@ -5,7 +5,9 @@ interleaved in small blocks so a machine shared with other work slows them all a
 
   plain            UPDATE deploy_tasks SET status = ... WHERE id = ...       (the baseline)
   plain+notify     the same UPDATE plus the engine's pg_notify, in one statement
-  cte-no-notify    the engine's task_transition with its pg_notify removed
+  cas-only         task_transition's guarded UPDATE alone: no event, no NOTIFY (the floor of a
+                   guarded write: what no change to the event or the notification can go below)
+  cte-no-notify    the engine's task_transition with its NOTIFY removed
   transition       engine.transitions.transition (CAS + event + notify)
 
 Client CPU per call is measured with process_time (this process only), so the rest of each
@@ -36,16 +38,25 @@ SELECT pg_notify('deploy_tasks', json_build_object(
     'namespace', namespace, 'project', project_id, 'task', id)::text) FROM moved"""
 
 
-def _without_notify(sql: str) -> str | None:
-    marker = "SELECT m.*, pg_notify("
-    head, found, _ = sql.rpartition(marker)
-    return head + "SELECT m.* FROM moved m;" if found else None
+def _cut(sql: str, *, event: bool) -> str | None:
+    """task_transition without its NOTIFY (and without its event unless `event`); None if the
+    statement no longer has the shape this cuts along."""
+    head, found, _ = sql.rpartition("SELECT m.*, notify_task_changed(")
+    if not found:
+        return None
+    if not event:
+        head, found, _ = head.rpartition("), recorded AS (")
+        if not found:
+            return None
+        head += ")\n"
+    return head + "SELECT m.* FROM moved m;"
 
 
 def variants(db: Database) -> dict:
     fence = Guard(expect_epoch=1, expect_owner=OWNER)
     verdicts = json.dumps({"running": "failed", "applying": "failed"})
-    no_notify = _without_notify(queries["task_transition"])
+    no_notify = _cut(queries["task_transition"], event=True)
+    cas_only = _cut(queries["task_transition"], event=False)
 
     def raw(sql, params):
         with db.pool.connection() as conn:
@@ -53,10 +64,11 @@ def variants(db: Database) -> dict:
             return cur.fetchall() if cur.description else None
 
     def cte_params(task_id):
+        # Passed as the engine passes them (engine/transitions.py): array literals.
         return dict(
-            task_ids=[task_id],
+            task_ids=f"{{{task_id}}}",
             to="failed",
-            from_statuses=["running", "applying"],
+            from_statuses="{running,applying}",
             verdicts=verdicts,
             reason="bench",
             message="bench",
@@ -82,6 +94,8 @@ def variants(db: Database) -> dict:
             db, i, Status.FAILED, guard=fence, reason="bench", message="bench", actor="bench"
         ),
     }
+    if cas_only:
+        found["cas-only"] = lambda i: raw(cas_only, cte_params(i))
     if no_notify:
         found["cte-no-notify"] = lambda i: raw(no_notify, cte_params(i))
     return found

@@ -52,3 +52,8 @@ FROM generate_series(1, %(n)s) g,
      LATERAL (SELECT (CASE WHEN g %% 25 = 0 THEN 'applying' WHEN g %% 7 = 0 THEN 'failed'
                            WHEN g %% 11 = 0 THEN 'cancelled' ELSE 'completed' END)::task_status
               AS status) s;
+
+-- bench_task_count_in_flight --
+-- Tasks of %(project_id)s a runner holds right now (running or applying).
+SELECT count(*) AS n FROM deploy_tasks
+WHERE project_id = %(project_id)s AND status IN ('running', 'applying');

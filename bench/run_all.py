@@ -8,12 +8,13 @@ from bench.common import PROJECT_ROOT, machine, server_version, fresh_database  
 import datetime  # noqa: E402
 import sys  # noqa: E402
 
-from bench import (
+from bench import (  # noqa: E402
+    bench_ws_fanout,
     create_latency,
     e2e_throughput,
     profile_transition,
     project_page,
-    renewal,  # noqa: E402
+    renewal,
     transitions,
 )
 
@@ -33,6 +34,10 @@ def results_block() -> tuple[str, bool]:
         result = bench.main()
         all_met &= all(passed for _, passed in result.targets)
         sections.append(result.markdown())
+    print("running bench.bench_ws_fanout ...", file=sys.stderr, flush=True)
+    fanout = bench_ws_fanout.result()
+    all_met &= all(passed for _, passed in fanout.targets)
+    sections.append(fanout.markdown())
     print("running bench.profile_transition ...", file=sys.stderr, flush=True)
     profile = profile_transition.main()
     after = machine()["load"]

@@ -1,7 +1,7 @@
 """The timeline hub behind the websocket (blueprints/ws.py): channels, viewers and frames.
 
 Per process and per watched task there is ONE channel: one fanout subscription, one reader that
-re-reads the task's events and row once per notification, renders each new event's fragment
+reads the task's new events and its row once per notification, renders each new event's fragment
 once, and encodes the websocket frame bytes once. Its viewers only copy those bytes to their own
 socket (see Viewer: one non-blocking send when idle, else through the viewer's own greenlet with
 `sendall`, so a frame is never cut short: simple-websocket's `send` can write part of a frame,
@@ -12,6 +12,7 @@ bound.
 import json
 import logging
 import struct
+import time
 from uuid import UUID
 
 import gevent
@@ -31,6 +32,12 @@ log = logging.getLogger(__name__)
 
 #: Frames a viewer may lag behind before it re-bootstraps instead.
 VIEWER_QUEUE_SIZE = 256
+#: How soon after a notification a channel re-reads its late-commit window (the events since
+#: Timeline.settled_seq), for an event whose sequence number was taken before a newer event's but
+#: committed after it. A notification itself reads only what follows the newest event seen: the
+#: window holds every event of the last 30 s (300 at 10 writes/s), and decoding it on every
+#: notification was most of the time before the first viewer got its frame.
+LATE_COMMIT_SWEEP_S = 1.0
 #: Markers a channel puts in its viewers' queues.
 RESET, GONE, BYE = object(), object(), object()
 
@@ -119,6 +126,8 @@ class Channel:
         #: Set once the channel knows the events that exist; viewers join only after that, so an
         #: event is either in a viewer's bootstrap or broadcast to it, never neither.
         self.ready = Event()
+        #: When the late-commit window is re-read next (monotonic seconds; None: not due).
+        self.sweep_at: float | None = None
         self.greenlet = gevent.spawn(self._run)
 
     def _prime(self) -> None:
@@ -131,9 +140,13 @@ class Channel:
             self._prime()
             self.ready.set()
             while True:
-                payload = self.subscription.get(timeout=60.0)
+                if self.sweep_at is not None and time.monotonic() >= self.sweep_at:
+                    self.sweep_at = None
+                    self._refresh(sweep=True)
+                wait = 60.0 if self.sweep_at is None else self.sweep_at - time.monotonic()
+                payload = self.subscription.get(timeout=max(0.0, wait))
                 if payload is None:
-                    if not self.viewers:
+                    if self.sweep_at is None and not self.viewers:
                         return
                     continue
                 if payload is CLOSED:
@@ -141,10 +154,13 @@ class Channel:
                     return
                 if payload is REBOOTSTRAP:
                     self.timeline = timelines.Timeline()
+                    self.sweep_at = None
                     self._prime()
                     self._broadcast(RESET)
                     continue
-                self._refresh()
+                if self.sweep_at is None:
+                    self.sweep_at = time.monotonic() + LATE_COMMIT_SWEEP_S
+                self._refresh(sweep=False)
         except Exception:
             log.exception("timeline channel %s failed; its viewers rejoin", self.task_id)
             self._broadcast(RESET)
@@ -153,9 +169,14 @@ class Channel:
             self.subscription.close()
             self.hub.drop(self)
 
-    def _read_news(self) -> list[dict]:
-        """The events after the timeline's settled seq (late commits included), page by page."""
-        after, events = self.timeline.settled_seq(), []
+    def _read_news(self, sweep: bool) -> list[dict]:
+        """The events after the newest one seen, or with `sweep` after the timeline's settled seq
+        (late commits included); page by page."""
+        if sweep:
+            after = self.timeline.settled_seq()
+        else:
+            after = self.timeline.entries[-1].seq if self.timeline.entries else 0
+        events: list[dict] = []
         while True:
             page = timelines.read_events(
                 self.hub.runtime.db, self.namespace, self.task_id, after_seq=after
@@ -165,10 +186,10 @@ class Channel:
                 return events
             after = page[-1]["seq"]
 
-    def _refresh(self) -> None:
+    def _refresh(self, sweep: bool) -> None:
         runtime = self.hub.runtime
         # Both reads at once (two pool connections): they are most of the time before the fanout.
-        reading = gevent.spawn(self._read_news)
+        reading = gevent.spawn(self._read_news, sweep)
         row = read_task_row(runtime.db, self.namespace, self.task_id)
         events = reading.get()
         if row is None:  # purged: the notification is the removal
