@@ -82,4 +82,6 @@ def test_a_create_that_outlives_the_drains_wait_starts_aborted(make_app, databas
         message="the run to end",
     )
     assert row == {"status": "failed", "failure_reason": "interrupted"}
+    # The control: the runner itself has finished, so no event of it can still come.
+    wait_for(lambda: runtime.runs == {}, 30, message="the run's runner to finish")
     assert late_events(sql_conn, [task_id]) == []
