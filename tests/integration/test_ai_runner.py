@@ -114,7 +114,7 @@ def status_moves(client, task_id) -> list[tuple]:
 
 def paused(devbox) -> list[str]:
     """The devbox ops once the runner's finally has paused it (it follows the terminal write)."""
-    wait_for(devbox.paused.is_set, timeout=5, message="the devbox pause")
+    wait_for(devbox.paused.is_set, timeout=30, message="the devbox pause")
     return devbox.ops()
 
 

@@ -132,7 +132,7 @@ def test_cancel_landing_on_another_process_reaches_the_runner_through_notify(
             (s := owner.get(f"/api/v1/tasks/{task['id']}").get_json())["status"] == "cancelled"
             and s
         ),
-        timeout=5,
+        timeout=30,
         message="cancel delivered",
     )
     assert snap["cancellation"]["applied"] == "nothing"
@@ -188,7 +188,7 @@ def test_an_abort_cancels_the_runners_sql_statement_in_flight(
         # The statement that was blocked is gone (the acknowledgement may now wait in its place).
         wait_for(
             lambda: not (blocked & blocked_statements()),
-            timeout=2,
+            timeout=30,
             message="the blocked statement to be cancelled",
         )
     finally:
