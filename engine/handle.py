@@ -49,6 +49,9 @@ class TaskHandle:
         self.runtime_stop_timeout_s = runtime_stop_timeout_s
         #: The terminal or parked status this run reached through the handle, if any.
         self.outcome: Status | None = None
+        #: The terminal or parked status this run is writing or wrote: once set, a notification
+        #: that the lease left this run is its own write landing, not a loss to stop for.
+        self.ending: Status | None = None
         #: Applied-resource evidence, kept in memory too so a cancel can itemize it.
         self.planned: list[dict] = []
         self.applied: list[dict] = []
@@ -247,6 +250,8 @@ class TaskHandle:
         message: str | None = None,
         phase: str | None = None,
     ) -> None:
+        if to is not Status.APPLYING:
+            self.ending = to
         moved = transition(
             self.db,
             self.task_id,

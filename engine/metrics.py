@@ -64,6 +64,11 @@ ACTION_DURATION = Histogram(
 RENEWAL_DURATION = Histogram(
     f"{PREFIX}_lease_renewal_duration_seconds", "One lease renewal tick.", buckets=FAST_BUCKETS
 )
+RUN_ABORTS = Counter(
+    f"{PREFIX}_run_aborts",
+    "Runs this process stopped by an abort, by reason (cancel, lease_lost, shutdown).",
+    ["reason"],
+)
 LEASES_HELD = Gauge(
     f"{PREFIX}_leases_held", "Leases held by live processes.", multiprocess_mode="livesum"
 )

@@ -234,6 +234,8 @@ class EngineRuntime:
         finally:
             self.runs.pop(handle.task_id, None)
             metrics.LEASES_HELD.set(len(self.runs))
+            if handle.abort.aborted:
+                metrics.RUN_ABORTS.labels(handle.abort.reason).inc()
             if handle.started_local_process:
                 self._release_runtimes(handle.task_id)
 
@@ -300,12 +302,15 @@ class EngineRuntime:
         held = {
             task_id: run.handle.epoch
             for task_id, run in self.runs.items()
-            if run.handle.outcome is None
+            if run.handle.ending is None
         }
         still_held = leases.renew_all(
             self.db, held, owner=self.owner, lease_ttl_s=self.settings.lease_ttl_s
         )
         for task_id in held:
+            run = self.runs.get(task_id)
+            if run is None or run.handle.ending is not None:
+                continue  # it ended while the tick ran: its own terminal write moved the lease
             if task_id not in still_held:
                 self.abort_local(task_id, LEASE_LOST)
             elif still_held[task_id]:
@@ -347,7 +352,7 @@ class EngineRuntime:
             and lease.get("owner") == self.owner
         )
         if not held:
-            if run.handle.outcome is None:
+            if run.handle.ending is None:
                 run.handle.abort.abort(LEASE_LOST)
         elif lease.get("cancel"):
             run.handle.abort.abort(CANCEL)
@@ -356,7 +361,7 @@ class EngineRuntime:
         self._checking.discard(task_id)
         row = self.db.one("task_get_lease_state", task_id=task_id)
         if row is None:
-            if run.handle.outcome is None:
+            if run.handle.ending is None:
                 run.handle.abort.abort(LEASE_LOST)
             return
         self._judge(

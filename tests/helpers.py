@@ -12,6 +12,7 @@ import gevent
 import psycopg
 import requests
 from gevent.queue import Empty, Queue
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -275,3 +276,23 @@ def _parse(frame: str):
     if event is None:  # the page's stream: unnamed frames of HTML fragments
         return ("message", "\n".join(data)) if data else None
     return event, json.loads("\n".join(data))
+
+
+def scrape(client, **headers) -> dict[tuple[str, tuple], float]:
+    """Every sample of /metrics, parsed by prometheus_client's own parser."""
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.content_type.startswith("text/plain")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.get_data(as_text=True))
+        for s in family.samples
+    }
+
+
+def total(samples: dict, name: str, **labels) -> float:
+    return sum(
+        v
+        for (n, ls), v in samples.items()
+        if n == name and all((k, v2) in ls for k, v2 in labels.items())
+    )

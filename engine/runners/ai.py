@@ -191,7 +191,9 @@ def _run(
 
 
 # -- the devbox ----------------------------------------------------------------------------------
-def _open_devbox(handle: TaskHandle, ctx: RunContext, session: AiSession, opened: list[str]) -> None:
+def _open_devbox(
+    handle: TaskHandle, ctx: RunContext, session: AiSession, opened: list[str]
+) -> None:
     """Re-attach to the recorded devbox, or create one; recorded on the row before any use."""
     devbox = ctx.integrations.devbox
     if session.devbox_id:
@@ -324,7 +326,9 @@ def inputs_text(ctx: RunContext, sensitive: set[str]) -> str:
     return "Inputs provided:\n" + "\n".join(lines)
 
 
-def gateway_turn(handle: TaskHandle, ctx: RunContext, session: AiSession, messages: list[dict]) -> str:
+def gateway_turn(
+    handle: TaskHandle, ctx: RunContext, session: AiSession, messages: list[dict]
+) -> str:
     """Stream one turn: every piece goes live to viewers (scrubbed) and is persisted in batches
     as `gateway` events; the raw answer stays in memory."""
     session.turns += 1
@@ -407,7 +411,9 @@ def sensitive_names(ctx: RunContext, declared: list[dict]) -> set[str]:
 
 
 # -- deploy ---------------------------------------------------------------------------------------
-def _deploy(handle: TaskHandle, ctx: RunContext, session: AiSession, answer: dict, sensitive: set[str]) -> None:
+def _deploy(
+    handle: TaskHandle, ctx: RunContext, session: AiSession, answer: dict, sensitive: set[str]
+) -> None:
     """Persist the sanitized plan, then apply (substituted in memory) and verify like direct."""
     manifests = [_own(doc, ctx) for doc in answer["manifests"]]
     persisted = [sanitize(doc, sensitive) for doc in manifests]

@@ -4,31 +4,11 @@ import logging
 
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from engine.logs import ContextFilter, JsonFormatter
 from tests.conftest import wait_for
-
-
-def scrape(client, **headers) -> dict[tuple[str, tuple], float]:
-    """Every sample of /metrics, parsed by prometheus_client's own parser."""
-    response = client.get("/metrics", headers=headers)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    assert response.content_type.startswith("text/plain")
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(response.get_data(as_text=True))
-        for s in family.samples
-    }
-
-
-def total(samples: dict, name: str, **labels) -> float:
-    return sum(
-        v
-        for (n, ls), v in samples.items()
-        if n == name and all((k, v2) in ls for k, v2 in labels.items())
-    )
+from tests.helpers import scrape, total
 
 
 def test_metrics_parse_and_move_when_a_task_runs(client, create_task, wait_status, cluster):

@@ -7,7 +7,7 @@ from their NOTIFY payloads, so it re-reads nothing.
 
 from collections import Counter
 
-from tests.helpers import IMAGE_SOURCE, wait_for
+from tests.helpers import IMAGE_SOURCE, scrape, total, wait_for
 
 #: Named queries a run issues on the way (the background loops' are left out).
 RUN_QUERIES = {
@@ -63,3 +63,25 @@ def test_a_cancel_from_elsewhere_still_reaches_the_runner_through_its_notificati
     assert snap["cancellation"]["applied"] == "fully"
     # The cancel's own notification carried the lease facts: decided with no read.
     assert runtime.db.statements["task_get_lease_state"] == reads_before
+
+
+def test_a_run_is_not_aborted_by_the_notification_of_its_own_completion(
+    client, runtime, create_task, wait_status, cluster
+):
+    """The NOTIFY of a run's own terminal write says the lease left it: that is the write landing,
+    not a lost lease (an abort then would cancel the finishing statement from a new connection)."""
+    before = scrape(client)
+    for i in range(20):
+        wait_status(create_task(source={**IMAGE_SOURCE, "name": f"w{i}"})["id"], "completed")
+    wait_for(lambda: not runtime.runs, message="every run to end")
+    # Positive control: an abort is counted, by its reason.
+    cluster.ready_after_polls = "never"
+    stuck = create_task(source={**IMAGE_SOURCE, "name": "stuck"})
+    wait_for(lambda: cluster.polls >= 1, message="the readiness wait")
+    client.post(f"/api/v1/tasks/{stuck['id']}/cancel")
+    wait_status(stuck["id"], "cancelled")
+    wait_for(lambda: not runtime.runs, message="the cancelled run to end")
+    after = scrape(client)
+    aborts = "deploy_run_aborts_total"
+    assert total(after, aborts, reason="cancel") == total(before, aborts, reason="cancel") + 1
+    assert total(after, aborts, reason="lease_lost") == total(before, aborts, reason="lease_lost")
