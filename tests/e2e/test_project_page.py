@@ -116,7 +116,9 @@ def test_cancel_from_the_timeline_header(server, open_page, api):
     task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     head = ui.open_timeline(task["id"])
-    ui.wait_chip(task["id"], "applying")
+    # Cancel once every document is applied (readiness is being verified), not at "applying",
+    # which comes before the first apply: the outcome below lists the applied Deployment.
+    ui.page.wait_for_selector(f"#tl-steps-{task['id']} [data-step=verify][data-state=started]")
     _cancel_flow(ui, api, srv, task["id"], lambda: head.locator("[data-action=cancel]").click())
     ui.page.wait_for_selector(f"#tl-head-{task['id']}[data-status=cancelled]")
     head_labels = [label for _, label in ui.shown(task["id"], "tl-head")]
