@@ -185,7 +185,7 @@ def create_task(client):
 def wait_status(client):
     """Factory: wait until a task's snapshot has one of `statuses`; the snapshot."""
 
-    def factory(task_id, *statuses, timeout=10.0):
+    def factory(task_id, *statuses, timeout=30.0):
         def current():
             snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
             return snap if snap["status"] in statuses else None

@@ -27,8 +27,9 @@ def _with_db(url: str, name: str) -> str:
 IMAGE_SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}
 
 
-def wait_for(predicate, timeout=10.0, interval=0.02, message="condition"):
-    """Poll `predicate` until truthy; its value. Fails the test after `timeout` seconds."""
+def wait_for(predicate, timeout=30.0, interval=0.02, message="condition"):
+    """Poll `predicate` until truthy; its value. Fails the test after `timeout` seconds (which
+    bounds a failure only: generous, for a loaded machine)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -160,7 +161,7 @@ def redeploy(client, predecessor_id, **body) -> dict:
     return response.get_json()
 
 
-def wait(client, task_id, *statuses, timeout=10.0) -> dict:
+def wait(client, task_id, *statuses, timeout=30.0) -> dict:
     def current():
         snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
         return snap if snap["status"] in statuses else None

@@ -189,7 +189,7 @@ class Page:
     def chip(self, task_id: str):
         return self.page.locator(f"#chip-{task_id}")
 
-    def wait_chip(self, task_id: str, status: str, timeout: float = 20_000):
+    def wait_chip(self, task_id: str, status: str, timeout: float = 60_000):
         self.page.wait_for_selector(f"#chip-{task_id}[data-status={status}]", timeout=timeout)
         return self.chip(task_id)
 
@@ -319,7 +319,7 @@ def api():
             )
             return r.json()["items"]
 
-        def wait(self, task_id: str, *statuses: str, timeout: float = 20.0) -> dict:
+        def wait(self, task_id: str, *statuses: str, timeout: float = 60.0) -> dict:
             return wait_for(
                 lambda: (lambda s: s if s["status"] in statuses else None)(self.get(task_id)),
                 timeout,

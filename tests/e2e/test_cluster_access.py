@@ -90,7 +90,7 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     page.click("#pane button[type=submit]")
     page.wait_for_selector("#timeline-pane.is-open[data-task-id]")
     task_id = page.get_attribute("#timeline-pane", "data-task-id")
-    ui.wait_chip(task_id, "completed", timeout=30_000)
+    ui.wait_chip(task_id, "completed")
     ui.shot("deployed-through-kmock")
     page.set_viewport_size(NARROW)
     ui.shot("deployed-through-kmock")

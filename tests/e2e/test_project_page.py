@@ -333,7 +333,7 @@ def test_a_blocked_template_is_answered_through_the_form(server, open_page, api)
 
     password.fill("pw-never-stored-42")
     form.locator("button[type=submit]").click()
-    ui.wait_chip(task["id"], "completed", timeout=30_000)
+    ui.wait_chip(task["id"], "completed")
     ui.shot("blocked-answered-completed")
     statuses_seen = statuses(ui.shown(task["id"]))
     assert statuses_seen[0] == "blocked" and statuses_seen[-1] == "completed"
