@@ -32,6 +32,9 @@ class Settings:
     database_url: str | None = None
     data_dir: Path = PROJECT_ROOT / "instance"
     db_pool_size: int = 20
+    #: How many of a process's pool connections its runners may use at once (0: half the pool).
+    #: The rest stay free for requests, so a create never queues behind a burst of runner writes.
+    runner_db_slots: int = 0
     #: Where LISTEN (and the schema at boot) connects: straight to PostgreSQL, never through a
     #: transaction pooler. Unset: database_url.
     listen_database_url: str | None = None

@@ -107,6 +107,27 @@ class Database:
         return psycopg.connect(self.listen_url, autocommit=True, row_factory=dict_row)
 
 
+class Slotted:
+    """A Database whose every statement first waits for one of a shared set of slots (a gevent
+    semaphore): how a process bounds the pool connections its runners hold at once."""
+
+    def __init__(self, db: Database, slots):
+        self.db = db
+        self.slots = slots
+
+    def one(self, name: str, **params) -> dict | None:
+        with self.slots:
+            return self.db.one(name, **params)
+
+    def all(self, name: str, **params) -> list[dict]:
+        with self.slots:
+            return self.db.all(name, **params)
+
+    def execute(self, name: str, **params) -> int:
+        with self.slots:
+            return self.db.execute(name, **params)
+
+
 class _CancelOnAbort:
     """While a statement runs, an abort cancels it server-side (conn.cancel_safe()).
 

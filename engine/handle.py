@@ -3,9 +3,11 @@
 import logging
 from uuid import UUID
 
+from gevent.lock import BoundedSemaphore
+
 from engine import runtimes, secrets
 from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
-from engine.db import Database
+from engine.db import Database, Slotted
 from engine.errors import LeaseLost
 from engine.status import Status
 from engine.transitions import Guard, transition
@@ -36,8 +38,11 @@ class TaskHandle:
         secret_values: list[str] = (),
         live=None,
         runtime_stop_timeout_s: float = 5.0,
+        slots: BoundedSemaphore | None = None,
     ):
-        self.db = db
+        #: With `slots` (EngineRuntime.runner_slots), every statement of this run waits for one:
+        #: runs in flight never hold every pool connection the requests need.
+        self.db = db if slots is None else Slotted(db, slots)
         self.task_id = task_id
         self.epoch = epoch
         self.owner = owner

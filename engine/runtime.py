@@ -15,6 +15,7 @@ from uuid import UUID
 
 import gevent
 from gevent.event import Event
+from gevent.lock import BoundedSemaphore
 
 from engine import leases, logs, metrics, secrets
 from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
@@ -65,6 +66,10 @@ class EngineRuntime:
             db, settings, self.integrations, self.owner, streaks=self.streaks
         )
         self.runs: dict[UUID, _Run] = {}
+        #: The pool connections this process's runners may use at once (the rest serve requests).
+        self.runner_slots = BoundedSemaphore(
+            settings.runner_db_slots or max(1, settings.db_pool_size // 2)
+        )
         #: Tasks with a lease-state check queued (a burst of NOTIFYs costs one read).
         self._checking: set[UUID] = set()
         self.accepting = True
@@ -169,6 +174,7 @@ class EngineRuntime:
             secret_values=secret_values,
             live=self.live,
             runtime_stop_timeout_s=self.settings.runtime_stop_timeout_s,
+            slots=self.runner_slots,
         )
         _, run_fn = runner_for(row["source_kind"])
         ctx = RunContext(

@@ -7,6 +7,8 @@ from their NOTIFY payloads, so it re-reads nothing.
 
 from collections import Counter
 
+import psycopg
+
 from tests.helpers import IMAGE_SOURCE, scrape, total, wait_for
 
 #: Named queries a run issues on the way (the background loops' are left out).
@@ -85,3 +87,38 @@ def test_a_run_is_not_aborted_by_the_notification_of_its_own_completion(
     aborts = "deploy_run_aborts_total"
     assert total(after, aborts, reason="cancel") == total(before, aborts, reason="cancel") + 1
     assert total(after, aborts, reason="lease_lost") == total(before, aborts, reason="lease_lost")
+
+
+def test_runs_in_flight_use_at_most_their_share_of_the_pool_and_requests_still_answer(
+    make_app, cluster, database_url
+):
+    """Stuck runner statements hold only the runner slots: the rest of the pool serves requests."""
+    cluster.ready_after_polls = "never"  # every run checkpoints in its readiness loop
+    app = make_app(db_pool_size=6, runner_db_slots=2, ready_probe_db_timeout_s=5)
+    client = app.test_client()
+    for i in range(10):
+        response = client.post(
+            "/api/v1/tasks",
+            json={"projectId": "burst", "source": {**IMAGE_SOURCE, "name": f"b{i}"}},
+        )
+        assert response.status_code == 201, response.get_json()
+    wait_for(lambda: cluster.polls >= 20, message="the runs to reach their readiness loops")
+    with psycopg.connect(database_url) as blocker:
+        # Every runner's next checkpoint now waits for this lock, holding its connection.
+        blocker.execute("LOCK TABLE deploy_tasks IN ACCESS EXCLUSIVE MODE")
+
+        def waiting_on_the_lock() -> int:
+            with psycopg.connect(database_url, autocommit=True) as probe:
+                return probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE %s",
+                    ("%cancel_requested_at IS NOT NULL AS cancel_pending%",),
+                ).fetchone()[0]
+
+        wait_for(lambda: waiting_on_the_lock() == 2, message="both runner slots to be stuck")
+        # A request still finds a pool connection at once (without the slots all six would be
+        # stuck behind the lock and this probe would time out).
+        ready = client.get("/readyz")
+        assert ready.status_code == 200, ready.get_data(as_text=True)
+        assert waiting_on_the_lock() == 2  # and no more runners got through meanwhile
+        blocker.rollback()
