@@ -33,6 +33,7 @@ from bench.common import (  # noqa: I001  (patches first)
 
 import os  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -522,7 +523,9 @@ def main(peers: bool = True) -> Result:
     log_dir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     admin, statements = admin_url()
+    # The service's log and data directory stay behind only when the run fails.
     ours = measure_ours(admin, statements, log_dir)
+    shutil.rmtree(log_dir, ignore_errors=True)
     table = by_clients(ours["runs"])
     peer_results = {}
     if peers:
