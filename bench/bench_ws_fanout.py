@@ -543,7 +543,7 @@ def result(repeats: int = 3) -> Result:
         runs.append(main())
         floors.append(floor(frame_bytes=round(runs[-1]["frame_bytes"])))
     out = Result(
-        "(d) timeline websocket fanout, 1,000 viewers of one worker",
+        "(e) timeline websocket fanout, 1,000 viewers of one worker",
         "python -m bench.bench_ws_fanout",
     )
     for key, metric, unit in (
