@@ -371,13 +371,14 @@ class _AbortedMidCall(_Cluster):
     """Fires the caller's signal from inside the second document's apply: the call is mid-way
     by construction, whatever the machine's load (a timer racing the applies is not)."""
 
-    def __init__(self, signal: AbortSignal, reason: str, delay_s: float):
-        super().__init__(delay_s=delay_s)
-        self.signal, self.reason = signal, reason
+    def __init__(self, signal: AbortSignal, reason: str, in_flight_s: float):
+        super().__init__()
+        self.signal, self.reason, self.in_flight_s = signal, reason, in_flight_s
 
     def apply(self, manifest, *, abort):
-        if len(self.applied) == 1:
+        if len(self.applied) == 1:  # the first document is applied, the second starts
             self.signal.abort(self.reason)
+            self.delay_s = self.in_flight_s
         return super().apply(manifest, abort=abort)
 
 
@@ -387,14 +388,14 @@ def test_a_cancel_mid_call_lets_the_instantiation_finish_but_a_shutdown_stops_it
     first = ResourceRef.of(manifests[0])
     catalog = TemplateCatalog(tmp_path)
     abort = AbortSignal()
-    cluster = _AbortedMidCall(abort, CANCEL, delay_s=0.2)
+    cluster = _AbortedMidCall(abort, CANCEL, in_flight_s=0.2)
     applied = catalog.instantiate(manifests, cluster=cluster, abort=abort)
     assert abort.reason == CANCEL  # the cancel did land mid-call
     assert len(applied) == len(manifests) == len(cluster.applied)
     # A shutdown interrupts the document in flight (were it let through like a cancel, its 30 s
     # apply would finish and be counted).
     abort = AbortSignal()
-    cluster = _AbortedMidCall(abort, SHUTDOWN, delay_s=30.0)
+    cluster = _AbortedMidCall(abort, SHUTDOWN, in_flight_s=30.0)
     with pytest.raises(Aborted):
         catalog.instantiate(manifests, cluster=cluster, abort=abort)
     assert cluster.applied == [first]
