@@ -4,6 +4,7 @@ import logging
 from uuid import UUID
 
 from gevent.lock import BoundedSemaphore
+from psycopg.types.json import Jsonb
 
 from engine import runtimes, secrets
 from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
@@ -91,7 +92,7 @@ class TaskHandle:
     # -- fenced writes -----------------------------------------------------------------------
     def emit_event(self, kind: str, payload: dict | None = None) -> None:
         """Append an event to the task's history."""
-        self._write(kind=kind, payload=payload or {})
+        self._write(events=[{"kind": kind, "payload": payload or {}}])
 
     def update_timeline(
         self,
@@ -105,10 +106,25 @@ class TaskHandle:
     ) -> None:
         """Record a timeline step's state ("started", "done", "failed", "skipped"); with
         `artifacts` and/or `phase`, merge those keys and set the phase in the same write."""
+        self.record_steps(
+            [self.step(step, state, detail, **extra)], artifacts=artifacts, phase=phase
+        )
+
+    def step(self, step: str, state: str, detail: str | None = None, **extra) -> dict:
+        """A timeline step's payload, for `record_steps` (nothing is written)."""
         payload = {"step": step, "state": state, **extra}
         if detail:
             payload["detail"] = self._bounded(detail, DETAIL_MAX_CHARS)
-        self._write(kind="step", payload=payload, patch=artifacts, phase=phase)
+        return payload
+
+    def record_steps(
+        self, steps: list[dict], *, artifacts: dict | None = None, phase: str | None = None
+    ) -> None:
+        """Several timeline steps (from `step`), in order, with `artifacts` and `phase`, in one
+        fenced write: what ends one step and begins the next costs one statement."""
+        self._write(
+            events=[{"kind": "step", "payload": p} for p in steps], patch=artifacts, phase=phase
+        )
 
     def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None:
         """Move running -> applying (a guarded transition) and/or set the phase."""
@@ -214,12 +230,12 @@ class TaskHandle:
     def _write(
         self,
         *,
-        kind: str | None = None,
-        payload: dict | None = None,
+        events: list[dict] = (),
         patch: dict | None = None,
         phase: str | None = None,
     ) -> None:
-        """One fenced statement: an event, an artifact patch and a phase, whichever are given."""
+        """One fenced statement: events ({kind, payload}, in order), an artifact patch and a
+        phase, whichever are given."""
         if patch is not None:
             # Kept in memory too, so a cancel can itemize what was applied.
             if "plannedResources" in patch:
@@ -228,8 +244,7 @@ class TaskHandle:
                 self.applied = list(patch["appliedResources"])
         row = self.db.one(
             "task_write_if_held",
-            kind=kind,
-            payload=None if payload is None else self._scrub(payload),
+            events=Jsonb(self._scrub(list(events))),  # a JSON array, not a SQL one
             patch=None if patch is None else self._scrub(patch),
             phase=phase,
             abort=self._live_abort(),

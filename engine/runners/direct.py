@@ -79,10 +79,13 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
     )
 
     handle.set_state(status=Status.APPLYING, phase="apply")
+    if not manifests:
+        verify(handle, ctx, manifests)
+        return
+    refs = [ResourceRef.of(m) for m in manifests]
+    handle.update_timeline("apply", "started", refs[0].label(), resource=refs[0].as_json())
     applied: list[dict] = []
-    for manifest in manifests:
-        ref = ResourceRef.of(manifest)
-        handle.update_timeline("apply", "started", ref.label(), resource=ref.as_json())
+    for i, (manifest, ref) in enumerate(zip(manifests, refs, strict=True)):
         try:
             result = ctx.cluster.apply(manifest, abort=handle.abort)
         except ApplyError as exc:
@@ -90,21 +93,32 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
             handle.fail(exc.reason, f"applying {ref.label()} failed: {exc}")
             return
         applied.append(with_endpoint(result.as_json(), manifest, ctx.target_namespace))
-        handle.update_timeline(
-            "apply",
-            "done",
-            f"{ref.label()} {result.action}",
-            resource=result.as_json(),
-            artifacts={"appliedResources": applied},
+        done = handle.step(
+            "apply", "done", f"{ref.label()} {result.action}", resource=result.as_json()
         )
+        # One write ends this apply and begins what comes next (the next apply, or the readiness
+        # wait); a pending cancel raises from it, before the next cluster call.
+        if i + 1 < len(refs):
+            following = refs[i + 1]
+            begun = handle.step("apply", "started", following.label(), resource=following.as_json())
+            handle.record_steps([done, begun], artifacts={"appliedResources": applied})
+        else:
+            handle.record_steps(
+                [done, handle.step("verify", "started")],
+                artifacts={"appliedResources": applied},
+                phase="verify",
+            )
+    verify(handle, ctx, manifests, started=True)
 
-    verify(handle, ctx, manifests)
 
-
-def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
+def verify(
+    handle: TaskHandle, ctx: RunContext, manifests: list[dict], *, started: bool = False
+) -> None:
     """Wait for every required result resource: completed when all are ready, failed on the
-    readiness timeout with the resources kept (ADR 0028)."""
-    handle.update_timeline("verify", "started", phase="verify")
+    readiness timeout with the resources kept (ADR 0028). `started`: the caller's last write
+    already recorded "verify started" and the phase."""
+    if not started:
+        handle.update_timeline("verify", "started", phase="verify")
     required = [ResourceRef.of(m) for m in manifests if m["kind"] in REQUIRED_KINDS]
     deadline = time.monotonic() + ctx.readiness_timeout_s
     while True:

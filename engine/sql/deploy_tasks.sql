@@ -303,10 +303,11 @@ SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id, status => m.sta
 FROM moved m;
 
 -- task_write_if_held --
--- A runner's write, for the holder of the lease, in one statement: append an event (when
--- %(kind)s is given), merge keys into the artifact summary (when %(patch)s is) and set the phase
--- (when %(phase)s is); notify with the lease facts; say whether a cancel is pending, which is
--- what a checkpoint right after it would read. No row back: the lease is lost.
+-- A runner's write, for the holder of the lease, in one statement: append events in order
+-- (%(events)s, a JSON array of {kind, payload}), merge keys into the artifact summary (when
+-- %(patch)s is given) and set the phase (when %(phase)s is); notify with the lease facts; say
+-- whether a cancel is pending, which is what a checkpoint right after it would read. No row back:
+-- the lease is lost.
 -- FOR NO KEY UPDATE: the check and the writes see the same task. Without the row lock a
 -- transition committing meanwhile goes unseen (READ COMMITTED reads the statement's snapshot) and
 -- the event lands after the terminal one; with it, this waits for that transition and re-checks.
@@ -324,8 +325,12 @@ WITH holder AS (
     FROM holder h
     WHERE t.id = h.id AND (%(patch)s::jsonb IS NOT NULL OR %(phase)s::text IS NOT NULL)
 ), appended AS (
+    -- ORDER BY: the sequence numbers follow the array's order.
     INSERT INTO deploy_task_events (task_id, kind, payload)
-    SELECT h.id, %(kind)s::text, %(payload)s::jsonb FROM holder h WHERE %(kind)s::text IS NOT NULL
+    SELECT h.id, e.event ->> 'kind', e.event -> 'payload'
+    FROM holder h
+    CROSS JOIN jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS e(event, n)
+    ORDER BY e.n
 )
 SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending,
        notify_task_changed(h.namespace, h.project_id, h.id, status => h.status,

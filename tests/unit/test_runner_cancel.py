@@ -44,6 +44,12 @@ class FakeHandle:
     def update_timeline(self, step, state, detail=None, **extra):
         self._write("step", step, state)
 
+    def step(self, step, state, detail=None, **extra):
+        return {"step": step, "state": state}
+
+    def record_steps(self, steps, *, artifacts=None, phase=None):
+        self._write("steps", [(s["step"], s["state"]) for s in steps])
+
     def set_state(self, *, status=None, phase=None):
         self._write("state", status, phase)
 
