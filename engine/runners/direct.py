@@ -70,19 +70,18 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
     so the "started" write before each apply is what stops a cancelled run before the cluster."""
     handle.update_timeline("render", "started")
     manifests = render_manifests(ctx)
-    planned = [ResourceRef.of(m).as_json() for m in manifests]
+    refs = [ResourceRef.of(m) for m in manifests]
     handle.update_timeline(
         "render",
         "done",
         f"{len(manifests)} resources",
-        artifacts={"plannedResources": planned, "appliedResources": []},
+        artifacts={"plannedResources": [r.as_json() for r in refs], "appliedResources": []},
     )
 
     handle.set_state(status=Status.APPLYING, phase="apply")
     if not manifests:
         verify(handle, ctx, manifests)
         return
-    refs = [ResourceRef.of(m) for m in manifests]
     handle.update_timeline("apply", "started", refs[0].label(), resource=refs[0].as_json())
     applied: list[dict] = []
     for i, (manifest, ref) in enumerate(zip(manifests, refs, strict=True)):
