@@ -78,6 +78,10 @@ def test_gunicorn_logs_json_and_its_workers_metrics_add_up(start_server, tmp_pat
             "ACCESS_LOG": "-",
             "SANDBOX_NEVER_READY": "1",
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+            # One connection at a time per worker: while one worker serves a create, the next
+            # concurrent one can only be accepted by the other (an idle machine otherwise lets
+            # one worker's accept loop win every connection).
+            "WORKER_CONNECTIONS": "1",
         },
     )
     served: dict[str, str] = {}
