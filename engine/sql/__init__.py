@@ -21,8 +21,17 @@ def _load() -> dict[str, LiteralString]:
             name = match.group(1)
             if name in found:
                 raise RuntimeError(f"query {name} defined twice")
-            found[name] = text[match.end() : end].strip()  # type: ignore[assignment]
+            found[name] = _sent(name, text[match.end() : end])  # type: ignore[assignment]
     return found
+
+
+def _sent(name: str, block: str) -> str:
+    """The text sent for a block: its name as a comment (so pg_stat_activity and pg_stat_statements
+    say which query it is), then its SQL without the comment lines. Shorter text is cheaper on
+    every call: psycopg caches a query's conversion only up to 4096 bytes (task_transition with
+    its comments is longer), and re-parses a longer one each time it runs."""
+    sql = [line for line in block.strip().splitlines() if not line.lstrip().startswith("--")]
+    return "\n".join([f"-- {name}", *sql])
 
 
 queries = _load()
