@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import gevent
+from gunicorn.glogging import Logger
 
 from engine import logs
 
@@ -27,6 +28,19 @@ graceful_timeout = int(os.environ.get("GRACEFUL_TIMEOUT", "15"))
 timeout = 60
 control_socket_disable = True
 accesslog = os.environ.get("ACCESS_LOG") or None
+
+
+class AccessLogWhenAsked(Logger):
+    """Access lines only when ACCESS_LOG is set. gunicorn builds every request's line whenever a
+    logging config is given (ours always is), which cost 2-3% of a worker under load for lines
+    nobody asked for (BENCHMARKS.md, "Where a worker's time goes")."""
+
+    def access(self, resp, req, environ, request_time):
+        if self.cfg.accesslog:
+            super().access(resp, req, environ, request_time)
+
+
+logger_class = AccessLogWhenAsked
 
 
 _created: list[Path] = []

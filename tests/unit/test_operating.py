@@ -3,6 +3,8 @@ JSON log line."""
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +87,39 @@ def test_probe_requests_are_dropped_from_the_access_log():
     quiet = QuietAccessFilter()
     assert not quiet.filter(record("%(U)s", {"U": "/healthz"}))
     assert quiet.filter(record("%(U)s", {"U": "/api/v1/tasks"}))
+
+
+#: Runs in a process of its own: gunicorn's logger applies the logging config process-wide.
+_ACCESS_LINES = """
+import runpy, sys
+from datetime import timedelta
+from types import SimpleNamespace
+from gunicorn.config import Config
+
+settings = runpy.run_path("gunicorn.conf.py")
+cfg = Config()
+cfg.set("logconfig_dict", settings["logconfig_dict"])
+cfg.set("accesslog", sys.argv[1] or None)
+logger = settings["logger_class"](cfg)
+emitted = []
+logger.access_log.info = lambda *args: emitted.append(args)
+environ = {"REQUEST_METHOD": "GET", "RAW_URI": "/api/v1/tasks", "PATH_INFO": "/api/v1/tasks",
+           "SERVER_PROTOCOL": "HTTP/1.1"}
+response = SimpleNamespace(status="200 OK", headers=[], sent=2)
+logger.access(response, SimpleNamespace(headers=[]), environ, timedelta(milliseconds=3))
+print(len(emitted))
+"""
+
+
+@pytest.mark.parametrize("access_log, lines", [("", "0"), ("-", "1")])
+def test_gunicorn_builds_access_lines_only_when_access_log_is_set(access_log, lines):
+    """gunicorn.conf.py's logger: with ACCESS_LOG unset no line is built (gunicorn builds one per
+    request whenever a logging config is given, as ours always is); set, the line is logged."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ACCESS_LINES, access_log],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split()[-1] == lines, done.stderr
