@@ -37,12 +37,14 @@ PLAIN_NOTIFY = """WITH moved AS (
 )
 SELECT pg_notify('deploy_tasks', json_build_object(
     'namespace', namespace, 'project', project_id, 'task', id)::text) FROM moved"""
+#: Where task_transition's last SELECT (the returned rows and the NOTIFY) begins.
+NOTIFYING_SELECT = "SELECT m.*, CASE WHEN %(notify)s::bool"
 
 
 def _cut(sql: str, *, event: bool) -> str | None:
     """task_transition without its NOTIFY (and without its event unless `event`); None if the
     statement no longer has the shape this cuts along."""
-    head, found, _ = sql.rpartition("SELECT m.*, notify_task_changed(")
+    head, found, _ = sql.rpartition(NOTIFYING_SELECT)
     if not found:
         return None
     if not event:
@@ -58,9 +60,9 @@ def variants(db: Database) -> dict:
     verdicts = json.dumps({"running": "failed", "applying": "failed"})
     no_notify = _cut(queries["task_transition"], event=True)
     cas_only = _cut(queries["task_transition"], event=False)
-    marker = "SELECT m.*, notify_task_changed("
+    marker = NOTIFYING_SELECT
     narrow = queries["task_transition"].replace(
-        marker, "SELECT m.id, m.previous_status, m.cancel_requested_at, notify_task_changed("
+        marker, "SELECT m.id, m.previous_status, m.cancel_requested_at, CASE WHEN %(notify)s::bool"
     )
 
     def raw(sql, params):
@@ -90,6 +92,7 @@ def variants(db: Database) -> dict:
             cancel_older_than_s=None,
             claimed_older_than_s=None,
             created_older_than_s=None,
+            notify=True,
         )
 
     found = {

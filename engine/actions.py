@@ -237,6 +237,7 @@ def _create_task(
         namespace=identity.namespace,
         from_status=Status.QUEUED,
         actor=identity.user,
+        notices=runtime.runner_notices,
     )
     if claimed is None:
         # Cancelled between insert and claim: report the truth.
@@ -295,6 +296,7 @@ def _submit_inputs(
         namespace=identity.namespace,
         from_status=Status.BLOCKED,
         actor=identity.user,
+        notices=runtime.runner_notices,
     )
     if claimed is None:
         raise TaskNotBlocked(snapshot=dto.snapshot(get_task(runtime, identity, task_id)))

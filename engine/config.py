@@ -35,6 +35,9 @@ class Settings:
     #: How many of a process's pool connections its runners may use at once (0: half the pool).
     #: The rest stay free for requests, so a create never queues behind a burst of runner writes.
     runner_db_slots: int = 0
+    #: How often a process announces the tasks its runners wrote to (engine/notices.py): the
+    #: most a viewer waits to see a runner's write, and one statement per tick.
+    runner_notice_interval_s: float = 0.05
     #: Where LISTEN (and the schema at boot) connects: straight to PostgreSQL, never through a
     #: transaction pooler. Unset: database_url.
     listen_database_url: str | None = None

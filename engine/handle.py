@@ -38,6 +38,7 @@ class TaskHandle:
         abort: AbortSignal,
         secret_values: list[str] = (),
         live=None,
+        notices=None,
         runtime_stop_timeout_s: float = 5.0,
         slots: BoundedSemaphore | None = None,
     ):
@@ -51,6 +52,9 @@ class TaskHandle:
         self.secret_values = list(secret_values)
         #: Where unpersisted frames for this process's viewers go (readside.fanout.LiveFeed).
         self._live = live
+        #: Where this run's committed writes are announced (engine.notices.RunnerNotices): they
+        #: do not notify one by one. Without it (a bare handle) status moves notify at once.
+        self._notices = notices
         #: Graceful window before SIGKILL when one of this run's local process groups is stopped.
         self.runtime_stop_timeout_s = runtime_stop_timeout_s
         #: The terminal or parked status this run reached through the handle, if any.
@@ -202,9 +206,11 @@ class TaskHandle:
         self.set_artifacts(pendingInputs=inputs)
         self._move(Status.BLOCKED, reason="inputs_required", message=message)
 
-    def complete(self) -> None:
-        """applying -> completed: every required result resource is ready."""
-        self._move(Status.COMPLETED, phase="done")
+    def complete(self, steps: list[dict] = ()) -> None:
+        """applying -> completed: every required result resource is ready. `steps` (from `step`)
+        are recorded just before, in the same statement (the "verify done" it follows). A cancel
+        pending wins: the move is refused and Aborted(CANCEL) raised, as a checkpoint would."""
+        self._move(Status.COMPLETED, phase="done", steps=steps)
 
     def fail(self, reason: str, message: str) -> None:
         """-> failed with a reason code and a message for the user."""
@@ -250,6 +256,8 @@ class TaskHandle:
             abort=self._live_abort(),
             **self._fence(),
         )
+        if row is not None and self._notices is not None:
+            self._notices.changed(row["namespace"], row["project_id"], self.task_id)
         self._confirmed(row)
 
     def _confirmed(self, row: dict | None) -> None:
@@ -269,6 +277,7 @@ class TaskHandle:
         reason: str | None = None,
         message: str | None = None,
         phase: str | None = None,
+        steps: list[dict] = (),
     ) -> None:
         if to is not Status.APPLYING:
             self.ending = to
@@ -279,12 +288,26 @@ class TaskHandle:
             reason=reason,
             message=message,
             phase=phase,
-            guard=Guard(expect_epoch=self.epoch, expect_owner=self.owner),
+            guard=Guard(
+                expect_epoch=self.epoch,
+                expect_owner=self.owner,
+                # A user who asked to cancel never sees "completed".
+                if_cancel_pending=False if to is Status.COMPLETED else None,
+            ),
             actor="runner",
             abort=self._live_abort(),
+            notify=self._notices is None,
+            steps=self._scrub(list(steps)),
         )
         if not moved:
+            if to is Status.COMPLETED:
+                self.ending = None
+                self.checkpoint()  # a pending cancel refused it: raises Aborted(CANCEL)
+                if self.abort.aborted:  # ... or the abort already fired for it
+                    raise Aborted(self.abort.reason)
             self._lost()
+        if self._notices is not None:
+            self._notices.changed(moved[0]["namespace"], moved[0]["project_id"], self.task_id)
         if to is Status.APPLYING:
             # Still leased: the moved row answers a checkpoint's question like any fenced write.
             self._confirmed({"cancel_pending": moved[0]["cancel_requested_at"] is not None})

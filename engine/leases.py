@@ -16,8 +16,14 @@ def claim(
     namespace: str,
     from_status: Status,
     actor: str | None = None,
+    notices=None,
 ) -> dict | None:
-    """queued|blocked -> running under a new lease epoch; the claimed row, or None if it moved."""
+    """queued|blocked -> running under a new lease epoch; the claimed row, or None if it moved.
+
+    With `notices` (the claiming process's RunnerNotices, engine/notices.py) the claim is
+    announced with the run's own writes instead of notifying at once: the process that will run
+    the task is the only one whose decisions depend on its lease, and it made the claim.
+    """
     rows = transition(
         db,
         task_id,
@@ -28,7 +34,10 @@ def claim(
         guard=Guard(namespace=namespace),
         actor=actor,
         phase="starting",
+        notify=notices is None,
     )
+    if rows and notices is not None:
+        notices.changed(rows[0]["namespace"], rows[0]["project_id"], task_id)
     return rows[0] if rows else None
 
 

@@ -25,6 +25,7 @@ from engine.db import Database
 from engine.errors import LeaseLost, ShuttingDown
 from engine.handle import TaskHandle
 from engine.integrations import Integrations
+from engine.notices import RunnerNotices
 from engine.observed import observe_cluster, observe_integrations
 from engine.processes import KILL_CONFIRM_S
 from engine.readside.fanout import Fanout, LiveFeed
@@ -60,6 +61,13 @@ class EngineRuntime:
         self.fanout = Fanout(db, streaks=self.streaks)
         #: Unpersisted frames (streamed model tokens) for this process's viewers.
         self.live = LiveFeed()
+        #: This process's runners' own writes, announced once per tick.
+        self.runner_notices = RunnerNotices(
+            db,
+            interval_s=settings.runner_notice_interval_s,
+            offer_here=self.fanout.offer_here,
+            streaks=self.streaks,
+        )
         self.reaper = Reaper(db, settings, self.streaks)
         #: Durable cleanup jobs, this process's local runtime groups, startup reconciliation.
         self.cleanup = CleanupWorker(
@@ -88,6 +96,7 @@ class EngineRuntime:
         self.fanout.start()
         self._loops = [gevent.spawn(self._renew_forever), gevent.spawn(self._reap_forever)]
         self.cleanup.start()
+        self.runner_notices.start()
         log.info("engine runtime %s started", self.owner)
 
     def shutdown(self) -> None:
@@ -120,6 +129,7 @@ class EngineRuntime:
             self.cleanup.stop()
             # Local process groups this process started must not outlive it (seed 001).
             self._release_runtimes()
+            self.runner_notices.stop()
             self.fanout.stop()
         finally:
             self._shutdown_done.set()
@@ -173,6 +183,7 @@ class EngineRuntime:
             abort=AbortSignal(),
             secret_values=secret_values,
             live=self.live,
+            notices=self.runner_notices,
             runtime_stop_timeout_s=self.settings.runtime_stop_timeout_s,
             slots=self.runner_slots,
         )
@@ -341,6 +352,8 @@ class EngineRuntime:
         run = self.runs.get(task_id)
         if run is None or run.handle.abort.aborted:
             return
+        if payload.get("runner"):
+            return  # the run's own write (engine/notices.py): nothing it must stop for
         lease = payload.get("lease")
         if isinstance(lease, dict):
             # The writing statement sent the lease as it left it (its own writes included): no

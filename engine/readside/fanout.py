@@ -121,6 +121,11 @@ class Fanout:
                 callback(payload)
             except Exception:
                 log.exception("notify callback failed")
+        self.offer_here(payload)
+
+    def offer_here(self, payload: dict) -> None:
+        """Offer a payload to this process's subscribers only: a runner's own write, which other
+        processes learn of with the next tick of its runner notices (engine/notices.py)."""
         for sub in list(self.subscribers):
             if sub.matches(payload):
                 sub.offer(payload)

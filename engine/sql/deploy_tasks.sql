@@ -239,8 +239,9 @@ FROM changed c;
 
 -- task_transition --
 -- THE status write: move tasks to %(to)s from one of %(from_statuses)s where every given guard
--- holds, record the verdict event and notify, in one statement. No row back: not allowed from
--- here, or fenced off.
+-- holds, record the verdict event (after the lease holder's last steps, %(steps)s) and notify
+-- (unless %(notify)s is false: a runner's own move, which its process announces with its runner
+-- notices), in one statement. No row back: not allowed from here, or fenced off.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (
@@ -290,24 +291,36 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
+    -- The lease holder's last steps (%(steps)s: a JSON array of step payloads, usually empty),
+    -- then the verdict event; ORDER BY gives them their sequence numbers in that order.
     INSERT INTO deploy_task_events (task_id, kind, payload)
-    SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
-        'from', m.previous_status, 'to', m.status,
-        'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
+    SELECT m.id, e.kind, e.payload
     FROM moved m
+    CROSS JOIN LATERAL (
+        SELECT 'step' AS kind, s.step AS payload, false AS verdict, s.n
+        FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(step, n)
+        UNION ALL
+        SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
+                   'from', m.previous_status, 'to', m.status,
+                   'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
+                   'reason', %(reason)s::text, 'message', %(message)s::text,
+                   'by', %(actor)s::text)),
+               true, 0
+    ) AS e
+    ORDER BY m.id, e.verdict, e.n
 )
-SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+SELECT m.*, CASE WHEN %(notify)s::bool THEN
+           notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
                                epoch => m.lease_epoch, owner => m.lease_owner,
-                               cancel => m.cancel_requested_at IS NOT NULL) AS notified
+                               cancel => m.cancel_requested_at IS NOT NULL) END AS notified
 FROM moved m;
 
 -- task_write_if_held --
 -- A runner's write, for the holder of the lease, in one statement: append events in order
 -- (%(events)s, a JSON array of {kind, payload}), merge keys into the artifact summary (when
--- %(patch)s is given) and set the phase (when %(phase)s is); notify with the lease facts; say
--- whether a cancel is pending, which is what a checkpoint right after it would read. No row back:
--- the lease is lost.
+-- %(patch)s is given) and set the phase (when %(phase)s is); say whether a cancel is pending,
+-- which is what a checkpoint right after it would read. No row back: the lease is lost. It does
+-- not notify: the writing process announces it with its runner notices (tasks_notify_runner).
 -- FOR NO KEY UPDATE: the check and the writes see the same task. Without the row lock a
 -- transition committing meanwhile goes unseen (READ COMMITTED reads the statement's snapshot) and
 -- the event lands after the terminal one; with it, this waits for that transition and re-checks.
@@ -332,8 +345,12 @@ WITH holder AS (
     CROSS JOIN jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS e(event, n)
     ORDER BY e.n
 )
-SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending,
-       notify_task_changed(h.namespace, h.project_id, h.id, status => h.status,
-                           epoch => h.lease_epoch, owner => h.lease_owner,
-                           cancel => h.cancel_requested_at IS NOT NULL) AS notified
+SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending, h.namespace, h.project_id
 FROM holder h;
+
+-- tasks_notify_runner --
+-- One tick's runner notices of a process (engine/notices.py): notify each task its runners wrote
+-- to (%(tasks)s, a JSON array of {namespace, project, task}), marked "runner".
+SELECT count(notify_task_changed(t ->> 'namespace', t ->> 'project', (t ->> 'task')::uuid,
+                                 runner => true)) AS notified
+FROM jsonb_array_elements(%(tasks)s::jsonb) AS t;

@@ -199,3 +199,26 @@ def test_an_abort_cancels_the_runners_sql_statement_in_flight(
 
 
 from uuid import UUID  # noqa: E402
+
+
+def test_a_cancel_recorded_once_the_resources_are_ready_wins_over_completed(
+    client, runtime, create_task, cluster, wait_status
+):
+    """The completion is guarded on no pending cancel: a cancel that lands after the last
+    readiness poll answered "ready" ends the run cancelled (fully applied), never completed."""
+    ready = cluster.readiness
+    answered = []
+
+    def readiness(ref, *, abort):
+        answer = ready(ref, abort=abort)
+        if not answered:  # the resources are ready; the user cancels before the run says so
+            (task_id,) = runtime.runs
+            answered.append(cancel(client, task_id).status_code)
+        return answer
+
+    cluster.readiness = readiness
+    task = create_task()
+    snap = wait_status(task["id"], "cancelled", "completed")
+    assert answered == [200]
+    assert snap["status"] == "cancelled"
+    assert snap["cancellation"]["applied"] == "fully"

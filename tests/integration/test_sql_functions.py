@@ -49,3 +49,12 @@ def test_a_lease_holders_write_notifies_the_lease_as_it_left_it(sql_conn, databa
             "lease": {"status": "applying", "epoch": 3, "owner": "host-a:1:abc", "cancel": False},
         }
     ]
+
+
+def test_a_runner_notice_says_runner_and_carries_no_lease(sql_conn, database_url):
+    task_id = uuid.uuid4()
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN deploy_tasks")
+        sql_conn.execute("SELECT notify_task_changed('ws', 'shop', %s, runner => true)", (task_id,))
+        got = [json.loads(n.payload) for n in listener.notifies(timeout=10, stop_after=1)]
+    assert got == [{"namespace": "ws", "project": "shop", "task": str(task_id), "runner": True}]

@@ -1,14 +1,21 @@
 """What one deployment costs the database, counted by named query (issue: throughput).
 
 A run's fenced writes each carry an event, an artifact patch and a phase in one statement and
-double as checkpoints; the process running the task learns of its own writes' effect on the lease
-from their NOTIFY payloads, so it re-reads nothing.
+double as checkpoints. They do not notify one by one: the process announces its runs' own writes
+(the claim, the steps, the run's own status moves) once per tick (engine/notices.py), and ignores
+those notices for its own runs, so it re-reads nothing.
 """
 
+import json
+import uuid
 from collections import Counter
 
 import psycopg
+import pytest
+from psycopg_pool import PoolClosed
 
+from engine.db import Database
+from engine.notices import RunnerNotices
 from tests.helpers import IMAGE_SOURCE, scrape, total, wait_for
 
 #: Named queries a run issues on the way (the background loops' are left out).
@@ -22,7 +29,7 @@ RUN_QUERIES = {
 }
 
 
-def test_an_image_deployment_costs_ten_statements_and_no_lease_reads(
+def test_an_image_deployment_costs_nine_statements_and_no_lease_reads(
     runtime, create_task, wait_status, sql_conn
 ):
     # Warm up (the first request loads templates, settings, ...), then count one deployment.
@@ -41,11 +48,11 @@ def test_an_image_deployment_costs_ten_statements_and_no_lease_reads(
     }
     assert spent == {
         "task_insert": 1,
-        # claim, running -> applying, applying -> completed
+        # claim, running -> applying, verify done + applying -> completed
         "task_transition": 3,
         # render started, render done, apply started, apply done + the next apply started, apply
-        # done + verify started, verify done
-        "task_write_if_held": 6,
+        # done + verify started
+        "task_write_if_held": 5,
     }
     events = sql_conn.execute(
         "SELECT count(*) AS n FROM deploy_task_events WHERE task_id = %s", (task["id"],)
@@ -136,3 +143,63 @@ def test_runs_in_flight_use_at_most_their_share_of_the_pool_and_requests_still_a
         assert ready.status_code == 200, ready.get_data(as_text=True)
         assert waiting_on_the_lock() == 2  # and no more runners got through meanwhile
         blocker.rollback()
+
+
+def _received(listener, sql_conn, task_id: str) -> list[dict]:
+    """The notifications of `task_id` committed so far: read up to a probe sent now (a LISTEN
+    connection receives notifications in commit order)."""
+    probe = uuid.uuid4().hex
+    sql_conn.execute("SELECT pg_notify('deploy_tasks', %s)", (json.dumps({"probe": probe}),))
+    got = []
+    for notify in listener.notifies(timeout=30):
+        payload = json.loads(notify.payload)
+        if payload.get("probe") == probe:
+            return got
+        if payload.get("task") == task_id:
+            got.append(payload)
+    raise AssertionError(f"the probe never arrived; got {got}")
+
+
+def test_only_the_insert_notifies_at_once_and_a_runs_own_writes_share_one_notice(
+    make_app, database_url, sql_conn
+):
+    """The claim, eight steps and two status moves commit without a NOTIFY (each would take
+    PostgreSQL's server-wide notify lock through its commit); the next tick announces them all."""
+    app = make_app(runner_notice_interval_s=3600)  # no tick during the run: the test sends it
+    runtime = app.extensions["engine"]
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN deploy_tasks")
+        response = app.test_client().post(
+            "/api/v1/tasks", json={"projectId": "demo", "source": IMAGE_SOURCE}
+        )
+        assert response.status_code == 201, response.get_json()
+        task_id = response.get_json()["id"]
+        wait_for(lambda: task_id not in map(str, runtime.runs), message="the run to end")
+        status = sql_conn.execute(
+            "SELECT status FROM deploy_tasks WHERE id = %s", (task_id,)
+        ).fetchone()["status"]
+        assert status == "completed"
+        ids = {"namespace": "default", "project": "demo", "task": task_id}
+        assert _received(listener, sql_conn, task_id) == [ids]  # the insert's, at once
+        sent = runtime.db.statements["tasks_notify_runner"]
+        runtime.runner_notices.send_pending()
+        assert runtime.db.statements["tasks_notify_runner"] == sent + 1
+        assert _received(listener, sql_conn, task_id) == [{**ids, "runner": True}]
+
+
+def test_runner_notices_that_fail_to_send_stay_pending(runtime, database_url, sql_conn):
+    closed = Database(database_url, max_size=1)
+    closed.open()
+    closed.close()
+    notices = RunnerNotices(closed, interval_s=3600)
+    task_id = uuid.uuid4()
+    notices.changed("ws", "shop", task_id)
+    with pytest.raises(PoolClosed):
+        notices.send_pending()
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN deploy_tasks")
+        notices.db = runtime.db  # the database is back
+        notices.send_pending()
+        assert _received(listener, sql_conn, str(task_id)) == [
+            {"namespace": "ws", "project": "shop", "task": str(task_id), "runner": True}
+        ]
