@@ -206,11 +206,10 @@ class TaskHandle:
         self.set_artifacts(pendingInputs=inputs)
         self._move(Status.BLOCKED, reason="inputs_required", message=message)
 
-    def complete(self, steps: list[dict] = ()) -> None:
-        """applying -> completed: every required result resource is ready. `steps` (from `step`)
-        are recorded just before, in the same statement (the "verify done" it follows). A cancel
-        pending wins: the move is refused and Aborted(CANCEL) raised, as a checkpoint would."""
-        self._move(Status.COMPLETED, phase="done", steps=steps)
+    def complete(self) -> None:
+        """applying -> completed: every required result resource is ready. A cancel pending wins:
+        the move is refused and Aborted(CANCEL) raised, as a checkpoint would."""
+        self._move(Status.COMPLETED, phase="done")
 
     def fail(self, reason: str, message: str) -> None:
         """-> failed with a reason code and a message for the user."""
@@ -277,7 +276,6 @@ class TaskHandle:
         reason: str | None = None,
         message: str | None = None,
         phase: str | None = None,
-        steps: list[dict] = (),
     ) -> None:
         if to is not Status.APPLYING:
             self.ending = to
@@ -297,7 +295,6 @@ class TaskHandle:
             actor="runner",
             abort=self._live_abort(),
             notify=self._notices is None,
-            steps=self._scrub(list(steps)),
         )
         if not moved:
             if to is Status.COMPLETED:

@@ -1,17 +1,18 @@
 """Runner notices: the notifications of a process's runner writes, sent once per short tick.
 
-A NOTIFY makes its transaction's commit wait for a lock PostgreSQL holds server-wide through the
-WAL flush, so notifying commits happen one at a time across the whole service, however many
-processes and cores it has (BENCHMARKS.md, "notifying commits"). A runner's own write needs no
-notification of its own: the process running the task knows what it wrote, a step write answers
-it whether a cancel is pending, and a runner's own status move is decided by that process. So
-these writes commit without notifying, and each process announces the tasks its runners wrote
-to in one statement per tick (`tasks_notify_runner`, payloads marked "runner"). Viewers anywhere
-see such a write at most one tick later; viewers on the same process at once (`offer_here`: the
-text a runner streams live to them must never come before the persisted event it follows, such as
-"turn started"). Inserts, cancel requests and every status move made by
-anyone but the task's runner (the reaper, a shutdown, a cancel of a queued task) still notify in
-their own statement, at once and with the lease facts.
+A NOTIFY makes its transaction's commit take a lock PostgreSQL holds server-wide until after the
+commit (so that notifications are queued in commit order): notifying commits happen one at a
+time across the whole service, however many processes and cores it has, and every listening
+backend then reads every notification (BENCHMARKS.md, "After the runner notices"). A runner's own
+write needs no notification of its own: the process running the task knows what it wrote, a step
+write answers it whether a cancel is pending, and a runner's own status move is that process's
+decision. So these writes commit without notifying, and each process announces the tasks its
+runners wrote to in one statement per tick (`tasks_notify_runner`, payloads marked "runner").
+Viewers on other processes see such a write at most one tick later; viewers on this process are
+offered the notice at once (`offer_here`), so the text a runner streams live to them never comes
+before the persisted event it follows, such as "turn started". Inserts, cancel requests and every
+status move made by anyone but the task's runner (the reaper, a shutdown, a cancel of a queued
+task) still notify in their own statement, at once and with the lease facts.
 """
 
 import logging

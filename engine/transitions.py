@@ -50,7 +50,6 @@ def transition(
     now: datetime | None = None,
     abort: AbortSignal | None = None,
     notify: bool = True,
-    steps: list[dict] = (),
 ) -> list[dict]:
     """Move tasks to `to` where the table and the guard allow it; the rows that moved.
 
@@ -58,8 +57,6 @@ def transition(
     naming a pair the table lacks raises IllegalTransition. A claim (`claim_owner`) starts a new
     lease epoch; leaving the leased statuses releases the lease. `notify=False` only for a
     runner's own move, which its process announces with its runner notices (engine/notices.py).
-    `steps`: the lease holder's last timeline steps (payloads), recorded before the verdict event
-    in the same statement (the "verify done" that a completion follows).
     """
     allowed = sources_of(to)
     if from_statuses is None:
@@ -71,8 +68,6 @@ def transition(
         raise IllegalTransition("only a move to running claims a lease, and it needs a TTL")
     if to in LEASED and claim_owner is None and guard.expect_epoch is None:
         raise IllegalTransition(f"a move to {to} is a lease holder's write")
-    if steps and guard.expect_epoch is None:
-        raise IllegalTransition("only the lease holder records steps")
     ids = [task_ids] if isinstance(task_ids, (UUID, str)) else task_ids
     sources, verdicts, verdicts_json = _verdicts(to, tuple(from_statuses))
     moved = db.all(
@@ -98,7 +93,6 @@ def transition(
         claimed_older_than_s=guard.claimed_older_than_s,
         created_older_than_s=guard.created_older_than_s,
         notify=notify,
-        steps=json.dumps(list(steps)),  # JSON text: a plain string to adapt
     )
     metrics.record_transitions(moved, verdicts, str(to), terminal=to in TERMINAL)
     return moved

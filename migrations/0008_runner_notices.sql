@@ -1,7 +1,7 @@
 -- A runner's own writes (its steps and its own status moves) no longer notify one by one: each
 -- process announces the tasks its runners wrote to once per short tick, in one statement
--- (engine/notices.py), marked "runner". A NOTIFY makes its commit wait for a server-wide lock held
--- through the WAL flush, so notifying commits happen one at a time; a runner's write needs no
+-- (engine/notices.py), marked "runner". A NOTIFY makes its commit take a server-wide lock held
+-- until after the commit, so notifying commits happen one at a time; a runner's write needs no
 -- notification of its own (the process running the task already knows what it wrote, and the
 -- write answered it whether a cancel is pending). A "runner" payload tells viewers to re-read and
 -- tells the process running the task nothing it must act on. Still no content: ids only.

@@ -141,7 +141,8 @@ def verify(
             return
         handle.abort.sleep(ctx.readiness_poll_s)
         handle.checkpoint()  # the first poll follows the "started" write; later ones a sleep
-    handle.complete([handle.step("verify", "done", "all required resources ready")])
+    handle.update_timeline("verify", "done", "all required resources ready")
+    handle.complete()
 
 
 #: The result resources whose readiness decides `completed` (ADR 0028).

@@ -239,9 +239,9 @@ FROM changed c;
 
 -- task_transition --
 -- THE status write: move tasks to %(to)s from one of %(from_statuses)s where every given guard
--- holds, record the verdict event (after the lease holder's last steps, %(steps)s) and notify
--- (unless %(notify)s is false: a runner's own move, which its process announces with its runner
--- notices), in one statement. No row back: not allowed from here, or fenced off.
+-- holds, record the verdict event and notify (unless %(notify)s is false: a runner's own move,
+-- which its process announces with its runner notices), in one statement. No row back: not
+-- allowed from here, or fenced off.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (
@@ -291,23 +291,12 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
-    -- The lease holder's last steps (%(steps)s: a JSON array of step payloads, usually empty),
-    -- then the verdict event; ORDER BY gives them their sequence numbers in that order.
     INSERT INTO deploy_task_events (task_id, kind, payload)
-    SELECT m.id, e.kind, e.payload
+    SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
+        'from', m.previous_status, 'to', m.status,
+        'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
+        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
     FROM moved m
-    CROSS JOIN LATERAL (
-        SELECT 'step' AS kind, s.step AS payload, false AS verdict, s.n
-        FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(step, n)
-        UNION ALL
-        SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
-                   'from', m.previous_status, 'to', m.status,
-                   'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-                   'reason', %(reason)s::text, 'message', %(message)s::text,
-                   'by', %(actor)s::text)),
-               true, 0
-    ) AS e
-    ORDER BY m.id, e.verdict, e.n
 )
 SELECT m.*, CASE WHEN %(notify)s::bool THEN
            notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
