@@ -72,7 +72,7 @@ class RunnerNotices:
         batch, self._pending = self._pending, {}
         try:
             self.db.one("tasks_notify_runner", tasks=Jsonb(list(batch.values())))
-        except Exception:
+        except BaseException:  # the ticker killed mid-send at shutdown too: stop() sends them
             for task, notice in batch.items():
                 self._pending.setdefault(task, notice)
             raise
