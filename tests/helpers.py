@@ -11,6 +11,8 @@ from pathlib import Path
 import gevent
 import psycopg
 import requests
+import websocket
+from gevent.event import Event
 from gevent.queue import Empty, Queue
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,6 +27,33 @@ def _with_db(url: str, name: str) -> str:
 
 
 IMAGE_SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}
+
+
+class TimelineViewer:
+    """A browser's timeline websocket: the seqs of the event frames it received, in order."""
+
+    def __init__(self, url: str, origin: str):
+        self.ws = websocket.create_connection(url, origin=origin, timeout=30)
+        self.seqs: list[int] = []
+        self.live_from: int | None = None  # index of the first frame after the bootstrap
+        self.ready = Event()
+        self.greenlet = gevent.spawn(self._read)
+
+    def _read(self):
+        while True:
+            try:
+                frame = json.loads(self.ws.recv())
+            except (websocket.WebSocketException, OSError, ValueError):
+                return
+            if frame["t"] == "ready":
+                self.live_from = len(self.seqs)
+                self.ready.set()
+            elif frame["t"] == "frag" and "seq" in frame:
+                self.seqs.append(frame["seq"])
+
+    def close(self):
+        self.ws.close()
+        self.greenlet.kill()
 
 
 def wait_for(predicate, timeout=30.0, interval=0.02, message="condition"):

@@ -1,45 +1,17 @@
 """The timeline websocket's live frames, through a real server and a real websocket client."""
 
-import json
-
-import gevent
 import psycopg
 import pytest
-import websocket
 from gevent.pywsgi import WSGIServer
 from psycopg.types.json import Jsonb
 
 from blueprints.timeline_hub import LATE_COMMIT_SWEEP_S
 from tests.conftest import wait_for
+from tests.helpers import TimelineViewer
 
 STEP = (
     "INSERT INTO deploy_task_events (task_id, kind, payload) VALUES (%s, 'step', %s) RETURNING seq"
 )
-
-
-class Viewer:
-    """A browser's timeline websocket: the seqs of the event frames it received, in order."""
-
-    def __init__(self, url: str, origin: str):
-        self.ws = websocket.create_connection(url, origin=origin, timeout=30)
-        self.seqs: list[int] = []
-        self.ready = False
-        self.greenlet = gevent.spawn(self._read)
-
-    def _read(self):
-        while True:
-            try:
-                frame = json.loads(self.ws.recv())
-            except (websocket.WebSocketException, OSError, ValueError):
-                return
-            if frame["t"] == "ready":
-                self.ready = True
-            elif frame["t"] == "frag" and "seq" in frame:
-                self.seqs.append(frame["seq"])
-
-    def close(self):
-        self.ws.close()
-        self.greenlet.kill()
 
 
 @pytest.fixture
@@ -47,21 +19,21 @@ def viewer(make_app):
     """Factory: serve an app on loopback and open a viewer of one task's timeline."""
     opened = []
 
-    def factory(task_id) -> Viewer:
+    def factory(task_id) -> TimelineViewer:
         app = make_app()
         server = WSGIServer(("127.0.0.1", 0), app, log=None)
         server.start()
         opened.append((server, app))
         origin = f"http://127.0.0.1:{app.extensions['engine'].settings.port}"
         url = f"ws://127.0.0.1:{server.server_port}/ws/tasks/{task_id}/timeline"
-        seen = Viewer(url, origin)
+        seen = TimelineViewer(url, origin)
         opened.append(seen)
-        wait_for(lambda: seen.ready, message="the bootstrap")
+        assert seen.ready.wait(30), "the bootstrap never finished"
         return seen
 
     yield factory
     for item in reversed(opened):
-        if isinstance(item, Viewer):
+        if isinstance(item, TimelineViewer):
             item.close()
         else:
             server, app = item

@@ -8,11 +8,10 @@ import time
 
 import gevent
 import requests
-import websocket
-from gevent.event import Event
 from gevent.queue import Queue
 
 from tests.conftest import IMAGE_SOURCE, wait_for
+from tests.helpers import TimelineViewer
 from tests.scaleout import measured
 
 LEASE_TTL_S, REAPER_INTERVAL_S = 5.0, 1.0  # tests/scaleout/servers.py host_env
@@ -157,41 +156,16 @@ def test_a_cancel_through_host_b_stops_the_runner_on_host_a(hosts):
     assert max(latencies) <= CANCEL_BOUND_S, sorted(latencies)[-5:]
 
 
-class TimelineViewer:
-    """A browser's timeline websocket on one host: every frame with its event seq, in order."""
-
-    def __init__(self, host, task_id: str):
-        self.ws = websocket.create_connection(
-            f"ws://{host.links.address}:8000/ws/tasks/{task_id}/timeline",
-            origin=host.base,
-            timeout=30,
-        )
-        self.seqs: list[int] = []
-        self.live_from: int | None = None  # index of the first frame after the bootstrap
-        self.ready = Event()
-        self.greenlet = gevent.spawn(self._read)
-
-    def _read(self):
-        while True:
-            try:
-                frame = json.loads(self.ws.recv())
-            except (websocket.WebSocketException, OSError, ValueError):
-                return
-            if frame["t"] == "ready":
-                self.live_from = len(self.seqs)
-                self.ready.set()
-            elif frame["t"] == "frag" and "seq" in frame:
-                self.seqs.append(frame["seq"])
-
-    def close(self):
-        self.ws.close()
-        self.greenlet.kill()
-
-
 def test_a_viewer_on_host_c_sees_every_status_change_of_runs_on_a_and_b(hosts):
     with hosts.connect() as conn:
         ids = create_many(hosts["a"], "view", 3) + create_many(hosts["b"], "view", 3)
-        viewers = {task_id: TimelineViewer(hosts["c"], task_id) for task_id in ids}
+        viewers = {
+            task_id: TimelineViewer(
+                f"ws://{hosts['c'].links.address}:8000/ws/tasks/{task_id}/timeline",
+                origin=hosts["c"].base,
+            )
+            for task_id in ids
+        }
         try:
             for viewer in viewers.values():
                 assert viewer.ready.wait(30), "the viewer's bootstrap never finished"
