@@ -294,7 +294,7 @@ class TaskHandle:
             ),
             actor="runner",
             abort=self._live_abort(),
-            notify=self._notices is None,
+            notices=self._notices,
         )
         if not moved:
             if to is Status.COMPLETED:
@@ -303,8 +303,6 @@ class TaskHandle:
                 if self.abort.aborted:  # ... or the abort already fired for it
                     raise Aborted(self.abort.reason)
             self._lost()
-        if self._notices is not None:
-            self._notices.changed(moved[0]["namespace"], moved[0]["project_id"], self.task_id)
         if to is Status.APPLYING:
             # Still leased: the moved row answers a checkpoint's question like any fenced write.
             self._confirmed({"cancel_pending": moved[0]["cancel_requested_at"] is not None})

@@ -34,10 +34,8 @@ def claim(
         guard=Guard(namespace=namespace),
         actor=actor,
         phase="starting",
-        notify=notices is None,
+        notices=notices,
     )
-    if rows and notices is not None:
-        notices.changed(rows[0]["namespace"], rows[0]["project_id"], task_id)
     return rows[0] if rows else None
 
 

@@ -49,14 +49,15 @@ def transition(
     lease_ttl_s: float | None = None,
     now: datetime | None = None,
     abort: AbortSignal | None = None,
-    notify: bool = True,
+    notices=None,
 ) -> list[dict]:
     """Move tasks to `to` where the table and the guard allow it; the rows that moved.
 
     `from_statuses` narrows the table's sources (a cancel only moves queued/blocked at once);
     naming a pair the table lacks raises IllegalTransition. A claim (`claim_owner`) starts a new
-    lease epoch; leaving the leased statuses releases the lease. `notify=False` only for a
-    runner's own move, which its process announces with its runner notices (engine/notices.py).
+    lease epoch; leaving the leased statuses releases the lease. `notices` only for a run's own
+    move (its claim, its status moves): the statement does not notify, and the process's runner
+    notices (engine/notices.py) announce the moved rows with their next tick.
     """
     allowed = sources_of(to)
     if from_statuses is None:
@@ -92,8 +93,11 @@ def transition(
         cancel_older_than_s=guard.cancel_older_than_s,
         claimed_older_than_s=guard.claimed_older_than_s,
         created_older_than_s=guard.created_older_than_s,
-        notify=notify,
+        notify=notices is None,
     )
+    if notices is not None:
+        for row in moved:
+            notices.changed(row["namespace"], row["project_id"], row["id"])
     metrics.record_transitions(moved, verdicts, str(to), terminal=to in TERMINAL)
     return moved
 
