@@ -298,10 +298,11 @@ class RunResult:
     window_s: float = 0.0
 
 
-def create_deployments(base: str, clients: int, count: int, project: str) -> tuple[list, list]:
-    """`count` image deployments from `clients` concurrent keep-alive sessions."""
+def closed_loop(clients: int, count: int, request, answered=None) -> list[float]:
+    """`count` calls of `request(session)` from `clients` concurrent keep-alive sessions, each
+    sending its next as soon as its last was answered; every call's latency in ms. `answered`
+    sees each response after its latency is taken."""
     remaining = [count]
-    ids: list[str] = []
     latencies: list[float] = []
 
     def client():
@@ -309,17 +310,32 @@ def create_deployments(base: str, clients: int, count: int, project: str) -> tup
             while remaining[0] > 0:
                 remaining[0] -= 1
                 started = time.perf_counter()
-                response = session.post(
-                    f"{base}/api/v1/tasks",
-                    json={"projectId": project, "source": IMAGE_SOURCE},
-                    timeout=60,
-                )
+                response = request(session)
                 latencies.append((time.perf_counter() - started) * 1000)
-                if response.status_code != 201:
-                    raise RuntimeError(f"create answered {response.status_code}: {response.text}")
-                ids.append(response.json()["id"])
+                if answered is not None:
+                    answered(response)
 
     gevent.joinall([gevent.spawn(client) for _ in range(clients)], raise_error=True)
+    return latencies
+
+
+def create_deployments(base: str, clients: int, count: int, project: str) -> tuple[list, list]:
+    """`count` image deployments from `clients` concurrent keep-alive sessions."""
+    ids: list[str] = []
+
+    def create(session):
+        return session.post(
+            f"{base}/api/v1/tasks",
+            json={"projectId": project, "source": IMAGE_SOURCE},
+            timeout=60,
+        )
+
+    def created(response):
+        if response.status_code != 201:
+            raise RuntimeError(f"create answered {response.status_code}: {response.text}")
+        ids.append(response.json()["id"])
+
+    latencies = closed_loop(clients, count, create, created)
     return ids, latencies
 
 
@@ -431,19 +447,12 @@ def read_floor(base: str, clients: int = 16, count: int = 3000) -> dict:
     made; p50 and p99 in ms. A create can answer no faster than this while the clients keep the
     machine as busy."""
     task_id = create_deployments(base, 1, 1, "bench-floor")[0][0]
-    remaining = [count]
-    latencies: list[float] = []
-
-    def client():
-        with requests.Session() as session:
-            while remaining[0] > 0:
-                remaining[0] -= 1
-                started = time.perf_counter()
-                response = session.get(f"{base}/api/v1/tasks/{task_id}", timeout=60)
-                latencies.append((time.perf_counter() - started) * 1000)
-                response.raise_for_status()
-
-    gevent.joinall([gevent.spawn(client) for _ in range(clients)], raise_error=True)
+    latencies = closed_loop(
+        clients,
+        count,
+        lambda session: session.get(f"{base}/api/v1/tasks/{task_id}", timeout=60),
+        lambda response: response.raise_for_status(),
+    )
     return {
         "clients": clients,
         "p50": percentile(latencies, 50),
