@@ -36,8 +36,14 @@ RECORDER = """
 (() => {
   window.__pageId = Math.random().toString(36).slice(2);
   window.__shown = [];
+  window.__dockResets = 0;  // a stream bootstrap empties the dock, then fills it again
   const last = new Map();
-  const record = () => {
+  const record = (mutations) => {
+    mutations.forEach((m) => {
+      if (m.target.id === 'dock-chips' && m.removedNodes.length > 1 && !m.addedNodes.length) {
+        window.__dockResets += 1;
+      }
+    });
     document.querySelectorAll('.chip, .placeholder, .tl-head').forEach((el) => {
       const label = el.querySelector('[data-status-label]');
       const state = el.dataset.status + '|' + (label ? label.textContent.trim() : '');

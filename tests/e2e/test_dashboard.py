@@ -256,10 +256,12 @@ def test_show_older_loads_the_next_page_of_the_dock_in_order(server, open_page, 
             "#dock-chips [data-task-id]", "chips => chips.map(c => c.dataset.taskId)"
         )
 
-    # The stream opens before its bootstrap frames are applied (one batch, on a timer): wait for
-    # the first page, then check its order.
+    # The page's own HTML shows the first page, then the stream's bootstrap empties the dock and
+    # fills it again, in batches: wait for that refill to hold the whole page (a dock that never
+    # does times out here), then check its order.
     ui.page.wait_for_function(
-        "n => document.querySelectorAll('#dock-chips [data-task-id]').length >= n",
+        """n => window.__dockResets > 0
+               && document.querySelectorAll('#dock-chips [data-task-id]').length === n""",
         arg=BOARD_LIMIT,
     )
     assert dock() == newest_first[:BOARD_LIMIT]
