@@ -8,8 +8,11 @@ interleaved in small blocks so a machine shared with other work slows them all a
   cas-only         task_transition's guarded UPDATE alone: no event, no NOTIFY (the floor of a
                    guarded write: what no change to the event or the notification can go below)
   cte-no-notify    the engine's task_transition with its NOTIFY removed
-  transition       engine.transitions.transition (CAS + event + notify)
-  narrow-return    task_transition returning 3 columns instead of the task row (26)
+  transition       engine.transitions.transition (CAS + event + notify), returning what a mover
+                   reads back (task_transition_moved: 10 columns)
+  whole-row        the same returning the whole task row (26 columns: a claim, a cancel)
+
+The raw variants return the same 10 columns as `transition`.
 
 Client CPU per call is measured with process_time (this process only), so the rest of each
 call is server work, the commit's WAL flush and scheduling.
@@ -37,33 +40,30 @@ PLAIN_NOTIFY = """WITH moved AS (
 )
 SELECT pg_notify('deploy_tasks', json_build_object(
     'namespace', namespace, 'project', project_id, 'task', id)::text) FROM moved"""
-#: Where task_transition's last SELECT (the returned rows and the NOTIFY) begins.
-NOTIFYING_SELECT = "SELECT m.*, CASE WHEN %(notify)s::bool"
+#: Where task_transition_moved's last SELECT (the returned rows and the NOTIFY) begins.
+NOTIFYING_SELECT = "\nSELECT m."
 
 
 def _cut(sql: str, *, event: bool) -> str | None:
-    """task_transition without its NOTIFY (and without its event unless `event`); None if the
-    statement no longer has the shape this cuts along."""
-    head, found, _ = sql.rpartition(NOTIFYING_SELECT)
-    if not found:
+    """task_transition_moved without its NOTIFY (and without its event unless `event`); None if
+    the statement no longer has the shape this cuts along."""
+    head, found, tail = sql.rpartition(NOTIFYING_SELECT)
+    columns, found_case, _ = tail.partition(", CASE WHEN %(notify)s::bool")
+    if not (found and found_case):
         return None
     if not event:
         head, found, _ = head.rpartition("), recorded AS (")
         if not found:
             return None
         head += ")\n"
-    return head + "SELECT m.* FROM moved m;"
+    return f"{head}{NOTIFYING_SELECT}{columns} FROM moved m;"
 
 
 def variants(db: Database) -> dict:
     fence = Guard(expect_epoch=1, expect_owner=OWNER)
     verdicts = json.dumps({"running": "failed", "applying": "failed"})
-    no_notify = _cut(queries["task_transition"], event=True)
-    cas_only = _cut(queries["task_transition"], event=False)
-    marker = NOTIFYING_SELECT
-    narrow = queries["task_transition"].replace(
-        marker, "SELECT m.id, m.previous_status, m.cancel_requested_at, CASE WHEN %(notify)s::bool"
-    )
+    no_notify = _cut(queries["task_transition_moved"], event=True)
+    cas_only = _cut(queries["task_transition_moved"], event=False)
 
     def raw(sql, params):
         with db.pool.connection() as conn:
@@ -101,13 +101,21 @@ def variants(db: Database) -> dict:
         "transition": lambda i: transition(
             db, i, Status.FAILED, guard=fence, reason="bench", message="bench", actor="bench"
         ),
+        "whole-row": lambda i: transition(
+            db,
+            i,
+            Status.FAILED,
+            guard=fence,
+            reason="bench",
+            message="bench",
+            actor="bench",
+            whole_rows=True,
+        ),
     }
     if cas_only:
         found["cas-only"] = lambda i: raw(cas_only, cte_params(i))
     if no_notify:
         found["cte-no-notify"] = lambda i: raw(no_notify, cte_params(i))
-    if marker in queries["task_transition"]:
-        found["narrow-return"] = lambda i: raw(narrow, cte_params(i))
     return found
 
 

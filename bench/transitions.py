@@ -1,10 +1,19 @@
 """(a) Guarded transitions vs a plain single-row UPDATE, same pool, same row count.
 
 A guarded transition (engine.transitions.transition) is one CTE: lock the row, CAS on status and
-the lease fence, write the verdict event, pg_notify. The baseline changes the same status of the
-same number of rows with `UPDATE deploy_tasks SET status = ... WHERE id = ...`, alternating with
-the transitions in blocks of 100 rows. A LISTEN connection drains the channel throughout, as every
-engine process has one.
+the lease fence, write the verdict event, and notify. It is measured as the engine makes it, in
+its two forms:
+
+- a run's own move (its claim and status moves, every transition of a deployment that is not
+  cancelled): the statement does not notify; the process's runner notices (engine/notices.py)
+  announce the moved rows once per tick, and that ticker runs here on the same pool, so its
+  statements are paid for within the measured time;
+- a move by anyone else (the reaper, a shutdown, a cancel of a queued task): the statement
+  notifies itself.
+
+The baseline changes the same status of the same number of rows with
+`UPDATE deploy_tasks SET status = ... WHERE id = ...`, alternating with the transitions in blocks
+of 100 rows. A LISTEN connection drains the channel throughout, as every engine process has one.
 
 Target: transitions/s >= 0.7x plain UPDATEs/s, measured in the same run.
 """
@@ -16,7 +25,9 @@ import time  # noqa: E402
 
 import gevent  # noqa: E402
 
+from engine.config import Settings  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
+from engine.notices import RunnerNotices  # noqa: E402
 from engine.status import Status  # noqa: E402
 from engine.transitions import Guard, transition  # noqa: E402
 
@@ -52,35 +63,51 @@ def _run_block(workers: int, ids: list, one) -> float:
     return time.perf_counter() - started
 
 
-def measure(db: Database, workers: int) -> tuple[float, float]:
-    """(guarded transitions/s, plain UPDATEs/s) for one run on fresh rows.
+#: The two forms measured, as the results name them.
+RUNNERS_OWN = "a run's own move"
+ANYONE_ELSES = "a move by anyone else"
 
-    The two alternate block by block, so a machine shared with other work slows both alike.
+
+def measure(db: Database, workers: int, notices: RunnerNotices) -> dict[str, float]:
+    """Rows/s of the plain UPDATE and of each form of the transition, for one run on fresh rows.
+
+    They alternate block by block, so a machine shared with other work slows all alike.
     """
-    guarded_ids = [
-        r["id"]
-        for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
-    ]
-    plain_ids = [
-        r["id"]
-        for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
-    ]
+
+    def leased_rows():
+        return [
+            r["id"]
+            for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
+        ]
+
     fence = Guard(expect_epoch=1, expect_owner=OWNER)
 
-    def guarded(task_id):
-        moved = transition(
-            db, task_id, Status.FAILED, guard=fence, reason="bench", message="bench", actor="bench"
-        )
-        assert moved, "the guarded transition did not move the row"
+    def guarded(runner_notices):
+        def move(task_id):
+            moved = transition(
+                db,
+                task_id,
+                Status.FAILED,
+                guard=fence,
+                reason="bench",
+                message="bench",
+                actor="bench",
+                notices=runner_notices,
+            )
+            assert moved, "the guarded transition did not move the row"
+
+        return move
 
     def plain(task_id):
         run_sql(db, "bench_task_set_status_plain", task_id=task_id, to="failed")
 
-    plain_s = guarded_s = 0.0
+    forms = {"plain": plain, RUNNERS_OWN: guarded(notices), ANYONE_ELSES: guarded(None)}
+    ids = {name: leased_rows() for name in forms}
+    seconds = dict.fromkeys(forms, 0.0)
     for start in range(0, ROWS, BLOCK):
-        plain_s += _run_block(workers, plain_ids[start : start + BLOCK], plain)
-        guarded_s += _run_block(workers, guarded_ids[start : start + BLOCK], guarded)
-    return ROWS / guarded_s, ROWS / plain_s
+        for name, one in forms.items():
+            seconds[name] += _run_block(workers, ids[name][start : start + BLOCK], one)
+    return {name: ROWS / s for name, s in seconds.items()}
 
 
 def main() -> Result:
@@ -90,22 +117,27 @@ def main() -> Result:
         db.open()
         stop: list = []
         listener = gevent.spawn(_listen, db, stop)
+        notices = RunnerNotices(db, interval_s=Settings().runner_notice_interval_s)
+        notices.start()
         run_sql(db, "bench_task_insert_finished", n=20_000)
         try:
-            measure(db, 2)  # warm-up: prepared statements, caches
+            measure(db, 2, notices)  # warm-up: prepared statements, caches
             for workers in CONCURRENCY:
-                runs = [measure(db, workers) for _ in range(RUNS)]
-                guarded = median([g for g, _ in runs])
-                plain = median([p for _, p in runs])
-                ratio = median([g / p for g, p in runs])
+                runs = [measure(db, workers, notices) for _ in range(RUNS)]
+                plain = median([r["plain"] for r in runs])
                 result.add(f"plain UPDATE, {workers} client(s)", plain, "rows/s")
-                result.add(f"guarded transition, {workers} client(s)", guarded, "rows/s")
-                result.add(f"ratio guarded/plain, {workers} client(s)", ratio, "x")
-                result.target(
-                    f"ratio >= {TARGET_RATIO} with {workers} client(s) (measured {ratio:.2f}x)",
-                    ratio >= TARGET_RATIO,
-                )
+                for form in (RUNNERS_OWN, ANYONE_ELSES):
+                    ratio = median([r[form] / r["plain"] for r in runs])
+                    rate = median([r[form] for r in runs])
+                    result.add(f"{form}, {workers} client(s)", rate, "rows/s")
+                    result.add(f"ratio {form}/plain, {workers} client(s)", ratio, "x")
+                    result.target(
+                        f"ratio >= {TARGET_RATIO}, {form}, {workers} client(s) "
+                        f"(measured {ratio:.2f}x)",
+                        ratio >= TARGET_RATIO,
+                    )
         finally:
+            notices.stop()
             stop.append(True)
             notified = listener.get(timeout=10)
             db.close()

@@ -348,6 +348,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
                 actor=identity.user,
                 reason="cancel_requested",
                 message="cancelled before it ran",
+                whole_rows=True,
             )
             if moved:
                 return moved[0]

@@ -35,6 +35,7 @@ def claim(
         actor=actor,
         phase="starting",
         notices=notices,
+        whole_rows=True,
     )
     return rows[0] if rows else None
 

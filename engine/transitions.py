@@ -50,8 +50,13 @@ def transition(
     now: datetime | None = None,
     abort: AbortSignal | None = None,
     notices=None,
+    whole_rows: bool = False,
 ) -> list[dict]:
     """Move tasks to `to` where the table and the guard allow it; the rows that moved.
+
+    Each moved row says what a mover reads back: id, namespace, project_id, status,
+    previous_status, lease_epoch, lease_owner, cancel_requested_at, created_at, finished_at.
+    `whole_rows` for a caller that hands the task on (a claim's runner, a cancel's snapshot).
 
     `from_statuses` narrows the table's sources (a cancel only moves queued/blocked at once);
     naming a pair the table lacks raises IllegalTransition. A claim (`claim_owner`) starts a new
@@ -72,7 +77,7 @@ def transition(
     ids = [task_ids] if isinstance(task_ids, (UUID, str)) else task_ids
     sources, verdicts, verdicts_json = _verdicts(to, tuple(from_statuses))
     moved = db.all(
-        "task_transition",
+        "task_transition" if whole_rows else "task_transition_moved",
         abort=abort,
         task_ids=_uuid_array(ids),
         to=str(to),

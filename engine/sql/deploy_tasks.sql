@@ -241,7 +241,8 @@ FROM changed c;
 -- THE status write: move tasks to %(to)s from one of %(from_statuses)s where every given guard
 -- holds, record the verdict event and notify (unless %(notify)s is false: a runner's own move,
 -- which its process announces with its runner notices), in one statement. No row back: not
--- allowed from here, or fenced off.
+-- allowed from here, or fenced off. task_transition_moved is this statement returning only what a
+-- mover reads back (engine/sql/__init__.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (

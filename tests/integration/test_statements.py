@@ -22,6 +22,7 @@ from tests.helpers import IMAGE_SOURCE, scrape, total, wait_for
 RUN_QUERIES = {
     "task_insert",
     "task_transition",
+    "task_transition_moved",
     "task_write_if_held",
     "task_checkpoint_if_held",
     "task_get_lease_state",
@@ -48,8 +49,10 @@ def test_an_image_deployment_costs_ten_statements_and_no_lease_reads(
     }
     assert spent == {
         "task_insert": 1,
-        # claim, running -> applying, applying -> completed
-        "task_transition": 3,
+        # the claim (its row is the runner's task) ...
+        "task_transition": 1,
+        # ... then running -> applying and applying -> completed
+        "task_transition_moved": 2,
         # render started, render done, apply started, apply done + the next apply started, apply
         # done + verify started, verify done
         "task_write_if_held": 6,

@@ -58,17 +58,23 @@ def test_every_pair_is_accepted_or_rejected_as_the_table_says(
 
 def test_claim_starts_a_new_epoch_and_terminal_releases_the_lease(runtime, insert_task, sql_conn):
     row = insert_task(status="queued")
-    claimed = transition(runtime.db, row["id"], Status.RUNNING, claim_owner="me", lease_ttl_s=60)[0]
+    claimed = transition(
+        runtime.db, row["id"], Status.RUNNING, claim_owner="me", lease_ttl_s=60, whole_rows=True
+    )[0]
     assert claimed["lease_epoch"] == row["lease_epoch"] + 1
     assert claimed["lease_owner"] == "me" and claimed["lease_expires_at"] is not None
-    failed = transition(
+    moved = transition(
         runtime.db,
         row["id"],
         Status.FAILED,
         reason="x",
         message="y",
         guard=Guard(expect_epoch=claimed["lease_epoch"], expect_owner="me"),
-    )[0]
+    )
+    assert [(m["id"], m["previous_status"], m["status"]) for m in moved] == [
+        (row["id"], "running", "failed")
+    ]
+    failed = sql_conn.execute("SELECT * FROM deploy_tasks WHERE id = %s", (row["id"],)).fetchone()
     assert failed["lease_owner"] is None and failed["lease_expires_at"] is None
     assert failed["finished_at"] is not None
     assert (failed["failure_reason"], failed["failure_message"]) == ("x", "y")
