@@ -76,35 +76,39 @@ class Viewer:
     syscalls, not a thousand greenlet wake-ups. Whatever does not fit at once (or arrives while
     the viewer is busy) goes through the viewer's queue and its own greenlet, in order, so the
     socket still has one writer at a time and frames are never interleaved.
+
+    The channel calls `offer` once per viewer per write, so its direct path is kept to a few
+    attribute reads and the socket's own C `send` (a quarter of a thousand-viewer fanout was the
+    Python around the send, BENCHMARKS.md).
     """
 
     def __init__(self, out: "FrameSocket"):
         self.queue: Queue = Queue(VIEWER_QUEUE_SIZE)
-        #: Where the channel writes when this viewer is idle (None: always through the queue).
-        self.direct = out if out.can_try else None
-        #: The viewer's greenlet is writing (its bootstrap first): the channel must queue.
+        #: One attempt to write, never waiting (None: always through the queue).
+        self.send_now = out.send_now
+        #: The viewer's greenlet is writing (its bootstrap first) or has items queued: the
+        #: channel must queue. Whoever queues sets it; the greenlet clears it only right before
+        #: it waits on an empty queue, so "not busy" means "nothing queued".
         self.busy = True
         #: Event seqs its bootstrap sent; a batch overlapping them goes through the queue.
         self.sent: set[int] = set()
         self.broken = False
 
     def offer(self, item, joined: bytes | None = None, seqs: frozenset = frozenset()) -> None:
-        if (
-            joined is not None
-            and self.direct is not None
-            and not self.busy
-            and not self.broken
-            and self.queue.empty()
-            and self.sent.isdisjoint(seqs)
-        ):
-            try:
-                written = self.direct.try_send(joined)
-            except OSError:
-                self.broken = True  # the peer is gone; its greenlet notices and leaves
-                return
-            if written == len(joined):
-                return
-            item = [(None, joined[written:])]
+        if not self.busy and joined is not None and self.send_now is not None:
+            if self.sent.isdisjoint(seqs):
+                try:
+                    written = self.send_now(joined)
+                except BlockingIOError:
+                    written = 0
+                except OSError:
+                    # The peer is gone: its greenlet notices and leaves; nothing more is sent.
+                    self.broken, self.send_now = True, None
+                    return
+                if written == len(joined):
+                    return
+                item = [(None, joined[written:])]
+        self.busy = True
         try:
             self.queue.put_nowait(item)
         except Full:
@@ -281,24 +285,23 @@ class FrameSocket:
     simple-websocket (1.1.0) only sends frames it encodes itself, through a plain `sock.send` that
     can write part of a large frame (STACK_NOTES; upstream simple-websocket#45), and has no way to
     send encoded bytes or to write without waiting. So the frames go to `ws.sock`, the connection
-    flask-sock gives it (a gevent socket): `sendall` for whole frames, and one `send` with
-    `timeout=0.0`, which gevent documents as "try once, never wait" (it raises instead).
+    flask-sock gives it (a gevent socket): `sendall` for whole frames, and `send_now` for one
+    attempt that never waits.
     """
 
     def __init__(self, ws):
         self.ws = ws
-        #: One attempt without yielding needs gevent's socket (its `send` takes a timeout).
-        self.can_try = isinstance(getattr(ws, "sock", None), gevent.socket.socket)
+        sock = getattr(ws, "sock", None)
+        #: One write of what fits now, never waiting: the C `send` of the non-blocking socket
+        #: under gevent's (`_sock`), which gevent's own `send(..., timeout=0.0)` calls after a
+        #: frame of Python. It returns how many bytes it wrote, raises BlockingIOError when none
+        #: fit, and OSError once the connection is closed: it belongs to this socket object, so a
+        #: descriptor number reused by a later connection is never written to. None: not a
+        #: gevent socket; every frame goes through `send`.
+        self.send_now = sock._sock.send if isinstance(sock, gevent.socket.socket) else None
 
     def send(self, data: bytes) -> None:
         """Write `data` whole (yields while the peer is slow)."""
         if not self.ws.connected:
             raise ConnectionClosed()
         self.ws.sock.sendall(data)
-
-    def try_send(self, data: bytes) -> int:
-        """Write what fits now, without yielding; how many bytes. OSError: the peer is gone."""
-        try:
-            return self.ws.sock.send(data, 0, timeout=0.0)
-        except BlockingIOError:
-            return 0

@@ -66,6 +66,8 @@ def timeline_socket(ws, task_id):
     try:
         viewer.sent = sent = bootstrap(raw, namespace, task_id)
         while ws.connected and not viewer.broken:
+            # Idle only while waiting: with items queued, get() returns them without yielding,
+            # so the channel never sees "not busy" with anything queued (Viewer.busy).
             viewer.busy = False
             try:
                 item = viewer.queue.get(timeout=KEEPALIVE_S)
