@@ -3,6 +3,7 @@
 Never use --preload: the app would import psycopg in the master before gevent patches.
 """
 
+import gc
 import os
 import shutil
 import signal
@@ -80,7 +81,12 @@ def _engine(worker):
 
 
 def post_worker_init(worker):
-    """SIGTERM sets alive=False only; also drain the engine at once (and close its streams)."""
+    """SIGTERM sets alive=False only; also drain the engine at once (and close its streams).
+
+    Then freeze what the loaded app holds (modules, templates, routes: most of the heap, alive as
+    long as the worker): a full collection no longer scans it. Scanning it paused the worker for
+    50-80 ms at a time under load, every request in flight with it (BENCHMARKS.md).
+    """
     original = worker.handle_exit
 
     def handle_exit(sig, frame):
@@ -89,6 +95,8 @@ def post_worker_init(worker):
 
     worker.handle_exit = handle_exit
     signal.signal(signal.SIGTERM, handle_exit)
+    gc.collect()
+    gc.freeze()
 
 
 def worker_exit(server, worker):

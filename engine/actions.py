@@ -229,6 +229,8 @@ def _create_task(
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
         raise
+    # Announced with the claim and the run's first writes, in the process's next notice tick.
+    runtime.runner_notices.changed(row["namespace"], row["project_id"], row["id"])
     claimed = leases.claim(
         runtime.db,
         row["id"],

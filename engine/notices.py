@@ -1,5 +1,7 @@
 """Runner notices: the notifications of a process's runner writes, sent once per short tick.
 
+A task's insert is one of them: the process that inserts a task claims and runs it next.
+
 A NOTIFY makes its transaction's commit take a lock PostgreSQL holds server-wide until after the
 commit (so that notifications are queued in commit order): notifying commits happen one at a
 time across the whole service, however many processes and cores it has, and every listening
@@ -10,9 +12,9 @@ decision. So these writes commit without notifying, and each process announces t
 runners wrote to in one statement per tick (`tasks_notify_runner`, payloads marked "runner").
 Viewers on other processes see such a write at most one tick later; viewers on this process are
 offered the notice at once (`offer_here`), so the text a runner streams live to them never comes
-before the persisted event it follows, such as "turn started". Inserts, cancel requests and every
-status move made by anyone but the task's runner (the reaper, a shutdown, a cancel of a queued
-task) still notify in their own statement, at once and with the lease facts.
+before the persisted event it follows, such as "turn started". Cancel requests and every status
+move made by anyone but the task's runner (the reaper, a shutdown, a cancel of a queued task)
+still notify in their own statement, at once and with the lease facts.
 """
 
 import logging

@@ -52,7 +52,8 @@ WHERE namespace = %(namespace)s AND retried_from_task_id = %(task_id)s
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- task_insert --
--- Insert a queued task with its 'created' event, and notify.
+-- Insert a queued task with its 'created' event. It does not notify: the process that inserts a
+-- task claims and runs it next, and announces both with its runner notices (engine/notices.py).
 WITH created AS (
     INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, source,
                               sensitive_keys, artifact_summary, retried_from_task_id)
@@ -65,8 +66,7 @@ WITH created AS (
         'sourceKind', source_kind, 'retriedFromTaskId', retried_from_task_id)
     FROM created
 )
-SELECT c.*, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
-FROM created c;
+SELECT * FROM created;
 
 -- task_list_for_operator --
 -- The newest tasks across namespaces, optionally of one namespace, project or statuses.

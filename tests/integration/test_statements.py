@@ -163,11 +163,10 @@ def _received(listener, sql_conn, task_id: str) -> list[dict]:
     raise AssertionError(f"the probe never arrived; got {got}")
 
 
-def test_only_the_insert_notifies_at_once_and_a_runs_own_writes_share_one_notice(
-    make_app, database_url, sql_conn
-):
-    """The claim, eight steps and two status moves commit without a NOTIFY (each would take
-    PostgreSQL's server-wide notify lock through its commit); the next tick announces them all."""
+def test_a_deployments_own_writes_share_one_notice(make_app, database_url, sql_conn):
+    """The insert, the claim, eight steps and two status moves commit without a NOTIFY (each
+    would take PostgreSQL's server-wide notify lock through its commit); the next tick announces
+    them all."""
     app = make_app(runner_notice_interval_s=3600)  # no tick during the run: the test sends it
     runtime = app.extensions["engine"]
     with psycopg.connect(database_url, autocommit=True) as listener:
@@ -183,7 +182,7 @@ def test_only_the_insert_notifies_at_once_and_a_runs_own_writes_share_one_notice
         ).fetchone()["status"]
         assert status == "completed"
         ids = {"namespace": "default", "project": "demo", "task": task_id}
-        assert _received(listener, sql_conn, task_id) == [ids]  # the insert's, at once
+        assert _received(listener, sql_conn, task_id) == []  # nothing yet, not even the insert
         sent = runtime.db.statements["tasks_notify_runner"]
         runtime.runner_notices.send_pending()
         assert runtime.db.statements["tasks_notify_runner"] == sent + 1
