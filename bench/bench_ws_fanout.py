@@ -100,11 +100,12 @@ def floor_server_main(port: int, control_port: int) -> None:
     monkey.patch_all()
     import base64
     import hashlib
+    from types import SimpleNamespace
 
     import gevent.server
     import gevent.socket
 
-    from blueprints.timeline_hub import READY, frame
+    from blueprints.timeline_hub import READY, FrameSocket, frame
 
     viewers = []
 
@@ -121,7 +122,7 @@ def floor_server_main(port: int, control_port: int) -> None:
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Accept: " + base64.b64encode(digest) + b"\r\n\r\n" + READY
         )
-        viewers.append(sock)
+        viewers.append(FrameSocket(SimpleNamespace(sock=sock, connected=True)))
         try:
             while sock.recv(4096):  # one reader greenlet per viewer, as simple-websocket has
                 pass
@@ -136,13 +137,13 @@ def floor_server_main(port: int, control_port: int) -> None:
     while True:
         seq, size = (int(x) for x in control.recv(64).split())
         data = frame("frag", seq=seq, html="x" * max(0, size - 40))
-        for sock in viewers:
+        for out in viewers:
             try:
-                written = sock.send(data, 0, timeout=0.0)
+                written = out.send_now(data)
             except BlockingIOError:
                 written = 0
             if written < len(data):
-                sock.sendall(data[written:])
+                out.send(data[written:])
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--client"]:
