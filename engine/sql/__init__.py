@@ -1,8 +1,8 @@
 """Named queries, one .sql file per table, loaded once.
 
 Each block starts with a `-- name --` line and a one-line `-- description`; callers say
-`queries["task_claim"]`. No SQL lives outside these files (tests excepted) and the narrowed
-forms below.
+`queries["task_claim"]`. No SQL lives outside these files (tests excepted), but for the column
+list of the narrowed form below.
 """
 
 import re
@@ -41,7 +41,8 @@ def _narrowed(loaded: dict[str, str]) -> dict[str, str]:
     task_transition_moved is the one status write returning only what a mover reads back: the
     moved row's identity and project, statuses, lease, pending cancel and times (metrics). A
     runner's own move, a shutdown and the reaper hand no row on; loading the whole task row (26
-    columns, jsonb among them) was a quarter of a transition's client work.
+    columns, jsonb among them) was an eighth to a fifth of a transition's client CPU
+    (BENCHMARKS.md, "Requests first").
     """
     whole = "SELECT m.*, CASE WHEN %(notify)s::bool"
     moved = (
