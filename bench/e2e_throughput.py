@@ -277,7 +277,6 @@ class TaskChanges:
 
 
 # The bench's own statements on the service's database: one per completion check.
-_APPLYING = "SELECT count(*) FROM deploy_tasks WHERE id = ANY(%s) AND status = 'applying'"
 _RUN_ROWS = """
 SELECT count(*) FILTER (WHERE status::text NOT IN ('completed', 'failed', 'cancelled')) AS open,
        count(*) FILTER (WHERE status::text <> 'completed') AS not_completed,
@@ -285,6 +284,9 @@ SELECT count(*) FILTER (WHERE status::text NOT IN ('completed', 'failed', 'cance
        array_agg(extract(epoch FROM finished_at - created_at) * 1000) AS done_ms
 FROM deploy_tasks WHERE id = ANY(%s)
 """
+# After the runs (not counted): how many of the runs kept in flight have reached their readiness
+# wait.
+_APPLYING = "SELECT count(*) FROM deploy_tasks WHERE id = ANY(%s) AND status = 'applying'"
 
 
 @dataclass
