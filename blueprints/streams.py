@@ -6,7 +6,9 @@ blueprints/gateway_stream.py.)
 """
 
 import json
+import logging
 
+import psycopg
 from flask import Blueprint, Response, stream_with_context
 from marshmallow import ValidationError
 
@@ -21,9 +23,12 @@ from engine.readside.fanout import CLOSED, REBOOTSTRAP
 from engine.readside.store import TaskStore, read_board, read_task_row
 
 bp = Blueprint("streams", __name__)
+log = logging.getLogger(__name__)
 
 #: A stream comment this often keeps proxies from closing an idle stream.
 KEEPALIVE_S = 15.0
+#: After a failed re-read, how soon the JSON board stream tries again (a whole snapshot).
+RETRY_S = 1.0
 
 
 def sse(event: str, data: dict) -> str:
@@ -51,28 +56,42 @@ def project_tasks_stream(project_id):
     namespace = current_identity().namespace
     subscription = engine.fanout.subscribe(namespace=namespace, project=project_id)
 
+    def snapshot() -> str:
+        return sse("snapshot", {"items": read_board(engine.db, namespace, project_id)})
+
+    def change(payload: dict) -> str:
+        # A retention purge's notification is itself the removal event.
+        row = (
+            None if payload.get("removed") else read_task_row(engine.db, namespace, payload["task"])
+        )
+        if row is None:
+            return sse("remove", {"id": payload["task"]})
+        return sse("upsert", dto.projection(row))
+
     def frames():
         try:
-            yield sse("snapshot", {"items": read_board(engine.db, namespace, project_id)})
+            yield snapshot()
+            # A re-read failed (the database unreachable): the viewer has missed a change, so the
+            # stream re-reads everything, every RETRY_S, until it can.
+            missed = False
             while True:
-                payload = subscription.get(timeout=KEEPALIVE_S)
-                if payload is None:
-                    yield ": keepalive\n\n"
-                elif payload is CLOSED:
+                payload = subscription.get(timeout=RETRY_S if missed else KEEPALIVE_S)
+                if payload is CLOSED:
                     return
-                elif payload is REBOOTSTRAP:
-                    yield sse("snapshot", {"items": read_board(engine.db, namespace, project_id)})
-                else:
-                    # A retention purge's notification is itself the removal event.
-                    row = (
-                        None
-                        if payload.get("removed")
-                        else read_task_row(engine.db, namespace, payload["task"])
-                    )
-                    if row is None:
-                        yield sse("remove", {"id": payload["task"]})
+                try:
+                    if missed or payload is REBOOTSTRAP:
+                        frame = snapshot()
+                    elif payload is None:
+                        frame = ": keepalive\n\n"
                     else:
-                        yield sse("upsert", dto.projection(row))
+                        frame = change(payload)
+                except psycopg.OperationalError as exc:  # PoolTimeout is one too
+                    log.warning("board stream of %s: re-read failed (%s)", project_id, exc)
+                    missed = True
+                    yield ": keepalive\n\n"
+                    continue
+                missed = False
+                yield frame
         finally:
             subscription.close()
 

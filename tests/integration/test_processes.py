@@ -81,7 +81,14 @@ def test_sigterm_to_the_dev_server_fails_its_task_as_interrupted(start_server, s
 
 
 def test_sigterm_to_the_gunicorn_master_drains_every_worker(start_server, sql_conn):
-    server = start_server("gunicorn", env={**IN_FLIGHT, "GRACEFUL_TIMEOUT": "10"}, workers=2)
+    server = start_server(
+        "gunicorn",
+        # One connection at a time per worker: while one worker serves a create, the next
+        # concurrent one can only be accepted by the other (an idle machine otherwise lets one
+        # worker's accept loop win every connection).
+        env={**IN_FLIGHT, "GRACEFUL_TIMEOUT": "10", "WORKER_CONNECTIONS": "1"},
+        workers=2,
+    )
     taken: dict[str, str] = {}
     for _ in range(10):  # concurrent creates spread over both workers' accept loops
         batch = [gevent.spawn(create_on, server) for _ in range(4)]

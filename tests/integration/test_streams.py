@@ -122,6 +122,32 @@ def test_a_listener_reconnect_rebootstraps_the_stream(make_app, serve, insert_ta
     stream.until(lambda e, d: e == "upsert" and d["id"] == task_id)
 
 
+def test_a_re_read_that_fails_keeps_the_stream_and_the_next_snapshot_has_the_change(
+    make_app, serve, insert_task, sql_conn
+):
+    base = serve(make_app())
+    stream = serve.stream(base)
+    assert stream.next() == ("snapshot", {"items": []})
+
+    # The pool's connections die (as behind a failover or a cut link); the stream's re-read of
+    # the next change then fails on one of them.
+    killed = sql_conn.execute(
+        "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND query <> 'LISTEN deploy_tasks'"
+    ).fetchall()
+    assert killed and all(r["ok"] for r in killed)  # the control: there were some to kill
+    task = insert_task(status="failed", project_id="demo")
+    sql_conn.execute(
+        "SELECT pg_notify('deploy_tasks', json_build_object("
+        "'namespace', 'default', 'project', 'demo', 'task', %s::text)::text)",
+        (str(task["id"]),),
+    )
+    event, data = stream.next()
+    assert event == "snapshot"
+    assert [i["id"] for i in data["items"]] == [str(task["id"])]
+
+
 def test_a_stream_sees_tasks_another_worker_runs(start_server):
     """Gunicorn, two gevent workers: the stream is served by one, the task run by the other."""
     server = start_server(
