@@ -168,20 +168,12 @@ from bench.common import (  # noqa: E402
     machine,
     median,
     percentile,
-    run_sql,
+    start_runs,
 )
 
 TARGET_P50_MS = 10.0
 TARGET_P99_MS = 50.0
 TARGET_RSS_MB = 200.0
-#: An image deployment whose workload never turns ready: its runner stays in flight (applying,
-#: polling readiness, renewing its lease) until the server shuts down.
-IN_FLIGHT_SOURCE = {
-    "kind": "image",
-    "image": "bench-sandbox-never-ready:1",
-    "name": "web",
-    "port": 80,
-}
 
 
 # -- coordinator ---------------------------------------------------------------------------------
@@ -243,26 +235,6 @@ def collect(outs: list[str]) -> tuple[dict[str, list[int]], int]:
         for seq, stamps in dumped["stamps"].items():
             received.setdefault(seq, []).extend(stamps)
     return received, live_bytes
-
-
-def start_runs(base: str, db, count: int, timeout_s: float = 120.0) -> float:
-    """Create `count` image deployments over HTTP that never turn ready; seconds until all of
-    them are in flight (held by a runner)."""
-    started = time.monotonic()
-    session = requests.Session()
-    for _ in range(count):
-        response = session.post(
-            base + "/api/v1/tasks",
-            json={"projectId": "in-flight", "source": IN_FLIGHT_SOURCE},
-            headers={"Origin": base},
-            timeout=30,
-        )
-        assert response.status_code in (200, 201, 202), response.text
-    while run_sql(db, "bench_task_count_in_flight", project_id="in-flight")[0]["n"] < count:
-        if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"{count} runs were not all in flight after {timeout_s:.0f} s")
-        time.sleep(0.2)
-    return time.monotonic() - started
 
 
 def main(
@@ -375,7 +347,7 @@ def main(
             worker_cpu_ms = (cpu_s(worker) - cpu_before) * 1000 / writes
             rss_after = rss_mb(worker)
             # Memory with the viewers still connected and `runs` deployments in flight.
-            runs_s = start_runs(base, db, runs) if runs else 0.0
+            runs_s = start_runs(base, url, runs) if runs else 0.0
             time.sleep(2.0)  # a few readiness polls and a lease renewal of every run
             rss_runs = rss_mb(worker)
             for client in clients:

@@ -9,12 +9,14 @@ import platform  # noqa: E402
 import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import time  # noqa: E402
 import uuid  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import psycopg  # noqa: E402
+import requests  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from engine.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
@@ -45,6 +47,39 @@ def run_sql(db: Database, name: str, **params):
     with db.pool.connection() as conn:
         cur = conn.execute(queries[name], params)
         return cur.fetchall() if cur.description else []
+
+
+#: An image deployment whose workload never turns ready: its runner stays in flight (applying,
+#: polling readiness, renewing its lease) until the server shuts down.
+IN_FLIGHT_SOURCE = {
+    "kind": "image",
+    "image": "bench-sandbox-never-ready:1",
+    "name": "web",
+    "port": 80,
+}
+
+
+def start_runs(base: str, url: str, count: int, timeout_s: float = 120.0) -> float:
+    """Create `count` image deployments over HTTP that never turn ready (project "in-flight"
+    of the service at `base`, database `url`); seconds until all of them are in flight (held by
+    a runner)."""
+    started = time.monotonic()
+    with requests.Session() as session:
+        for _ in range(count):
+            response = session.post(
+                base + "/api/v1/tasks",
+                json={"projectId": "in-flight", "source": IN_FLIGHT_SOURCE},
+                headers={"Origin": base},
+                timeout=30,
+            )
+            assert response.status_code in (200, 201, 202), response.text
+    with psycopg.connect(url, autocommit=True) as conn:
+        query = queries["bench_task_count_in_flight"]
+        while conn.execute(query, {"project_id": "in-flight"}).fetchone()[0] < count:
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"{count} runs were not all in flight after {timeout_s:.0f} s")
+            time.sleep(0.2)
+    return time.monotonic() - started
 
 
 def _admin_url() -> str:

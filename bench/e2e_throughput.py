@@ -35,6 +35,7 @@ from bench.common import (  # noqa: I001  (patches first)
     fresh_database,
     median,
     percentile,
+    start_runs,
 )
 
 import gc  # noqa: E402
@@ -82,7 +83,6 @@ SERVICE_ENV = {
 }
 #: Runs kept in flight while the floor is read again: the API's answer while runners are busy.
 IN_FLIGHT = 200
-IN_FLIGHT_SOURCE = {**IMAGE_SOURCE, "image": "bench-sandbox-never-ready:1"}
 TARGET_RATE = 180.0
 TARGET_STATEMENTS = 15.0
 TARGET_CREATE_P99_16_MS = 50.0
@@ -284,9 +284,6 @@ SELECT count(*) FILTER (WHERE status::text NOT IN ('completed', 'failed', 'cance
        array_agg(extract(epoch FROM finished_at - created_at) * 1000) AS done_ms
 FROM deploy_tasks WHERE id = ANY(%s)
 """
-# After the runs (not counted): how many of the runs kept in flight have reached their readiness
-# wait.
-_APPLYING = "SELECT count(*) FROM deploy_tasks WHERE id = ANY(%s) AND status = 'applying'"
 
 
 @dataclass
@@ -335,16 +332,14 @@ def closed_loop(clients: int, count: int, request, answered=None) -> list[float]
     return latencies
 
 
-def create_deployments(
-    base: str, clients: int, count: int, project: str, source: dict = IMAGE_SOURCE
-) -> tuple[list, list]:
+def create_deployments(base: str, clients: int, count: int, project: str) -> tuple[list, list]:
     """`count` image deployments from `clients` concurrent keep-alive sessions."""
     ids: list[str] = []
 
     def create(session):
         return session.post(
             f"{base}/api/v1/tasks",
-            json={"projectId": project, "source": source},
+            json={"projectId": project, "source": IMAGE_SOURCE},
             timeout=60,
         )
 
@@ -454,23 +449,11 @@ def measure_ours(admin: str, statements: bool, log_dir: Path) -> dict:
                     out["runs"].append(result)
                     print(summary_line(result), file=sys.stderr, flush=True)
             out["read_floor"] = read_floor(server.base)
-            start_in_flight(server.base, url, IN_FLIGHT)
+            start_runs(server.base, url, IN_FLIGHT)
             out["read_busy"] = read_floor(server.base)
         finally:
             changes.close()
     return out
-
-
-def start_in_flight(base: str, url: str, count: int) -> None:
-    """`count` deployments whose workload never turns ready, all in flight: their runners poll
-    readiness every READINESS_POLL_S (0.05 s) and renew their leases until the service stops."""
-    ids, _ = create_deployments(base, 16, count, "bench-in-flight", IN_FLIGHT_SOURCE)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    with psycopg.connect(url, autocommit=True) as conn:
-        while conn.execute(_APPLYING, (ids,)).fetchone()[0] < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{count} runs were not all in flight")
-            gevent.sleep(0.2)
 
 
 def read_floor(base: str, clients: int = 16, count: int = 3000) -> dict:

@@ -27,12 +27,10 @@ import gevent  # noqa: E402
 
 from engine.db import Database, _adapt  # noqa: E402
 from engine.sql import queries  # noqa: E402
-from engine.status import Status  # noqa: E402
-from engine.transitions import Guard, transition  # noqa: E402
+from bench.transitions import OWNER, fail_as_runner  # noqa: E402
 
 ROWS = 1200
 BLOCK = 50
-OWNER = "bench-owner"
 PLAIN = "UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s"
 PLAIN_NOTIFY = """WITH moved AS (
     UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s
@@ -60,7 +58,6 @@ def _cut(sql: str, *, event: bool) -> str | None:
 
 
 def variants(db: Database) -> dict:
-    fence = Guard(expect_epoch=1, expect_owner=OWNER)
     verdicts = json.dumps({"running": "failed", "applying": "failed"})
     no_notify = _cut(queries["task_transition_moved"], event=True)
     cas_only = _cut(queries["task_transition_moved"], event=False)
@@ -98,19 +95,8 @@ def variants(db: Database) -> dict:
     found = {
         "plain": lambda i: raw(PLAIN, {"task_id": i, "to": "failed"}),
         "plain+notify": lambda i: raw(PLAIN_NOTIFY, {"task_id": i, "to": "failed"}),
-        "transition": lambda i: transition(
-            db, i, Status.FAILED, guard=fence, reason="bench", message="bench", actor="bench"
-        ),
-        "whole-row": lambda i: transition(
-            db,
-            i,
-            Status.FAILED,
-            guard=fence,
-            reason="bench",
-            message="bench",
-            actor="bench",
-            whole_rows=True,
-        ),
+        "transition": lambda i: fail_as_runner(db, i),
+        "whole-row": lambda i: fail_as_runner(db, i, whole_rows=True),
     }
     if cas_only:
         found["cas-only"] = lambda i: raw(cas_only, cte_params(i))

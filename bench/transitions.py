@@ -63,6 +63,21 @@ def _run_block(workers: int, ids: list, one) -> float:
     return time.perf_counter() - started
 
 
+def fail_as_runner(db: Database, task_id, **kwargs) -> list[dict]:
+    """The runner's move of a leased benchmark row (`bench_task_insert_leased`: epoch 1, OWNER)
+    to failed, through the engine's one guarded transition; the moved rows."""
+    return transition(
+        db,
+        task_id,
+        Status.FAILED,
+        guard=Guard(expect_epoch=1, expect_owner=OWNER),
+        reason="bench",
+        message="bench",
+        actor="bench",
+        **kwargs,
+    )
+
+
 #: The two forms measured, as the results name them.
 RUNNERS_OWN = "a run's own move"
 ANYONE_ELSES = "a move by anyone else"
@@ -80,21 +95,9 @@ def measure(db: Database, workers: int, notices: RunnerNotices) -> dict[str, flo
             for r in run_sql(db, "bench_task_insert_leased", n=ROWS, status="applying", owner=OWNER)
         ]
 
-    fence = Guard(expect_epoch=1, expect_owner=OWNER)
-
     def guarded(runner_notices):
         def move(task_id):
-            moved = transition(
-                db,
-                task_id,
-                Status.FAILED,
-                guard=fence,
-                reason="bench",
-                message="bench",
-                actor="bench",
-                notices=runner_notices,
-            )
-            assert moved, "the guarded transition did not move the row"
+            assert fail_as_runner(db, task_id, notices=runner_notices), "the row did not move"
 
         return move
 

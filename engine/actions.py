@@ -229,8 +229,8 @@ def _create_task(
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
         raise
-    # Announced with the claim and the run's first writes, in the process's next notice tick.
-    runtime.runner_notices.changed(row["namespace"], row["project_id"], row["id"])
+    # No notice of the insert of its own: the claim's (and the run's first writes') announce the
+    # task in the process's next tick; a claim that loses to a cancel was notified by it.
     claimed = leases.claim(
         runtime.db,
         row["id"],

@@ -1,6 +1,7 @@
 """Runner notices: the notifications of a process's runner writes, sent once per short tick.
 
-A task's insert is one of them: the process that inserts a task claims and runs it next.
+A task's insert needs none either: the process that inserts a task claims it next, and the
+claim's notice announces both.
 
 A NOTIFY makes its transaction's commit take a lock PostgreSQL holds server-wide until after the
 commit (so that notifications are queued in commit order): notifying commits happen one at a

@@ -53,7 +53,7 @@ ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- task_insert --
 -- Insert a queued task with its 'created' event. It does not notify: the process that inserts a
--- task claims and runs it next, and announces both with its runner notices (engine/notices.py).
+-- task claims it next, and the claim's runner notice announces both (engine/notices.py).
 WITH created AS (
     INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, source,
                               sensitive_keys, artifact_summary, retried_from_task_id)
