@@ -26,7 +26,9 @@ and renew their leases): how the API answers while runners are busy.
 
 Peers, in the same run on the same PostgreSQL (`bench/peers/`): procrastinate no-op jobs and
 DBOS two-step workflows, end to end, each in a venv of its own built from
-bench/requirements-peers.txt, never the app's.
+bench/requirements-peers.txt, never the app's. Beside them, the floor of our rate: a deployment's
+own statements alone, replayed with nothing between them (bench/deployment_floor.py); its rate
+and CPU-bound rate are what the service could reach if everything but its statements were free.
 """
 
 from bench.common import (  # noqa: I001  (patches first)
@@ -57,6 +59,7 @@ import psutil  # noqa: E402
 import psycopg  # noqa: E402
 import requests  # noqa: E402
 
+from bench import deployment_floor  # noqa: E402
 from engine.sql import queries as engine_queries  # noqa: E402
 from tests.helpers import IMAGE_SOURCE, ServerProcess, free_port  # noqa: E402
 
@@ -81,6 +84,8 @@ SERVICE_ENV = {
     "ACCESS_LOG": "",
     "PYTHONUNBUFFERED": "1",
 }
+#: Deployments per run of the statements-alone floor (bench/deployment_floor.py).
+FLOOR_DEPLOYMENTS = int(os.environ.get("BENCH_FLOOR_DEPLOYMENTS", "1000"))
 #: Runs kept in flight while the floor is read again: the API's answer while runners are busy.
 IN_FLIGHT = 200
 TARGET_RATE = 180.0
@@ -228,17 +233,18 @@ def query_name(text: str) -> str:
     return f"~{best}" if score > 0.8 else " ".join(text.split())[:80]
 
 
-def statements_by_name(admin: str, dbid: int) -> dict[str, tuple[int, int]]:
-    """(calls, rows) per statement run in database `dbid` since the last reset."""
+def statements_by_name(admin: str, dbid: int) -> dict[str, tuple[int, int, float]]:
+    """(calls, rows, execution ms) per statement run in database `dbid` since the last reset."""
     with psycopg.connect(admin, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT query, calls, rows FROM pg_stat_statements WHERE dbid = %s", (dbid,)
+            "SELECT query, calls, rows, total_exec_time FROM pg_stat_statements WHERE dbid = %s",
+            (dbid,),
         ).fetchall()
-    out: dict[str, tuple[int, int]] = {}
-    for text, calls, nrows in rows:
+    out: dict[str, tuple[int, int, float]] = {}
+    for text, calls, nrows, exec_ms in rows:
         name = query_name(text)
-        seen = out.get(name, (0, 0))
-        out[name] = (seen[0] + calls, seen[1] + nrows)
+        seen = out.get(name, (0, 0, 0.0))
+        out[name] = (seen[0] + calls, seen[1] + nrows, seen[2] + exec_ms)
     return out
 
 
@@ -434,9 +440,11 @@ def measure_ours(admin: str, statements: bool, log_dir: Path) -> dict:
                         reset_statements(admin)
                     result = one_run(ctx, clients, DEPLOYMENTS, f"{clients}-{i}")
                     if statements:
-                        for name, (calls, nrows) in statements_by_name(admin, dbid).items():
-                            seen = out["breakdown"].get(name, (0, 0))
-                            out["breakdown"][name] = (seen[0] + calls, seen[1] + nrows)
+                        for name, counts in statements_by_name(admin, dbid).items():
+                            seen = out["breakdown"].get(name, (0, 0, 0.0))
+                            out["breakdown"][name] = tuple(
+                                a + b for a, b in zip(seen, counts, strict=True)
+                            )
                         out["breakdown_n"] += DEPLOYMENTS
                     after, t1 = settled_counters(admin, dbname)
                     window = t1 - t0
@@ -517,13 +525,18 @@ def by_clients(runs: list[RunResult]) -> dict[int, dict[str, float]]:
 
 def breakdown_markdown(breakdown: dict, n: int) -> str:
     lines = [
-        "| statement (engine/sql name) | calls per deployment | rows per deployment |",
-        "| --- | --- | --- |",
+        "| statement (engine/sql name) | calls per deployment | rows per deployment "
+        "| execution per call | execution per deployment |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    for name, (calls, nrows) in sorted(breakdown.items(), key=lambda kv: -kv[1][0]):
-        lines.append(f"| `{name}` | {calls / n:.2f} | {nrows / n:.2f} |")
-    total = sum(calls for calls, _ in breakdown.values())
-    lines.append(f"| all | {total / n:.2f} | |")
+    for name, (calls, nrows, exec_ms) in sorted(breakdown.items(), key=lambda kv: -kv[1][0]):
+        per_call = f"{exec_ms / calls:.3f} ms" if calls else ""
+        lines.append(
+            f"| `{name}` | {calls / n:.2f} | {nrows / n:.2f} | {per_call} | {exec_ms / n:.3f} ms |"
+        )
+    calls = sum(c for c, _, _ in breakdown.values())
+    exec_ms = sum(e for _, _, e in breakdown.values())
+    lines.append(f"| all | {calls / n:.2f} | | | {exec_ms / n:.3f} ms |")
     return "\n".join(lines)
 
 
@@ -593,6 +606,17 @@ def main(peers: bool = True) -> Result:
             lambda: postgres_cpu_seconds(admin),
         )
     peer_rates = {name: peer["rate"] for name, peer in peer_results.items()}
+    floor = None
+    if peers:
+        print("  floor: the deployment's statements alone ...", file=sys.stderr, flush=True)
+        floor = deployment_floor.measure(
+            admin,
+            deployment_floor.CLIENTS,
+            FLOOR_DEPLOYMENTS,
+            RUNS,
+            lambda: postgres_cpu_seconds(admin),
+        )
+        print(f"    {deployment_floor.summary(floor)}", file=sys.stderr, flush=True)
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     for clients, t in table.items():
@@ -627,9 +651,26 @@ def main(peers: bool = True) -> Result:
     result.target(
         f"deployments/s >= {TARGET_RATE:g} (best measured {best:.0f})", best >= TARGET_RATE
     )
+    if floor is not None:
+        result.add(
+            f"a deployment's {len(floor['statements'])} statements alone (floor), "
+            f"{floor['clients']} clients",
+            floor["rate"],
+            "/s",
+        )
+        result.add("its statements alone: CPU-bound rate", floor["cpu_bound_rate"], "/s")
+        result.notes.append(f"the deployment's statements alone: {deployment_floor.summary(floor)}")
     if "procrastinate" in peer_rates:
+        procrastinate = peer_results["procrastinate"]
+        beside = (
+            f"; floor, the deployment's statements alone: {floor['rate']:.0f}/s, CPU-bound "
+            f"{floor['cpu_bound_rate']:.0f}/s against procrastinate's "
+            f"{peer_cpu_bound(procrastinate):.0f}/s"
+            if floor is not None
+            else ""
+        )
         result.target(
-            f"ahead of procrastinate ({best:.0f} vs {peer_rates['procrastinate']:.0f}/s)",
+            f"ahead of procrastinate ({best:.0f} vs {peer_rates['procrastinate']:.0f}/s{beside})",
             best > peer_rates["procrastinate"],
         )
     statements = median([t["xact_commit"] for t in table.values()])
