@@ -92,14 +92,10 @@ def _as_task(params: dict, task_id: UUID) -> dict:
     return mine
 
 
-def replay(url: str, script: list[tuple[str, dict]], clients: int, count: int, server_cpu) -> dict:
-    """`count` deployments' statements by `clients` closed-loop clients: deployments/s, and the
-    CPU per deployment (ms) of this process and of the PostgreSQL server (`server_cpu()`: its
-    CPU seconds so far)."""
-    db = Database(url, max_size=clients + 2)
-    db.open()
-    notices = RunnerNotices(db, interval_s=Settings().runner_notice_interval_s)
-    notices.start()
+def replay(db: Database, notices: RunnerNotices, script, clients: int, count: int, server_cpu):
+    """`count` deployments' statements by `clients` closed-loop clients on `db`'s pool: the
+    deployments/s, and the CPU per deployment (ms) of this process and of the PostgreSQL server
+    (`server_cpu()`: its CPU seconds so far)."""
     (_, insert), rest = script[0], script[1:]
     left = [count]
 
@@ -115,14 +111,10 @@ def replay(url: str, script: list[tuple[str, dict]], clients: int, count: int, s
             left[0] -= 1
             deploy()
 
-    try:
-        cpu, server, started = time.process_time(), server_cpu(), time.perf_counter()
-        gevent.joinall([gevent.spawn(client) for _ in range(clients)], raise_error=True)
-        seconds = time.perf_counter() - started
-        cpu, server = time.process_time() - cpu, server_cpu() - server
-    finally:
-        notices.stop()
-        db.close()
+    cpu, server, started = time.process_time(), server_cpu(), time.perf_counter()
+    gevent.joinall([gevent.spawn(client) for _ in range(clients)], raise_error=True)
+    seconds = time.perf_counter() - started
+    cpu, server = time.process_time() - cpu, server_cpu() - server
     return {
         "rate": count / seconds,
         "client_cpu_ms": cpu * 1000 / count,
@@ -137,8 +129,17 @@ def measure(admin: str | None, clients: int, count: int, runs: int, server_cpu) 
     measured = []
     for _ in range(runs):
         with fresh_database(admin) as url:
-            replay(url, script, clients, count // 4, server_cpu)  # warm-up: prepared statements
-            measured.append(replay(url, script, clients, count, server_cpu))
+            db = Database(url, max_size=clients + 2)
+            db.open()
+            notices = RunnerNotices(db, interval_s=Settings().runner_notice_interval_s)
+            notices.start()
+            try:
+                # Warm-up on the same pool: its connections prepare the statements.
+                replay(db, notices, script, clients, count // 4, server_cpu)
+                measured.append(replay(db, notices, script, clients, count, server_cpu))
+            finally:
+                notices.stop()
+                db.close()
     floor = {key: median([m[key] for m in measured]) for key in measured[0]}
     cores = os.cpu_count() or 1
     floor["cpu_bound_rate"] = median(
