@@ -17,7 +17,7 @@ from flask import Flask, request  # noqa: E402
 from werkzeug.exceptions import HTTPException  # noqa: E402
 
 from blueprints.oidc import ConfigurationError  # noqa: E402
-from engine.config import Settings  # noqa: E402
+from engine.operations.config import Settings  # noqa: E402
 
 log = logging.getLogger("app")
 
@@ -45,15 +45,15 @@ def create_app(test_config: dict | None = None) -> Flask:
         tools,
         ws,
     )
-    from engine import migrations
+    from engine.core.errors import DomainError
     from engine.db import Database, resolve_database_url
-    from engine.errors import DomainError
     from engine.integrations import Integrations
     from engine.integrations.sandbox import SandboxBackend
-    from engine.runtime import EngineRuntime
+    from engine.operations import migrations
+    from engine.process import EngineRuntime
 
     settings = Settings.from_env(**(test_config or {}))
-    from engine import secrets
+    from engine.trust import secrets
 
     secrets.install_log_scrubber()
     auth_mode = auth.configure(settings)  # before anything starts: a bad setting stops boot
@@ -202,7 +202,7 @@ def serve() -> None:
     import gevent
     from gevent.pywsgi import WSGIServer
 
-    from engine import logs
+    from engine.operations import logs
 
     logs.configure()
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import gevent
 from gunicorn.glogging import Logger
 
-from engine import logs
+from engine.operations import logs
 
 bind = [f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"]
 if int(os.environ.get("METRICS_PORT") or 0):

@@ -12,7 +12,7 @@ import atexit  # noqa: E402
 
 from app import create_app, invoked_as_operator_command  # noqa: E402
 from blueprints.oidc import ConfigurationError  # noqa: E402
-from engine import logs  # noqa: E402
+from engine.operations import logs  # noqa: E402
 
 logs.configure()
 try:

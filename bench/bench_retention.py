@@ -36,11 +36,11 @@ from bench.common import (
     percentile,
     server_version,
 )
-from engine.cleanup import CleanupWorker  # noqa: E402
-from engine.config import Settings  # noqa: E402
+from engine.cleanup.worker import CleanupWorker  # noqa: E402
+from engine.core.reaper import Reaper  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
 from engine.integrations import Integrations  # noqa: E402
-from engine.reaper import Reaper  # noqa: E402
+from engine.operations.config import Settings  # noqa: E402
 from engine.sql import queries  # noqa: E402
 
 FINISHED = 1_000_000
@@ -229,7 +229,7 @@ def explained(url: str, name: str, **params) -> tuple[float, int]:
 
 def enqueue_costs(url: str, settings: Settings) -> dict[str, tuple[float, int]]:
     """The reaper's two cleanup sweeps, as the reaper calls them."""
-    from engine.cleanup_jobs import DEVBOX_PAUSE_BATCH, DEVBOX_PAUSE_GRACE_S, PURGE_KICK
+    from engine.cleanup.jobs import DEVBOX_PAUSE_BATCH, DEVBOX_PAUSE_GRACE_S, PURGE_KICK
 
     return {
         "pause devboxes": explained(

@@ -244,9 +244,9 @@ def main(
     client_procs: int = 2,
     runs: int = 200,
 ) -> dict:
+    from engine.core.status import Status
+    from engine.core.transitions import Guard, transition
     from engine.db import Database
-    from engine.status import Status
-    from engine.transitions import Guard, transition
 
     port = 18000 + os.getpid() % 1000
     base = f"http://127.0.0.1:{port}"

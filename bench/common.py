@@ -19,9 +19,9 @@ import psycopg  # noqa: E402
 import requests  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from engine.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
 from engine.db import Database  # noqa: E402
-from engine.migrations import upgrade as migrate  # noqa: E402
+from engine.operations.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
+from engine.operations.migrations import upgrade as migrate  # noqa: E402
 
 #: The benchmarks' own server: never the developers' instance/ nor the test server.
 BENCH_PG_DIR = Path(os.environ.get("BENCH_PG_DIR", "/tmp/deploy-engine-bench-pg"))

@@ -27,9 +27,9 @@ from uuid import UUID  # noqa: E402
 
 import gevent  # noqa: E402
 
-from engine.config import Settings  # noqa: E402
+from engine.operations.config import Settings  # noqa: E402
 from engine.db import Database  # noqa: E402
-from engine.notices import RunnerNotices  # noqa: E402
+from engine.core.notices import RunnerNotices  # noqa: E402
 
 #: The statements of a deployment (every other statement it caused was a read, or not its own).
 WRITES = ("task_insert", "task_transition", "task_transition_moved", "task_write_if_held")

@@ -68,7 +68,7 @@ def variants(db: Database) -> dict:
             return cur.fetchall() if cur.pgresult.nfields else None
 
     def cte_params(task_id):
-        # Passed as the engine passes them (engine/transitions.py): array literals.
+        # Passed as the engine passes them (engine/core/transitions.py): array literals.
         return dict(
             task_ids=f"{{{task_id}}}",
             to="failed",

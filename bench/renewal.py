@@ -17,7 +17,7 @@ import time  # noqa: E402
 
 import psycopg  # noqa: E402
 
-from engine import leases  # noqa: E402
+from engine.core import leases  # noqa: E402
 from engine.db import Database  # noqa: E402
 from engine.sql import queries  # noqa: E402
 

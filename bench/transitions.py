@@ -5,7 +5,7 @@ the lease fence, write the verdict event, and notify. It is measured as the engi
 its two forms:
 
 - a run's own move (its claim and status moves, every transition of a deployment that is not
-  cancelled): the statement does not notify; the process's runner notices (engine/notices.py)
+  cancelled): the statement does not notify; the process's runner notices (engine/core/notices.py)
   announce the moved rows once per tick, and that ticker runs here on the same pool, so its
   statements are paid for within the measured time;
 - a move by anyone else (the reaper, a shutdown, a cancel of a queued task): the statement
@@ -25,11 +25,11 @@ import time  # noqa: E402
 
 import gevent  # noqa: E402
 
-from engine.config import Settings  # noqa: E402
+from engine.operations.config import Settings  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
-from engine.notices import RunnerNotices  # noqa: E402
-from engine.status import Status  # noqa: E402
-from engine.transitions import Guard, transition  # noqa: E402
+from engine.core.notices import RunnerNotices  # noqa: E402
+from engine.core.status import Status  # noqa: E402
+from engine.core.transitions import Guard, transition  # noqa: E402
 
 ROWS = 2000
 #: Rows per alternation between the two.

@@ -7,13 +7,13 @@ from blueprints import schemas
 from blueprints.auth import current_identity
 from blueprints.errors import error_body, http_status
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
-from engine import actions, idempotency
-from engine.errors import DomainError, TaskNotFound
+from engine.core.errors import DomainError, TaskNotFound
+from engine.lifecycle import actions, idempotency
 from engine.readside import dto
 from engine.readside.store import read_task_page
 from engine.readside.timeline import read_events
 from engine.readside.wait import wait_until_settled
-from engine.untrusted import load_json
+from engine.trust.untrusted import load_json
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
@@ -33,7 +33,8 @@ def answered(call) -> tuple[dict, int]:
 
 def idempotent(call) -> Response:
     """Answer `call` ((body, status)) honouring an Idempotency-Key header: a repeat within 24 h
-    gets the first answer again with `Idempotent-Replayed: true` (engine/idempotency.py)."""
+    gets the first answer again with `Idempotent-Replayed: true`
+    (engine/lifecycle/idempotency.py)."""
     key = idempotency.parse_key(request.headers.get("Idempotency-Key"))
     if key is None:
         body, status = call()

@@ -50,8 +50,8 @@ from blueprints.oidc import (
     identity_from_claims,
     is_loopback_host,
 )
-from engine.config import Settings
-from engine.identity import Identity
+from engine.lifecycle.identity import Identity
+from engine.operations.config import Settings
 
 log = logging.getLogger(__name__)
 

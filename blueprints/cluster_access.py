@@ -12,7 +12,7 @@ from flask import Blueprint, jsonify
 
 from blueprints import csrf
 from blueprints.request_helpers import kubeconfig_from_header
-from engine.errors import DomainError, InvalidRequest
+from engine.core.errors import DomainError, InvalidRequest
 
 bp = Blueprint("cluster_access", __name__)
 csrf.protect(bp)

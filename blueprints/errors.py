@@ -4,8 +4,9 @@ under /api. The engine raises domain errors and never speaks HTTP."""
 from flask import jsonify
 from werkzeug.exceptions import HTTPException
 
-from engine import errors, operations
-from engine.errors import DomainError
+from engine.core import errors
+from engine.core.errors import DomainError
+from engine.operations import operator as operations
 
 
 class UnknownTool(DomainError):

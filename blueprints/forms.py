@@ -13,9 +13,9 @@ from marshmallow import validate as mvalidate
 from blueprints import schemas
 from blueprints.request_helpers import runtime
 from blueprints.views import view_from_row
-from engine import manifests, secrets
+from engine.core.status import Status
 from engine.readside import presentation
-from engine.status import Status
+from engine.trust import manifests, secrets
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from flask import Blueprint, current_app
 
 from blueprints.auth import current_identity
 from blueprints.streams import KEEPALIVE_S, sse, sse_response
-from engine import actions
-from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from engine.core.status import TERMINAL, Status
+from engine.lifecycle import actions
+from engine.readside.listener import CLOSED, REBOOTSTRAP
 from engine.readside.store import read_task
 from engine.readside.timeline import read_events
-from engine.status import TERMINAL, Status
 
 bp = Blueprint("gateway_stream", __name__)
 

@@ -20,7 +20,7 @@ from blueprints import tools
 from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.jsonschema import schema_of
-from engine.untrusted import load_json
+from engine.trust.untrusted import load_json
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import jwt
 import requests
 
-from engine.identity import Identity
+from engine.lifecycle.identity import Identity
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from marshmallow import fields, validate
 
 from blueprints import responses, schemas
 from blueprints.edge import CONTENT_SECURITY_POLICY
-from engine.errors import DomainError
+from engine.core.errors import DomainError
 
 bp = Blueprint("openapi", __name__)
 

@@ -26,8 +26,8 @@ from blueprints.forms import (
 from blueprints.fragments import fragments_response, render_chip, task_fragments, timeline_context
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from blueprints.views import ONE_CLICK_KINDS, dismissed_ids, now, valid_project, view_from_store
-from engine import actions
-from engine.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
+from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
+from engine.lifecycle import actions
 from engine.readside import dto, presentation
 from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task_row
 

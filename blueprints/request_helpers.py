@@ -8,10 +8,15 @@ from flask import current_app, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from engine.errors import InvalidRequest, KubeconfigRequired, MalformedBody, UnsupportedMediaType
+from engine.core.errors import (
+    InvalidRequest,
+    KubeconfigRequired,
+    MalformedBody,
+    UnsupportedMediaType,
+)
 from engine.integrations.base import IntegrationError
-from engine.runtime import EngineRuntime
-from engine.untrusted import MalformedJson, load_json, load_yaml
+from engine.process import EngineRuntime
+from engine.trust.untrusted import MalformedJson, load_json, load_yaml
 
 
 def runtime() -> EngineRuntime:

@@ -6,7 +6,7 @@ contract tests that check every response against it) can tell when the two drift
 
 from marshmallow import Schema, fields
 
-from engine.status import Status
+from engine.core.status import Status
 
 STATUSES = [str(s) for s in Status]
 Nullable = {"allow_none": True, "required": True}

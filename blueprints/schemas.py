@@ -7,9 +7,9 @@ NUL character, a lone surrogate) in any key or value, so a field added later can
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
+from engine.core.status import Status
 from engine.runners.database import ENGINES as DATABASE_ENGINES
-from engine.status import Status
-from engine.untrusted import unstorable_paths
+from engine.trust.untrusted import unstorable_paths
 
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(

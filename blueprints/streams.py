@@ -17,9 +17,9 @@ from blueprints.fragments import store_fragments
 from blueprints.request_helpers import runtime
 from blueprints.schemas import PROJECT_ID
 from blueprints.views import dismissed_ids, now, valid_project
-from engine.errors import InvalidRequest
+from engine.core.errors import InvalidRequest
 from engine.readside import dto
-from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from engine.readside.listener import CLOSED, REBOOTSTRAP
 from engine.readside.store import TaskStore, read_board, read_task_row
 
 bp = Blueprint("streams", __name__)

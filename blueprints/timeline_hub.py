@@ -25,7 +25,7 @@ from simple_websocket import ConnectionClosed
 from blueprints.fragments import render_timeline_sections
 from blueprints.request_helpers import runtime
 from engine.readside import timeline as timelines
-from engine.readside.fanout import CLOSED, REBOOTSTRAP
+from engine.readside.listener import CLOSED, REBOOTSTRAP
 from engine.readside.store import read_task_row
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """Chat tools: the same lifecycle actions for assistants, described as JSON Schema tools.
 
 `GET /api/v1/tools` lists them; `POST /api/v1/tools/<name>` calls one with its arguments as the
-JSON body. They call engine/actions.py exactly like the canvas does, so the two never disagree.
+JSON body. They call engine/lifecycle/actions.py exactly like the canvas does, so the two never
+disagree.
 """
 
 from collections.abc import Callable
@@ -16,8 +17,8 @@ from blueprints.auth import current_identity
 from blueprints.errors import UnknownTool, error_body, http_status
 from blueprints.jsonschema import schema_of
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
-from engine import actions, idempotency
-from engine.errors import DomainError, InvalidRequest
+from engine.core.errors import DomainError, InvalidRequest
+from engine.lifecycle import actions, idempotency
 from engine.readside import dto
 from engine.readside.explain import explain
 from engine.readside.timeline import read_event_tail, read_events

@@ -9,10 +9,10 @@ from flask import abort, request
 from marshmallow import ValidationError
 
 from blueprints import schemas
-from engine import actions
+from engine.core.status import ACTIVE, Status
+from engine.lifecycle import actions
 from engine.readside import dto, presentation
 from engine.readside.store import TaskStore
-from engine.status import ACTIVE, Status
 
 #: Client-local dismissals (seed 000: "dismissals stay client-local in v1"): task ids, dot-joined.
 DISMISS_COOKIE = "dock_dismissed"

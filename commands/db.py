@@ -6,7 +6,7 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
-from engine import migrations
+from engine.operations import migrations
 
 group = AppGroup("db", help="Schema migrations (migrations/NNNN_name.sql).")
 

@@ -11,8 +11,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from engine.abort import Aborted, AbortSignal
-from engine.errors import DomainError, RedeployAlreadyActive
+from engine.core.abort import Aborted, AbortSignal
+from engine.core.errors import DomainError, RedeployAlreadyActive
 from engine.sql import queries
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import psycopg  # noqa: E402
 import pytest  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from engine.migrations import upgrade as migrate  # noqa: E402
+from engine.operations.migrations import upgrade as migrate  # noqa: E402
 from tests.fakes import FakeCluster  # noqa: E402
 
 # Re-exported for tests that still import them from here; new code imports tests.helpers.

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
 
 if TYPE_CHECKING:
     from engine.integrations.devbox import ExecResult

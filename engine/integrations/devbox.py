@@ -20,9 +20,9 @@ from urllib.parse import quote
 import jwt
 import requests
 
-from engine import secrets
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
 from engine.integrations.base import ENGINE_NAME, IntegrationError, NotFound, upstream_text
+from engine.trust import secrets
 
 #: Who the tokens say minted them, and whom they are for.
 TOKEN_ISSUER = ENGINE_NAME

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import requests
 import urllib3
 
-from engine import secrets
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
 from engine.integrations.base import IntegrationError, upstream_text
 from engine.integrations.devbox import http_session
-from engine.untrusted import load_json
+from engine.trust import secrets
+from engine.trust.untrusted import load_json
 
 log = logging.getLogger(__name__)
 

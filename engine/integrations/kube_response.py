@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.integrations.base import IntegrationError, upstream_text
-from engine.untrusted import load_json
+from engine.trust.untrusted import load_json
 
 MESSAGE_MAX_CHARS = 500
 

@@ -9,7 +9,7 @@ or "all"). An image or name containing one of these markers simulates it for one
 import time
 from dataclasses import dataclass
 
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
 from engine.integrations.base import AppliedResource, ApplyError, NotFound, Readiness, ResourceRef
 
 KNOWN_KINDS = {

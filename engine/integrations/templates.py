@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
 
-from engine import manifests, secrets
-from engine.abort import CANCEL, AbortSignal
+from engine.core.abort import CANCEL, AbortSignal
 from engine.integrations.base import (
     ENGINE_NAME,
     AppliedResource,
@@ -28,7 +27,8 @@ from engine.integrations.base import (
     IntegrationError,
     ResourceRef,
 )
-from engine.untrusted import load_yaml
+from engine.trust import manifests, secrets
+from engine.trust.untrusted import load_yaml
 
 log = logging.getLogger(__name__)
 

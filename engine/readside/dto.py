@@ -6,10 +6,10 @@ import json
 from datetime import datetime
 from uuid import UUID
 
-from engine import secrets
-from engine.errors import InvalidRequest
-from engine.status import ACTIVE, Status
-from engine.untrusted import load_json
+from engine.core.errors import InvalidRequest
+from engine.core.status import ACTIVE, Status
+from engine.trust import secrets
+from engine.trust.untrusted import load_json
 
 
 def _iso(value: datetime | None) -> str | None:

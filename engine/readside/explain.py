@@ -2,8 +2,8 @@
 
 import re
 
+from engine.core.status import Status
 from engine.readside import timeline
-from engine.status import Status
 
 NEXT_STEPS = {
     "readiness_timeout": "Check the workload's pods (image pull, crash loop, probes); "

@@ -10,7 +10,7 @@ optimistic "Cancelling…" label included, carried on the cancel button).
 import re
 from dataclasses import dataclass
 
-from engine.status import ACTIVE, Status
+from engine.core.status import ACTIVE, Status
 
 BLUE, GREEN, AMBER, RED, NEUTRAL = "blue", "green", "amber", "red", "neutral"
 TONES = (BLUE, GREEN, AMBER, RED, NEUTRAL)

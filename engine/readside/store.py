@@ -18,8 +18,8 @@ Visibility rules (seed 000: "finished tasks linger in memory" is a defect this s
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from engine.core.status import ACTIVE, Status
 from engine.readside import dto, presentation
-from engine.status import ACTIVE, Status
 
 #: How long a finished task that needs no attention stays in the dock (and in the board read).
 GRACE_WINDOW_S = 600.0

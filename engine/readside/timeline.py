@@ -8,8 +8,8 @@ live frame carries exactly one entry and the one step it changed.
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from engine.core.status import Status
 from engine.readside import dto, presentation
-from engine.status import Status
 
 #: Known step keys, with the words the timeline shows; others show capitalized.
 STEP_LABELS = {

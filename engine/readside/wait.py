@@ -6,9 +6,9 @@ each notification about the task triggers one re-read; nothing polls on a timer.
 
 import time
 
+from engine.core.status import TERMINAL, Status
 from engine.db import Database
-from engine.readside.fanout import CLOSED, Fanout
-from engine.status import TERMINAL, Status
+from engine.readside.listener import CLOSED, Fanout
 
 #: The longest wait a caller may ask for (the chat tool and the API share it).
 MAX_WAIT_S = 300

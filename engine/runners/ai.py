@@ -1,8 +1,9 @@
 """The AI runner (prompt and GitHub sources): a devbox session plus gateway turns that produce a
 deployment plan and manifests, then apply and verify exactly like the direct runner.
 
-The model's protocol (answers, manifests, placeholders, sanitising) is engine/answer.py; this
-module orchestrates: devbox, gateway turns, parking for inputs, deploying.
+The model's protocol (answers, manifests, placeholders, sanitising) is
+engine/runners/ai_answer.py; this module orchestrates: devbox, gateway turns, parking for inputs,
+deploying.
 
 Session: the devbox id and the gateway session id live in artifact_summary.aiSession, so a run
 resumed after /input re-attaches to both. Every terminal path pauses the devbox (server
@@ -18,9 +19,11 @@ from dataclasses import dataclass, field
 import gevent
 import yaml
 
-from engine import secrets
-from engine.abort import Aborted, AbortSignal
-from engine.answer import (
+from engine.core.abort import Aborted, AbortSignal
+from engine.core.status import Status
+from engine.integrations.base import IntegrationError, NotFound
+from engine.runners import direct
+from engine.runners.ai_answer import (
     MAX_ANSWER_CHARS,
     PROTOCOL,
     MalformedAnswer,
@@ -32,10 +35,8 @@ from engine.answer import (
     sanitize_declaration,
     substitute,
 )
-from engine.integrations.base import IntegrationError, NotFound
-from engine.runners import direct
 from engine.runners.context import RunContext, TaskHandle
-from engine.status import Status
+from engine.trust import secrets
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,18 @@
 """What a runner is handed: its TaskHandle (the only way to its task) and a RunContext (all in
 memory; nothing here is persisted). The handle is a protocol here because runners import no
-storage; engine/handle.py implements it, every write fenced on the lease."""
+storage; engine/core/handle.py implements it, every write fenced on the lease."""
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
+from engine.core.status import Status
 from engine.integrations.base import Cluster
-from engine.status import Status
 
 if TYPE_CHECKING:
     from engine.integrations import Integrations
-    from engine.secrets import StreamScrubber
+    from engine.trust.secrets import StreamScrubber
 
 
 class LocalProcess(Protocol):
@@ -29,7 +29,7 @@ class LocalProcess(Protocol):
 
 
 class TaskHandle(Protocol):
-    """What a runner may do to its task while it holds the lease (engine/handle.py). Every
+    """What a runner may do to its task while it holds the lease (engine/core/handle.py). Every
     write is fenced and doubles as a checkpoint: LeaseLost when the lease is gone, Aborted when a
     cancel is pending; call `checkpoint()` only where no write came just before (after a wait)."""
 

@@ -2,9 +2,9 @@
 
 import time
 
+from engine.core.status import Status
 from engine.integrations.base import ENGINE_NAME, ApplyError, IntegrationError, ResourceRef
 from engine.runners.context import RunContext, TaskHandle
-from engine.status import Status
 
 FIELD_MANAGER = ENGINE_NAME
 

@@ -14,7 +14,7 @@ name this run allocated: never for a reused identity (its resources may predate 
 on cancel (a pending cancel is acknowledged before cleanup is considered).
 """
 
-from engine import secrets
+from engine.core.status import Status
 from engine.integrations.base import IntegrationError, NotFound, ResourceRef
 from engine.integrations.templates import (
     InstantiationError,
@@ -25,7 +25,7 @@ from engine.integrations.templates import (
 )
 from engine.runners import direct
 from engine.runners.context import RunContext, TaskHandle
-from engine.status import Status
+from engine.trust import secrets
 
 #: The result identity a template instance is known by (seed 000: v1 resultIdentities).
 INSTANCE_NAME = "templateInstanceName"

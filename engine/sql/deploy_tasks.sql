@@ -53,7 +53,7 @@ ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- task_insert --
 -- Insert a queued task with its 'created' event. It does not notify: the process that inserts a
--- task claims it next, and the claim's runner notice announces both (engine/notices.py).
+-- task claims it next, and the claim's runner notice announces both (engine/core/notices.py).
 WITH created AS (
     INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, source,
                               sensitive_keys, artifact_summary, retried_from_task_id)
@@ -201,7 +201,7 @@ FROM changed c;
 -- task_set_devbox_if_held --
 -- Record the task's devbox (so the engine can pause it if the runner dies), for the lease holder,
 -- with its task_runtimes row (a remote runtime: kept until its deletion is confirmed). The owner
--- id starts with the host name (engine/runtime.py).
+-- id starts with the host name (engine/process.py).
 WITH task AS (
     UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
     WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
@@ -339,7 +339,7 @@ SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending, h.namespace, h.proje
 FROM holder h;
 
 -- tasks_notify_runner --
--- One tick's runner notices of a process (engine/notices.py): notify each task its runners wrote
+-- One tick's runner notices of a process (engine/core/notices.py): notify each task its runners wrote
 -- to (%(tasks)s, a JSON array of {namespace, project, task}), marked "runner".
 SELECT count(notify_task_changed(t ->> 'namespace', t ->> 'project', (t ->> 'task')::uuid,
                                  runner => true)) AS notified

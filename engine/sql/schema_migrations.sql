@@ -1,5 +1,5 @@
 -- Queries on schema_migrations: which numbered migrations (migrations/NNNN_name.sql) a database
--- has. Only engine/migrations.py runs these; the boot of a current database runs nothing but
+-- has. Only engine/operations/migrations.py runs these; the boot of a current database runs nothing but
 -- schema_migrations_state and schema_migrations_list (plain reads: ACCESS SHARE at most).
 
 -- schema_migrations_create --

@@ -14,7 +14,7 @@ import jwt  # noqa: E402
 import pytest  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
-from engine.abort import Aborted, AbortSignal  # noqa: E402
+from engine.core.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
 from engine.integrations.devbox import DevboxClient, ExecResult  # noqa: E402
 from tests.conftest import free_port  # noqa: E402

@@ -10,7 +10,7 @@ import gevent  # noqa: E402
 import pytest  # noqa: E402
 from gevent.event import Event  # noqa: E402
 
-from engine.abort import Aborted, AbortSignal  # noqa: E402
+from engine.core.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.gateway import GatewayClient, GatewayError  # noqa: E402
 from tests.conftest import free_port, wait_for  # noqa: E402
 from tests.fakes import FakeGatewayServer, Reply  # noqa: E402

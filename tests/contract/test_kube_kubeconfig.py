@@ -10,7 +10,7 @@ from pathlib import Path
 import gevent
 import pytest
 
-from engine.abort import CANCEL, Aborted, AbortSignal
+from engine.core.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import ApplyError
 from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig, parse_kubeconfig
 from tests.conftest import wait_for

@@ -12,7 +12,7 @@ import socket
 import pytest
 from gevent.server import StreamServer
 
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
 from engine.integrations.base import ApplyError
 from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy

@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from engine.status import Status
+from engine.core.status import Status
 
 
 def test_blocked_waits_indefinitely_through_every_reaper_sweep(runtime, insert_task, client):

@@ -6,11 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine import cleanup, cleanup_jobs
-from engine.cleanup import NO_DEVBOX_NOTE
-from engine.cleanup_jobs import MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger
+from engine.cleanup import jobs as cleanup_jobs
+from engine.cleanup import worker as cleanup
+from engine.cleanup.jobs import MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger
+from engine.cleanup.process_groups import HOST
+from engine.cleanup.worker import NO_DEVBOX_NOTE
 from engine.integrations import Integrations
-from engine.processes import HOST
 from tests.fakes import FakeDevbox
 
 DAY = timedelta(days=1)
@@ -113,9 +114,9 @@ def test_python_and_postgres_enums_agree(sql_conn, typname, enum):
 
 
 def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_conn):
-    from engine.abort import AbortSignal
-    from engine.errors import LeaseLost
-    from engine.handle import TaskHandle
+    from engine.core.abort import AbortSignal
+    from engine.core.errors import LeaseLost
+    from engine.core.handle import TaskHandle
 
     def handle_of(task, epoch=1):
         return TaskHandle(
@@ -250,7 +251,7 @@ def test_a_purge_that_failed_for_good_is_enqueued_again_after_the_cool_down(
 
     cooled = t + timedelta(seconds=cleanup_jobs.FAILED_JOB_COOLDOWN_S)
     devbox.fail_ops.clear()  # the outage ends
-    caplog.set_level(logging.WARNING, logger="engine.cleanup_jobs")
+    caplog.set_level(logging.WARNING, logger="engine.cleanup.jobs")
     # The devbox outage's attempts were integration errors (no streak per attempt)...
     assert streak(sql_conn, "retention_purge") is None
     assert engine.reaper.sweep(now=cooled)["purge"] == 1

@@ -16,11 +16,12 @@ import psycopg.sql
 import pytest
 import requests
 
-from engine import cleanup_jobs, processes
-from engine.abort import Aborted, AbortSignal
-from engine.errors import LeaseLost
-from engine.handle import TaskHandle
-from engine.processes import HOST, Liveness, ProcessIdentity
+from engine.cleanup import jobs as cleanup_jobs
+from engine.cleanup import process_groups as processes
+from engine.cleanup.process_groups import HOST, Liveness, ProcessIdentity
+from engine.core.abort import Aborted, AbortSignal
+from engine.core.errors import LeaseLost
+from engine.core.handle import TaskHandle
 from tests.conftest import ROOT, free_port, wait_for
 
 STOP_TIMEOUT_S = 0.3
@@ -270,7 +271,7 @@ def test_pid_reuse_is_not_mistaken_for_liveness(runtime, spawned, sql_conn, capl
 
     # A row naming the bystander's pid with another start time is a dead runtime of ours...
     row = insert_runtime(sql_conn, identity=reused)
-    caplog.set_level(logging.INFO, logger="engine.runtimes")
+    caplog.set_level(logging.INFO, logger="engine.cleanup.task_runtimes")
     summary = runtime.cleanup.reconcile()
     assert by_disposition(summary) == [
         {"kind": "local", "liveness": "process", "disposition": "removed", "count": 1}
@@ -335,10 +336,10 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(
     handleless = insert_runtime(sql_conn, liveness="none")
     elsewhere = insert_runtime(sql_conn, identity=dead_identity(spawned), host="another-host")
 
-    caplog.set_level(logging.INFO, logger="engine.runtimes")
+    caplog.set_level(logging.INFO, logger="engine.cleanup.task_runtimes")
     make_app(cleanup_interval_s=3600.0)
 
-    records = [r for r in caplog.records if r.name == "engine.runtimes"]
+    records = [r for r in caplog.records if r.name == "engine.cleanup.task_runtimes"]
     assert [r.levelno for r in records] == [logging.INFO]  # one line, no per-row warnings
     summary = records[0].reconciliation
     assert summary["rows"] == 5
@@ -367,7 +368,9 @@ def test_boot_reconciles_rows_by_liveness_with_one_bounded_summary(
     # A second boot finds nothing new to remove and repeats no warning.
     caplog.clear()
     make_app(cleanup_interval_s=3600.0)
-    summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
+    summary = [r for r in caplog.records if r.name == "engine.cleanup.task_runtimes"][
+        0
+    ].reconciliation
     assert summary["rows"] == 3
     assert {c["disposition"] for c in by_disposition(summary)} == {
         "preserved_unknown",
@@ -456,11 +459,11 @@ HELPER = """
 from gevent import monkey; monkey.patch_all()
 import json, os, socket, sys
 import gevent
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
 from engine.db import Database
-from engine.handle import TaskHandle
-from engine.status import Status
-from engine.transitions import transition
+from engine.core.handle import TaskHandle
+from engine.core.status import Status
+from engine.core.transitions import transition
 
 db = Database(sys.argv[1], max_size=2)
 db.open()
@@ -499,9 +502,11 @@ def test_a_sigkilled_servers_runtime_rows_are_reconciled_by_the_next_boot(
         assert all(running(pid) for pid in lasting)
         assert len(runtime_rows(sql_conn, task_id=task["id"])) == 2
 
-        caplog.set_level(logging.INFO, logger="engine.runtimes")
+        caplog.set_level(logging.INFO, logger="engine.cleanup.task_runtimes")
         make_app(cleanup_interval_s=0.05, runtime_stop_timeout_s=STOP_TIMEOUT_S)
-        summary = [r for r in caplog.records if r.name == "engine.runtimes"][0].reconciliation
+        summary = [r for r in caplog.records if r.name == "engine.cleanup.task_runtimes"][
+            0
+        ].reconciliation
         assert by_disposition(summary) == [
             {
                 "kind": "local",

@@ -126,7 +126,7 @@ def spawned_leftover(sql_conn, insert_task):
     """A local runtime row another (gone) engine runtime left on this host: its process is dead."""
     import socket
 
-    from engine.processes import boot_id
+    from engine.cleanup.process_groups import boot_id
 
     task = insert_task(status="failed")
     sql_conn.execute(

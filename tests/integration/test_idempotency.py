@@ -2,7 +2,7 @@
 
 import uuid
 
-from engine import idempotency
+from engine.lifecycle import idempotency
 from tests.conftest import IMAGE_SOURCE
 
 BODY = {"projectId": "demo", "source": IMAGE_SOURCE}

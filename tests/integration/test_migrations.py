@@ -11,9 +11,9 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from engine import migrations
-from engine.migrations import APPLICATION_NAME, MIGRATION_LOCK_KEY, MIGRATIONS_DIR
-from engine.reaper import Reaper
+from engine.core.reaper import Reaper
+from engine.operations import migrations
+from engine.operations.migrations import APPLICATION_NAME, MIGRATION_LOCK_KEY, MIGRATIONS_DIR
 from tests.conftest import _with_db, wait_for
 
 

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from engine.logs import ContextFilter, JsonFormatter
+from engine.operations.logs import ContextFilter, JsonFormatter
 from tests.conftest import wait_for
 from tests.helpers import scrape, total
 
@@ -169,7 +169,7 @@ def test_admin_streaks_and_health_page_show_current_streaks(client, runtime, sql
 def test_operator_routes_need_an_admin_outside_dev_mode(app, client, runtime):
     from dataclasses import replace
 
-    from engine.identity import Identity
+    from engine.lifecycle.identity import Identity
 
     runtime.settings = replace(runtime.settings, auth_mode="oidc", admin_users="alice, bob")
 

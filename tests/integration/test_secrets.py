@@ -6,7 +6,7 @@ import uuid
 import gevent
 import pytest
 
-from engine.logs import JsonFormatter
+from engine.operations.logs import JsonFormatter
 from tests.helpers import assert_nowhere, canary, dump_database, wait_for
 
 

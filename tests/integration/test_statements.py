@@ -2,8 +2,8 @@
 
 A run's fenced writes each carry an event, an artifact patch and a phase in one statement and
 double as checkpoints. They do not notify one by one: the process announces its runs' own writes
-(the claim, the steps, the run's own status moves) once per tick (engine/notices.py), and ignores
-those notices for its own runs, so it re-reads nothing.
+(the claim, the steps, the run's own status moves) once per tick (engine/core/notices.py), and
+ignores those notices for its own runs, so it re-reads nothing.
 """
 
 import json
@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg_pool import PoolClosed
 
+from engine.core.notices import RunnerNotices
 from engine.db import Database
-from engine.notices import RunnerNotices
 from tests.helpers import IMAGE_SOURCE, scrape, total, wait_for
 
 #: Named queries a run issues on the way (the background loops' are left out).

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from gevent.pywsgi import WSGIServer
 
-from engine import cleanup, cleanup_jobs
+from engine.cleanup import jobs as cleanup_jobs
+from engine.cleanup import worker as cleanup
 from engine.integrations.devbox import DevboxClient
-from engine.streaks import REPORT_EVERY, Streaks
+from engine.operations.streaks import REPORT_EVERY, Streaks
 from tests.conftest import free_port
 
 KEY = "devbox-signing-key-for-streak-tests-0123456789"
@@ -16,7 +17,7 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def streak_lines(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "engine.streaks"]
+    return [r for r in caplog.records if r.name == "engine.operations.streaks"]
 
 
 def streak_rows(sql_conn) -> list[dict]:
@@ -48,7 +49,7 @@ def test_a_dead_devbox_url_is_one_streak_row_with_throttled_lines_and_one_recove
         },
     )
     engine = app.extensions["engine"]
-    caplog.set_level(logging.INFO, logger="engine.streaks")
+    caplog.set_level(logging.INFO, logger="engine.operations.streaks")
     failures = 2 * REPORT_EVERY + 5  # 125: lines at the 1st, 60th and 120th failure
     finished_tasks_with_devboxes(insert_task, failures)
     while cleanup_jobs.enqueue_devbox_pauses(engine.db):
@@ -112,7 +113,7 @@ def test_a_dead_devbox_url_is_one_streak_row_with_throttled_lines_and_one_recove
 
 def test_a_streak_turns_error_once_it_is_15_minutes_old_on_a_pinned_clock(app, sql_conn, caplog):
     streaks = Streaks(app.extensions["engine"].db, owner="test")
-    caplog.set_level(logging.INFO, logger="engine.streaks")
+    caplog.set_level(logging.INFO, logger="engine.operations.streaks")
     streaks.failed("reaper", RuntimeError("boom"), now=T0)
     streaks.failed("reaper", RuntimeError("boom"), now=T0 + timedelta(minutes=14, seconds=59))
     assert [r.levelno for r in streak_lines(caplog)] == [logging.WARNING]
@@ -142,7 +143,7 @@ def test_a_streak_turns_error_once_it_is_15_minutes_old_on_a_pinned_clock(app, s
 
 def test_the_durable_count_survives_a_restart_and_any_error_is_scrubbed(app, sql_conn, caplog):
     db = app.extensions["engine"].db
-    caplog.set_level(logging.INFO, logger="engine.streaks")
+    caplog.set_level(logging.INFO, logger="engine.operations.streaks")
     before = Streaks(db, owner="before-restart", secret_values=["s3cr3t-signing-key"])
     for _ in range(3):
         before.failed(

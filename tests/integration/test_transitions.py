@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
-from engine.errors import IllegalTransition
-from engine.status import TRANSITIONS, Status
-from engine.transitions import Guard, transition
+from engine.core.errors import IllegalTransition
+from engine.core.status import TRANSITIONS, Status
+from engine.core.transitions import Guard, transition
 
 PAIRS = list(itertools.product(Status, Status))
 

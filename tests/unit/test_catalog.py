@@ -7,8 +7,7 @@ import textwrap
 import pytest
 import yaml
 
-from engine.abort import CANCEL, SHUTDOWN, Aborted, AbortSignal
-from engine.config import PROJECT_ROOT
+from engine.core.abort import CANCEL, SHUTDOWN, Aborted, AbortSignal
 from engine.integrations.base import AppliedResource, ApplyError, IntegrationError, ResourceRef
 from engine.integrations.templates import (
     CatalogError,
@@ -18,6 +17,7 @@ from engine.integrations.templates import (
     TemplateCatalog,
     TemplateNotFound,
 )
+from engine.operations.config import PROJECT_ROOT
 
 SHIPPED = PROJECT_ROOT / "catalog"
 

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from engine.config import Settings
+from engine.operations.config import Settings
 from tests.dockerfile import Dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]

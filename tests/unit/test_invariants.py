@@ -4,21 +4,21 @@ import ast
 import re
 from pathlib import Path
 
+from engine.core.status import ACTIVE, LEASED, TERMINAL, Status
 from engine.sql import queries
-from engine.status import ACTIVE, LEASED, TERMINAL, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 STORAGE = (
     "engine.db",
-    "engine.migrations",
+    "engine.operations.migrations",
     "engine.sql",
-    "engine.transitions",
-    "engine.leases",
-    "engine.cleanup",
-    "engine.cleanup_jobs",
-    "engine.runtimes",
-    "engine.handle",
-    "engine.runtime",
+    "engine.core.transitions",
+    "engine.core.leases",
+    "engine.cleanup.worker",
+    "engine.cleanup.jobs",
+    "engine.cleanup.task_runtimes",
+    "engine.core.handle",
+    "engine.process",
     "psycopg",
     "psycopg_pool",
 )
@@ -67,9 +67,15 @@ def test_no_sql_outside_engine_sql():
 
 
 def test_starting_a_local_process_does_not_load_the_cleanup_worker():
-    for path in ("engine/handle.py", "engine/runtimes.py", "engine/processes.py"):
-        assert "engine.cleanup" not in imports_of(ROOT / path), path
-    assert "engine.runtimes" in imports_of(ROOT / "engine/handle.py")  # the control
+    for path in (
+        "engine/core/handle.py",
+        "engine/cleanup/task_runtimes.py",
+        "engine/cleanup/process_groups.py",
+    ):
+        assert "engine.cleanup.worker" not in imports_of(ROOT / path), path
+    assert "engine.cleanup.task_runtimes" in imports_of(
+        ROOT / "engine/core/handle.py"
+    )  # the control
 
 
 def test_streams_do_not_import_the_page_routes():
@@ -104,16 +110,16 @@ def test_json_is_read_only_through_the_depth_limited_loader():
     for path in (ROOT / "blueprints").rglob("*.py"):
         text = path.read_text()
         assert "get_json(" not in text and "json.loads(" not in text, path.relative_to(ROOT)
-    assert "json.loads(" in (ROOT / "engine/untrusted.py").read_text()  # the detector matches
+    assert "json.loads(" in (ROOT / "engine/trust/untrusted.py").read_text()  # the detector matches
 
 
 def test_the_manifest_rules_are_written_once():
     # Kinds, input types and placeholder syntax drifted when templates and the AI runner each
-    # had their own copy; engine/manifests.py is the one home.
+    # had their own copy; engine/trust/manifests.py is the one home.
     placeholder = re.compile(r"re\.compile\(r[\"']\\\$\\\{")
     kinds = re.compile(r"\b(CLUSTER_SCOPED_KINDS|NAMESPACED_KINDS)\s*=")
     types = re.compile(r"INPUT_TYPES\s*=\s*[{(f]")
-    home = (ROOT / "engine/manifests.py").read_text()
+    home = (ROOT / "engine/trust/manifests.py").read_text()
     assert placeholder.search(home) and kinds.search(home) and types.search(home)  # the control
     for folder in ("engine", "blueprints"):
         for path in (ROOT / folder).rglob("*.py"):
@@ -174,8 +180,8 @@ def test_identity_comes_only_from_the_auth_seam():
             if name not in (
                 "blueprints/auth.py",
                 "blueprints/oidc.py",
-                "engine/identity.py",
-                "engine/operations.py",
+                "engine/lifecycle/identity.py",
+                "engine/operations/operator.py",
             ):
                 assert "X-Workspace" not in text and not re.search(r"\bIdentity\(", text), name
 
@@ -214,7 +220,7 @@ def test_every_status_set_in_sql_is_one_of_status_py():
 def test_the_engine_speaks_no_http():
     """HTTP statuses of domain errors live in blueprints/errors.py only, and every one is mapped."""
     from blueprints.errors import HTTP_STATUS
-    from engine import errors
+    from engine.core import errors
 
     for path in (ROOT / "engine").rglob("*.py"):
         assert "http_status" not in path.read_text(), f"{path.relative_to(ROOT)} speaks HTTP"
@@ -239,7 +245,8 @@ def test_the_cli_and_the_api_agree_on_what_is_not_found():
     """A domain error the API answers 404 exits 3 from a command, and only such an error does."""
     from blueprints.errors import http_status
     from commands.operate import EXIT_NOT_FOUND, exit_code
-    from engine import errors, operations
+    from engine.core import errors
+    from engine.operations import operator as operations
 
     domain = [
         c
@@ -264,7 +271,7 @@ def test_sql_files_are_alphabetised():
 
 
 def test_the_handle_implements_what_runners_are_given():
-    from engine import handle
+    from engine.core import handle
     from engine.runners import context
 
     members = [

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from engine.logs import JsonFormatter, QuietAccessFilter, TextFormatter, request_id_from
-from engine.secrets import redact_credentials
-from engine.streaks import subject_kind
+from engine.operations.logs import JsonFormatter, QuietAccessFilter, TextFormatter, request_id_from
+from engine.operations.streaks import subject_kind
+from engine.trust.secrets import redact_credentials
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 import pytest
 
+from engine.core.status import Status
 from engine.readside import presentation
-from engine.status import Status
 
 HUES = {
     "queued": "neutral",

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine import secrets
+from engine.trust import secrets
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_a_failing_call_under_an_abort_signal_prints_no_greenlet_traceback(capfd
     import gevent
     import pytest
 
-    from engine.abort import AbortSignal
+    from engine.core.abort import AbortSignal
 
     def upstream_call():
         raise ValueError("upstream said: internal-console-text")

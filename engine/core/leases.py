@@ -2,9 +2,9 @@
 
 from uuid import UUID
 
+from engine.core.status import Status
+from engine.core.transitions import Guard, transition
 from engine.db import Database
-from engine.status import Status
-from engine.transitions import Guard, transition
 
 
 def claim(
@@ -20,7 +20,7 @@ def claim(
 ) -> dict | None:
     """queued|blocked -> running under a new lease epoch; the claimed row, or None if it moved.
 
-    With `notices` (the claiming process's RunnerNotices, engine/notices.py) the claim is
+    With `notices` (the claiming process's RunnerNotices, engine/core/notices.py) the claim is
     announced with the run's own writes instead of notifying at once: the process that will run
     the task is the only one whose decisions depend on its lease, and it made the claim.
     """

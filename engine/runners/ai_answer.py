@@ -6,7 +6,7 @@ The model answers with ONE JSON object, either
   {"needInputs": [{"name", "type", "sensitive", "required", "default"}]} -> park blocked
 and refers to an input's value as ${input:NAME}. Sensitive values are never sent to the model:
 the runner substitutes them into the manifests in memory, just before apply, and only a Secret's
-data/stringData may carry one. The manifest rules themselves live in engine/manifests.py.
+data/stringData may carry one. The manifest rules themselves live in engine/trust/manifests.py.
 
 An answer is hostile input: longer than MAX_ANSWER_CHARS it is refused unread, JSON deeper than
 engine.untrusted's limit is skipped, and YAML is read without aliases (a 345-byte alias bomb
@@ -16,8 +16,8 @@ expands to megabytes and blocks the worker, lease renewal included).
 import json
 import re
 
-from engine import manifests, secrets
-from engine.untrusted import json_depth_exceeds, load_json, load_yaml_all
+from engine.trust import manifests, secrets
+from engine.trust.untrusted import json_depth_exceeds, load_json, load_yaml_all
 
 #: Longest model answer read (characters); a longer one fails the run as malformed_answer.
 MAX_ANSWER_CHARS = 200_000

@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from engine import secrets
 from engine.db import Database
+from engine.trust import secrets
 
-log = logging.getLogger("engine.streaks")
+log = logging.getLogger("engine.operations.streaks")
 
 #: Log the first failure of a streak, then every this many.
 REPORT_EVERY = 60

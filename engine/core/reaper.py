@@ -5,12 +5,14 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine import cleanup_jobs, metrics, runtimes
-from engine.config import Settings
+from engine.cleanup import jobs as cleanup_jobs
+from engine.cleanup import task_runtimes as runtimes
+from engine.core.status import LEASED, Status
+from engine.core.transitions import Guard, transition
 from engine.db import Database
-from engine.status import LEASED, Status
-from engine.streaks import Streaks
-from engine.transitions import Guard, transition
+from engine.operations import metrics
+from engine.operations.config import Settings
+from engine.operations.streaks import Streaks
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ class Reaper:
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
-        # purge. Both only enqueue durable cleanup jobs (engine/cleanup.py runs them).
+        # purge. Both only enqueue durable cleanup jobs (engine/cleanup/worker.py runs them).
         with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):
             resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(
                 self.db, grace_s=self.settings.devbox_pause_grace_s, streaks=self.streaks, now=now

@@ -3,8 +3,8 @@
 import logging
 from uuid import UUID
 
-from engine import leases, metrics, secrets
-from engine.errors import (
+from engine.core import leases
+from engine.core.errors import (
     InvalidRequest,
     PredecessorNotFound,
     PredecessorNotRedeployable,
@@ -14,13 +14,15 @@ from engine.errors import (
     TaskNotFound,
     UnknownTemplate,
 )
-from engine.identity import Identity
+from engine.core.status import TERMINAL, Status
+from engine.core.transitions import Guard, transition
 from engine.integrations.templates import TemplateNotFound
+from engine.lifecycle.identity import Identity
+from engine.operations import metrics
+from engine.process import EngineRuntime
 from engine.readside import dto
 from engine.runners import runner_for
-from engine.runtime import EngineRuntime
-from engine.status import TERMINAL, Status
-from engine.transitions import Guard, transition
+from engine.trust import secrets
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ class RunnerNotices:
         self.interval_s = interval_s
         #: Offers a payload to this process's own subscribers (Fanout.offer_here).
         self.offer_here = offer_here
-        #: Failed sends are the `runner_notices` streak (engine/streaks.py).
+        #: Failed sends are the `runner_notices` streak (engine/operations/streaks.py).
         self.streaks = streaks
         self._pending: dict[str, dict] = {}
         self._wakeup = Event()

@@ -6,11 +6,11 @@ from datetime import datetime
 from functools import lru_cache
 from uuid import UUID
 
-from engine import metrics
-from engine.abort import AbortSignal
+from engine.core.abort import AbortSignal
+from engine.core.errors import IllegalTransition
+from engine.core.status import LEASED, TERMINAL, TRANSITIONS, Status, sources_of
 from engine.db import Database
-from engine.errors import IllegalTransition
-from engine.status import LEASED, TERMINAL, TRANSITIONS, Status, sources_of
+from engine.operations import metrics
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def transition(
     naming a pair the table lacks raises IllegalTransition. A claim (`claim_owner`) starts a new
     lease epoch; leaving the leased statuses releases the lease. `notices` only for a run's own
     move (its claim, its status moves): the statement does not notify, and the process's runner
-    notices (engine/notices.py) announce the moved rows with their next tick.
+    notices (engine/core/notices.py) announce the moved rows with their next tick.
     """
     allowed = sources_of(to)
     if from_statuses is None:

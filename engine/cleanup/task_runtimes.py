@@ -1,8 +1,8 @@
 """The `task_runtimes` rows (seed 001): the durable handle of each runtime a task started, its
 release, and startup reconciliation.
 
-- A row is a local process group (engine/processes.py identifies it) or a devbox. It stays until a
-  stop of that runtime is confirmed; a terminal task does not imply it.
+- A row is a local process group (engine/cleanup/process_groups.py identifies it) or a devbox.
+  It stays until a stop of that runtime is confirmed; a terminal task does not imply it.
 - At boot, each process reconciles the rows other engine runtimes left on this host: confirmed
   dead -> removed (or repaired in place where it carries something to resume); alive or Unknown
   -> preserved; one bounded summary line, one warning per unexpected error only.
@@ -18,10 +18,8 @@ from uuid import UUID
 
 import gevent
 
-from engine.abort import Aborted, AbortSignal
-from engine.cleanup_jobs import enqueue_runtime_stop
-from engine.db import Database
-from engine.processes import (
+from engine.cleanup.jobs import enqueue_runtime_stop
+from engine.cleanup.process_groups import (
     HOST,
     KILL_CONFIRM_S,
     Liveness,
@@ -33,6 +31,8 @@ from engine.processes import (
     spawn_group,
     stop_group,
 )
+from engine.core.abort import Aborted, AbortSignal
+from engine.db import Database
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The cleanup worker (seed 001): one greenlet per process that claims due cleanup jobs
-(engine/cleanup_jobs.py) and runs them: devbox pauses and deletes, stops of local runtimes, and
+(engine/cleanup/jobs.py) and runs them: devbox pauses and deletes, stops of local runtimes, and
 retention purges. It also releases this process's local runtimes and reconciles at boot
-(engine/runtimes.py).
+(engine/cleanup/task_runtimes.py).
 """
 
 import logging
@@ -13,9 +13,8 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 
-from engine import idempotency, runtimes
-from engine.abort import SHUTDOWN, Aborted, AbortSignal
-from engine.cleanup_jobs import (
+from engine.cleanup import task_runtimes as runtimes
+from engine.cleanup.jobs import (
     MAX_ATTEMPTS,
     RETRY_DELAYS_S,
     JobState,
@@ -23,13 +22,15 @@ from engine.cleanup_jobs import (
     enqueue_purges,
     streak_subject,
 )
-from engine.config import Settings
+from engine.cleanup.process_groups import HOST, StopUnconfirmed
+from engine.core.abort import SHUTDOWN, Aborted, AbortSignal
+from engine.core.status import TERMINAL, Status
 from engine.db import Database
 from engine.integrations import Integrations
 from engine.integrations.base import IntegrationError, NotFound
-from engine.processes import HOST, StopUnconfirmed
-from engine.status import TERMINAL, Status
-from engine.streaks import Streaks
+from engine.lifecycle import idempotency
+from engine.operations.config import Settings
+from engine.operations.streaks import Streaks
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.core.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
 from engine.db import Database
-from engine.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
 
 TTL_S = 24 * 3600
 #: A first request still unanswered after this long died with its process: the key is free again.

@@ -11,11 +11,12 @@ import dataclasses
 import inspect
 import time
 
-from engine import metrics, secrets
-from engine.abort import Aborted
+from engine.core.abort import Aborted
 from engine.integrations import Integrations
 from engine.integrations.base import ApplyError, NotFound
-from engine.streaks import Streaks
+from engine.operations import metrics
+from engine.operations.streaks import Streaks
+from engine.trust import secrets
 
 #: The calls measured per integration (bounded metric labels); other attributes pass through.
 OPERATIONS = {

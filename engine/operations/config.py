@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine.integrations.base import ENGINE_NAME
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(name: str, default, cast):
@@ -35,7 +35,7 @@ class Settings:
     #: How many of a process's pool connections its runners may use at once (0: half the pool).
     #: The rest stay free for requests, so a create never queues behind a burst of runner writes.
     runner_db_slots: int = 0
-    #: How often a process announces the tasks its runners wrote to (engine/notices.py): the
+    #: How often a process announces the tasks its runners wrote to (engine/core/notices.py): the
     #: most a viewer waits to see a runner's write, and one statement per tick.
     runner_notice_interval_s: float = 0.05
     #: Where LISTEN (and the schema at boot) connects: straight to PostgreSQL, never through a

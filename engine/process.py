@@ -17,24 +17,26 @@ import gevent
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 
-from engine import leases, logs, metrics, secrets
-from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
-from engine.cleanup import CleanupWorker
-from engine.config import Settings
+from engine.cleanup.process_groups import KILL_CONFIRM_S
+from engine.cleanup.worker import CleanupWorker
+from engine.core import leases
+from engine.core.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
+from engine.core.errors import LeaseLost, ShuttingDown
+from engine.core.handle import TaskHandle
+from engine.core.notices import RunnerNotices
+from engine.core.reaper import Reaper
+from engine.core.status import LEASED, Status
+from engine.core.transitions import Guard, transition
 from engine.db import Database
-from engine.errors import LeaseLost, ShuttingDown
-from engine.handle import TaskHandle
 from engine.integrations import Integrations
-from engine.notices import RunnerNotices
-from engine.observed import observe_cluster, observe_integrations
-from engine.processes import KILL_CONFIRM_S
-from engine.readside.fanout import Fanout, LiveFeed
-from engine.reaper import Reaper
+from engine.operations import logs, metrics
+from engine.operations.config import Settings
+from engine.operations.observed import observe_cluster, observe_integrations
+from engine.operations.streaks import Streaks
+from engine.readside.listener import Fanout, LiveFeed
 from engine.runners import runner_for
 from engine.runners.context import RunContext
-from engine.status import LEASED, Status
-from engine.streaks import Streaks
-from engine.transitions import Guard, transition
+from engine.trust import secrets
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +216,7 @@ class EngineRuntime:
 
     def _run(self, run: _Run, run_fn, ctx: RunContext, kubeconfig: dict | None) -> None:
         handle = run.handle
-        # This greenlet's log lines name the task (engine/logs.py).
+        # This greenlet's log lines name the task (engine/operations/logs.py).
         logs.TASK.set((str(ctx.task_id), ctx.namespace))
         try:
             try:
@@ -353,7 +355,7 @@ class EngineRuntime:
         if run is None or run.handle.abort.aborted:
             return
         if payload.get("runner"):
-            return  # the run's own write (engine/notices.py): nothing it must stop for
+            return  # the run's own write (engine/core/notices.py): nothing it must stop for
         lease = payload.get("lease")
         if isinstance(lease, dict):
             # The writing statement sent the lease as it left it (its own writes included): no

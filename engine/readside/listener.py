@@ -14,8 +14,8 @@ import gevent
 from gevent.event import Event
 from gevent.queue import Empty, Full, Queue
 
-from engine import metrics
 from engine.db import NOTIFY_CHANNEL, Database
+from engine.operations import metrics
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ class Fanout:
 
     def __init__(self, db: Database, *, streaks=None):
         self.db = db
-        #: The listener's connection failures are the `listener` streak (engine/streaks.py).
+        #: The listener's connection failures are the `listener` streak
+        #: (engine/operations/streaks.py).
         self.streaks = streaks
         self.subscribers: set[Subscription] = set()
         self.callbacks: list = []
@@ -125,7 +126,7 @@ class Fanout:
 
     def offer_here(self, payload: dict) -> None:
         """Offer a payload to this process's subscribers only: a runner's own write, which other
-        processes learn of with the next tick of its runner notices (engine/notices.py)."""
+        processes learn of with the next tick of its runner notices (engine/core/notices.py)."""
         for sub in list(self.subscribers):
             if sub.matches(payload):
                 sub.offer(payload)

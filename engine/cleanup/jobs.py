@@ -1,5 +1,5 @@
 """Durable cleanup intents (seed 001): the `cleanup_jobs` rows, their states and triggers, the retry
-ladder, and the functions that enqueue them. engine/cleanup.py's worker runs them.
+ladder, and the functions that enqueue them. engine/cleanup/worker.py's worker runs them.
 
 A `cleanup_jobs` row is a durable cleanup intent with a snapshot of every handle, taken before the
 task is touched. The worker claims due jobs (`attempts + 1`), revalidates the precondition before
@@ -15,7 +15,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from engine.db import Database
-from engine.streaks import Streaks
+from engine.operations.streaks import Streaks
 
 log = logging.getLogger(__name__)
 

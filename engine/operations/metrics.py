@@ -26,7 +26,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
-from engine.streaks import subject_kind
+from engine.operations.streaks import subject_kind
 
 PREFIX = "deploy"
 #: Wider than the default buckets: a deployment takes seconds to many minutes.

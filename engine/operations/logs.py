@@ -15,7 +15,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 
-from engine import secrets
+from engine.trust import secrets
 
 #: The context of the current greenlet (each request and each runner runs in its own).
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)

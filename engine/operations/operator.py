@@ -7,13 +7,13 @@ one guarded transition), like any user's.
 
 from uuid import UUID
 
-from engine import actions
-from engine.errors import DomainError, TaskNotFound
-from engine.identity import Identity
+from engine.core.errors import DomainError, TaskNotFound
+from engine.lifecycle import actions
+from engine.lifecycle.identity import Identity
+from engine.operations.streaks import PERSISTENT_AFTER_S
+from engine.process import EngineRuntime
 from engine.readside import dto
 from engine.readside.explain import explain
-from engine.runtime import EngineRuntime
-from engine.streaks import PERSISTENT_AFTER_S
 
 #: Who an operator's writes are attributed to in task events.
 OPERATOR = "operator"

@@ -6,12 +6,13 @@ from uuid import UUID
 from gevent.lock import BoundedSemaphore
 from psycopg.types.json import Jsonb
 
-from engine import runtimes, secrets
-from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
+from engine.cleanup import task_runtimes as runtimes
+from engine.core.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
+from engine.core.errors import LeaseLost
+from engine.core.status import Status
+from engine.core.transitions import Guard, transition
 from engine.db import Database, Slotted
-from engine.errors import LeaseLost
-from engine.status import Status
-from engine.transitions import Guard, transition
+from engine.trust import secrets
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Local process groups on this host (seed 001): start one, tell whether it still runs, stop it.
 
 A group is identified by its leader's pid, pgid and start time (and the boot), so a reused pid is
-never mistaken for it. Nothing here touches storage: engine/runtimes.py records groups as
-`task_runtimes` rows.
+never mistaken for it. Nothing here touches storage: engine/cleanup/task_runtimes.py records
+groups as `task_runtimes` rows.
 """
 
 import os

@@ -1,0 +1,1 @@
+"""The trust boundary: the one sensitivity predicate and its scrub, hostile text, manifest rules."""
