@@ -10,26 +10,15 @@ from marshmallow import ValidationError
 from marshmallow import fields as mfields
 from marshmallow import validate as mvalidate
 
-from blueprints import schemas
+from blueprints import presentation
 from blueprints.request_helpers import runtime
 from blueprints.views import view_from_row
 from engine.core.status import Status
-from engine.readside import presentation
+from engine.runners.kinds import KINDS
 from engine.trust import manifests, secrets
 
 log = logging.getLogger(__name__)
 
-#: Fields an edit & redeploy never prefills (the GitHub repository is re-picked).
-NO_PREFILL = {"github": {"repo", "repository"}}
-#: Display order of the deploy panes.
-KIND_ORDER = ["template", "image", "database", "github", "prompt"]
-KIND_TITLES = {
-    "template": "Template",
-    "image": "Container image",
-    "database": "Database",
-    "github": "GitHub repository",
-    "prompt": "Prompt",
-}
 FIELD_HELP = {
     "image": "e.g. nginx:1.27",
     "name": "lowercase letters, digits and '-'",
@@ -54,12 +43,6 @@ class FieldSpec:
     reenter: tuple = ()
     #: blocking form: an input the task already has; sent only when the user changes it.
     kept: bool = False
-
-
-def available_kinds() -> list[str]:
-    """Source kinds with a schema (a pane appears once its kind exists)."""
-    kinds = list(schemas.SOURCE_SCHEMAS)
-    return sorted(kinds, key=lambda k: (KIND_ORDER.index(k) if k in KIND_ORDER else 99, k))
 
 
 def template_catalog() -> list[dict]:
@@ -97,7 +80,7 @@ def _widget(name: str, field) -> tuple[str, list | None]:
 
 def schema_fields(kind: str) -> list[FieldSpec]:
     """A pane's fields, read off the kind's request schema (so new kinds get a pane for free)."""
-    schema = schemas.SOURCE_SCHEMAS[kind]()
+    schema = KINDS[kind].schema()
     specs = []
     for name, field in schema.fields.items():
         if name == "kind" or field.dump_only:
@@ -120,7 +103,7 @@ def prefill(specs: list[FieldSpec], kind: str, source: dict, sensitive_keys: lis
     """Prefill from a predecessor's persisted source. Sensitive values are never prefilled: their
     keys are listed to re-enter instead."""
     declared = set(sensitive_keys)
-    skip = NO_PREFILL.get(kind, set())
+    skip = KINDS[kind].no_prefill
     first_pairs = next((s for s in specs if s.widget == "pairs"), None)
     for spec in specs:
         if spec.name in skip or spec.name not in source:
@@ -179,17 +162,17 @@ def pane_context(
     form_values: dict | None = None,
 ) -> dict:
     """What the deploy pane of `kind` renders (prefilled from `predecessor`'s row when editing)."""
-    if kind not in schemas.SOURCE_SCHEMAS:
+    if kind not in KINDS:
         abort(404)
     source = dict(predecessor["source"]) if predecessor else {}
     sensitive_keys = list(predecessor["sensitive_keys"]) if predecessor else []
     template, catalog = None, []
-    if kind == "template":
+    if KINDS[kind].fields_from_catalog:
         catalog = template_catalog()
         chosen_template = (
             chosen_template or source.get("template") or (catalog[0]["name"] if catalog else None)
         )
-    if kind == "template" and catalog:
+    if catalog:
         template, specs = template_fields(catalog, chosen_template, source, sensitive_keys)
     else:
         specs = schema_fields(kind)
@@ -203,8 +186,7 @@ def pane_context(
     return {
         "project_id": project_id,
         "kind": kind,
-        "kinds": available_kinds(),
-        "titles": KIND_TITLES,
+        "kinds": KINDS,
         "specs": specs,
         "catalog": catalog,
         "template": template,
@@ -233,7 +215,7 @@ def source_from_form(kind: str, form, ctx: dict) -> tuple[dict, list[str], dict]
     source: dict = {"kind": kind}
     sensitive: list[str] = []
     errors: dict[str, str] = {}
-    if kind == "template" and ctx["template"] is not None:
+    if ctx["template"] is not None:  # a catalog template's inputs are its args
         source["template"] = ctx["template"]["name"]
         args = {}
         for spec in ctx["specs"]:

@@ -2,6 +2,9 @@
 
 from marshmallow import Schema, fields, validate
 
+from blueprints.schemas import SourceField
+from engine.runners.kinds import KINDS
+
 
 def schema_of(schema: Schema | type[Schema]) -> dict:
     """The JSON Schema (object) of a marshmallow schema."""
@@ -23,13 +26,10 @@ def schema_of(schema: Schema | type[Schema]) -> dict:
 
 
 def field_schema(field: fields.Field) -> dict:
-    # Imported here: SourceField lives beside the schemas that use this module.
-    from blueprints.schemas import SOURCE_SCHEMAS, SourceField
-
     if getattr(field, "json_schema", None):
         out = dict(field.json_schema)
     elif isinstance(field, SourceField):
-        out = {"oneOf": [schema_of(s) for _, s in sorted(SOURCE_SCHEMAS.items())]}
+        out = {"oneOf": [schema_of(KINDS[name].schema) for name in sorted(KINDS)]}
     elif isinstance(field, fields.Nested):
         out = schema_of(field.schema)
     elif isinstance(field, fields.List):

@@ -17,6 +17,7 @@ from marshmallow import fields, validate
 from blueprints import responses, schemas
 from blueprints.edge import CONTENT_SECURITY_POLICY
 from engine.core.errors import DomainError
+from engine.runners.kinds import KINDS
 
 bp = Blueprint("openapi", __name__)
 
@@ -342,9 +343,7 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
             if field.key_field is not None and field.key_field.validators:
                 out["propertyNames"] = self.field2property(field.key_field)
         if isinstance(field, schemas.SourceField):
-            out["oneOf"] = [
-                self.schema2jsonschema(s) for _, s in sorted(schemas.SOURCE_SCHEMAS.items())
-            ]
+            out["oneOf"] = [self.schema2jsonschema(KINDS[name].schema) for name in sorted(KINDS)]
         if getattr(field, "json_schema", None):
             out.update(field.json_schema)
         for validator in field.validators:

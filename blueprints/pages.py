@@ -12,12 +12,10 @@ from uuid import UUID
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-from blueprints import csrf, schemas
+from blueprints import csrf, presentation, schemas
 from blueprints.auth import current_identity
 from blueprints.errors import http_status
 from blueprints.forms import (
-    KIND_TITLES,
-    available_kinds,
     flatten_errors,
     input_fields,
     pane_context,
@@ -25,11 +23,12 @@ from blueprints.forms import (
 )
 from blueprints.fragments import fragments_response, render_chip, task_fragments, timeline_context
 from blueprints.request_helpers import kubeconfig_from_header, runtime
-from blueprints.views import ONE_CLICK_KINDS, dismissed_ids, now, valid_project, view_from_store
+from blueprints.views import dismissed_ids, editable, now, valid_project, view_from_store
 from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
 from engine.lifecycle import actions
-from engine.readside import dto, presentation
+from engine.readside import dto
 from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task_row
+from engine.runners.kinds import KINDS
 
 bp = Blueprint("pages", __name__)
 csrf.protect(bp)
@@ -79,7 +78,7 @@ def project(project_id):
         if row is not None and row["project_id"] == project_id:
             timeline_ctx = timeline_context(row)
     pane = None
-    if request.args.get("deploy") in schemas.SOURCE_SCHEMAS:
+    if request.args.get("deploy") in KINDS:
         pane = pane_context(project_id, request.args["deploy"])
     return render_template(
         "project.html",
@@ -89,8 +88,7 @@ def project(project_id):
         cards=store.resource_cards(),
         timeline_ctx=timeline_ctx,
         pane=pane,
-        kinds=available_kinds(),
-        titles=KIND_TITLES,
+        kinds=KINDS,
         older=older,
         cluster_label=runtime().integrations.cluster_label,
     )
@@ -157,7 +155,7 @@ def deploy_pane(project_id, kind):
 def edit_pane(task_id):
     """Edit & redeploy: the kind-matched pane prefilled from the predecessor, target locked."""
     row = _row(task_id)
-    if row["source_kind"] in ONE_CLICK_KINDS or row["source_kind"] not in schemas.SOURCE_SCHEMAS:
+    if not editable(row["source_kind"]):
         abort(404)
     ctx = pane_context(
         row["project_id"],

@@ -8,17 +8,16 @@ from uuid import UUID
 from flask import abort, request
 from marshmallow import ValidationError
 
-from blueprints import schemas
+from blueprints import presentation, schemas
 from engine.core.status import ACTIVE, Status
 from engine.lifecycle import actions
-from engine.readside import dto, presentation
-from engine.readside.store import TaskStore
+from engine.readside import dto
+from engine.readside.store import TaskStore, attention
+from engine.runners.kinds import KINDS
 
 #: Client-local dismissals (seed 000: "dismissals stay client-local in v1"): task ids, dot-joined.
 DISMISS_COOKIE = "dock_dismissed"
 MAX_DISMISSED = 40
-#: Source kinds that redeploy in one click only (no pane to edit: seed 000, US10 amendment).
-ONE_CLICK_KINDS = {"prompt"}
 #: Placeholders without a saved placement are laid out on this grid (canvas pixels).
 GRID_X, GRID_Y, GRID_COLUMNS = 210, 120, 4
 
@@ -34,6 +33,13 @@ def valid_project(project_id: str) -> str:
     except ValidationError:
         abort(404)
     return project_id
+
+
+def editable(source_kind: str) -> bool:
+    """Whether a task of this kind has a pane to edit it before a redeploy (a one-click kind
+    redeploys as it was)."""
+    kind = KINDS.get(source_kind)
+    return kind is not None and not kind.one_click
 
 
 def dismissed_ids() -> set[str]:
@@ -78,8 +84,7 @@ class TaskView:
 
     @property
     def can_edit(self) -> bool:
-        kind = self.item.get("sourceKind")
-        return self.can_redeploy and kind in schemas.SOURCE_SCHEMAS and kind not in ONE_CLICK_KINDS
+        return self.can_redeploy and editable(self.item.get("sourceKind"))
 
     @property
     def confirm(self) -> str | None:
@@ -122,7 +127,7 @@ def view_from_store(store: TaskStore, task_id: str) -> TaskView:
     return TaskView(
         item,
         superseded_by=store.successor_of(task_id),
-        attention=store.attention(task_id),
+        attention=presentation.attention_label(store.attention(task_id)),
         index=index,
     )
 
@@ -133,7 +138,7 @@ def view_from_row(row: dict, dismissed: set[str] = frozenset()) -> TaskView:
     return TaskView(
         item,
         superseded_by=successor,
-        attention=presentation.attention(
-            item, superseded=bool(successor), dismissed=item["id"] in dismissed
+        attention=presentation.attention_label(
+            attention(item, superseded=bool(successor), dismissed=item["id"] in dismissed)
         ),
     )

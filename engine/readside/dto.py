@@ -8,6 +8,7 @@ from uuid import UUID
 
 from engine.core.errors import InvalidRequest
 from engine.core.status import ACTIVE, Status
+from engine.runners.kinds import KINDS
 from engine.trust import secrets
 from engine.trust.untrusted import load_json
 
@@ -79,18 +80,8 @@ def snapshot(row: dict) -> dict:
 
 def source_summary(kind: str, source: dict) -> str:
     """Which deployment this is, in a few words: image tag, template, engine, repository, prompt."""
-    if kind == "image":
-        return str(source.get("image") or "")
-    if kind == "template":
-        return f"template {source.get('template') or ''}".strip()
-    if kind == "database":
-        return " ".join(str(p) for p in (source.get("engine"), source.get("version")) if p)
-    if kind == "github":
-        ref = source.get("ref")
-        return f"{source.get('repo') or ''}{'@' + ref if ref else ''}"
-    if kind == "prompt":
-        return "prompt"
-    return kind
+    known = KINDS.get(kind)
+    return known.summary(source) if known else kind
 
 
 def projection(row: dict) -> dict:

@@ -4,6 +4,7 @@ import re
 
 from engine.core.status import Status
 from engine.readside import timeline
+from engine.runners.kinds import KINDS
 
 NEXT_STEPS = {
     "readiness_timeout": "Check the workload's pods (image pull, crash loop, probes); "
@@ -122,18 +123,8 @@ def log_tail(events: list[dict]) -> str | None:
 
 
 def _describe_source(source: dict) -> str:
-    kind = source.get("kind")
-    if kind == "image":
-        return f"Deploying image {source.get('image')} as {source.get('name')}"
-    if kind == "database":
-        return f"Deploying a {source.get('engine')} database named {source.get('name')}"
-    if kind == "template":
-        return f"Deploying template {source.get('template')}"
-    if kind == "github":
-        return f"Deploying GitHub repository {source.get('repo')}"
-    if kind == "prompt":
-        return f'Deploying from the prompt "{(source.get("prompt") or "")[:80]}"'
-    return f"Deploying a {kind} source"
+    kind = KINDS.get(source.get("kind"))
+    return kind.describe(source) if kind else f"Deploying a {source.get('kind')} source"
 
 
 def _describe_step(event: dict) -> str:

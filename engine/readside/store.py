@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from engine.core.status import ACTIVE, Status
-from engine.readside import dto, presentation
+from engine.readside import dto
 
 #: How long a finished task that needs no attention stays in the dock (and in the board read).
 GRACE_WINDOW_S = 600.0
@@ -63,10 +63,6 @@ class ResourceCard:
         """The card's group on the canvas: its deployment, by title (then owner, for twins)."""
         return f"{self.owner_title}\x00{self.owner_id}"
 
-    @property
-    def presentation(self) -> presentation.Presentation:
-        return presentation.resource(self.owner_status)
-
 
 #: Cards of one deployment: its workloads first, then how it is reached, then the rest.
 KIND_ORDER = {
@@ -77,6 +73,17 @@ KIND_ORDER = {
     "Service": 2,
     "Ingress": 3,
 }
+
+
+def attention(item: dict, *, superseded: bool = False, dismissed: bool = False) -> Status | None:
+    """The status for which this task asks for the user: failed until dismissed or redeployed,
+    blocked always; None otherwise. Cancelled is never attention-needed (seed 000, US23)."""
+    status = Status(item["status"])
+    if status is Status.BLOCKED:
+        return status
+    if status is Status.FAILED and not superseded and not dismissed:
+        return status
+    return None
 
 
 def _time(value: str | None) -> datetime | None:
@@ -225,10 +232,10 @@ class TaskStore:
     def is_superseded(self, task_id: str) -> bool:
         return self.successor_of(task_id) is not None
 
-    def attention(self, task_id: str) -> str | None:
-        """Why this task asks for the user, or None (see presentation.attention)."""
+    def attention(self, task_id: str) -> Status | None:
+        """Why this task asks for the user (see `attention`), or None."""
         item = self._items[task_id]
-        return presentation.attention(
+        return attention(
             item, superseded=self.is_superseded(task_id), dismissed=task_id in self._dismissed
         )
 

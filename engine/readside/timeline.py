@@ -9,8 +9,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from engine.core.status import Status
-from engine.readside import dto, presentation
+from engine.readside import dto
 
+#: Each status in words: the timeline's lines, the explain tool's, and every status badge.
+STATUS_WORDS = {
+    Status.QUEUED: "Queued",
+    Status.RUNNING: "Running",
+    Status.BLOCKED: "Needs input",
+    Status.APPLYING: "Applying",
+    Status.COMPLETED: "Completed",
+    Status.FAILED: "Failed",
+    Status.CANCELLED: "Cancelled",
+}
+#: Each state of a step in words (the runners record these states).
+STEP_STATE_WORDS = {
+    "started": "In progress",
+    "done": "Done",
+    "failed": "Failed",
+    "skipped": "Skipped",
+    "waiting": "Waiting",
+}
 #: Known step keys, with the words the timeline shows; others show capitalized.
 STEP_LABELS = {
     "render": "Render manifests",
@@ -38,7 +56,8 @@ class Entry:
     kind: str
     title: str
     detail: str | None
-    tone: str
+    #: The status a status line moved to, the state a step line reports; else None.
+    state: str | None
     at: str | None
 
 
@@ -56,25 +75,27 @@ class Step:
     at: str | None = None
 
     @property
-    def presentation(self) -> presentation.Presentation:
-        return presentation.step(self.state)
-
-    @property
     def ended(self) -> bool:
         return self.state not in ("started", "waiting")
 
 
-def _status_label(value) -> str:
+def status_words(value) -> str:
+    """A status in words (an unknown one as it is spelled)."""
     try:
-        return presentation.STATUS[Status(value)].label
+        return STATUS_WORDS[Status(value)]
     except ValueError:
         return str(value)
+
+
+def step_state_words(state: str) -> str:
+    """A step's state in words (an unknown one capitalized)."""
+    return STEP_STATE_WORDS.get(state, state.capitalize() or "Unknown")
 
 
 def entry(event: dict) -> Entry:
     """The history line of one event."""
     kind, payload = event["kind"], event.get("payload") or {}
-    title, detail, tone = kind.replace("_", " ").capitalize(), None, presentation.NEUTRAL
+    title, detail, state = kind.replace("_", " ").capitalize(), None, None
     if kind == "created":
         title = "Redeploy created" if payload.get("retriedFromTaskId") else "Created"
         detail = f"{payload.get('sourceKind', '')} source".strip()
@@ -82,23 +103,19 @@ def entry(event: dict) -> Entry:
             detail += f"; redeploys {str(payload['retriedFromTaskId'])[:8]}"
     elif kind == "status":
         to = payload.get("to")
-        title = f"{_status_label(payload.get('from'))} → {_status_label(to)}"
+        title = f"{status_words(payload.get('from'))} → {status_words(to)}"
         detail = payload.get("message") or payload.get("reason") or payload.get("verdict")
         if payload.get("by") and payload["by"] not in ("runner", "engine"):
             detail = f"{detail} (by {payload['by']})" if detail else f"by {payload['by']}"
-        try:
-            tone = presentation.STATUS[Status(to)].tone
-        except ValueError:
-            pass
+        state = str(to) if to is not None else None
     elif kind == "cancel_requested":
         title = "Cancel requested"
         detail = f"by {payload['by']}" if payload.get("by") else None
     elif kind == "step":
         step = payload.get("step", "")
-        shown = presentation.step(payload.get("state", ""))
-        title = f"{STEP_LABELS.get(step, step.capitalize())}: {shown.label.lower()}"
+        state = payload.get("state", "")
+        title = f"{STEP_LABELS.get(step, step.capitalize())}: {step_state_words(state).lower()}"
         detail = payload.get("detail")
-        tone = shown.tone
     else:
         detail = payload.get("message") or payload.get("detail")
     return Entry(
@@ -106,7 +123,7 @@ def entry(event: dict) -> Entry:
         kind=kind,
         title=title,
         detail=str(detail) if detail is not None else None,
-        tone=tone,
+        state=state,
         at=event.get("createdAt"),
     )
 

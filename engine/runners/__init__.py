@@ -1,17 +1,10 @@
-"""Runners: one per source kind family. They use a TaskHandle and integrations, never storage."""
+"""Runners: one per source kind family. They use a TaskHandle and integrations, never storage.
+Which runner runs which kind is engine/runners/kinds.py."""
 
-from engine.runners import ai, database, direct, template
-
-#: source kind -> (runner name, run function)
-RUNNERS = {
-    "image": ("direct", direct.run),
-    "database": ("direct", database.run),
-    "template": ("template", template.run),
-    "prompt": ("ai", ai.run),
-    "github": ("ai", ai.run),
-}
+from engine.runners.kinds import KINDS
 
 
 def runner_for(source_kind: str):
     """The (name, run function) for a source kind."""
-    return RUNNERS[source_kind]
+    kind = KINDS[source_kind]
+    return kind.runner, kind.run

@@ -54,6 +54,9 @@ CLONE_TIMEOUT_S = 300.0
 #: File names of a cloned repository shown to the model.
 MAX_LISTED_FILES = 200
 GITHUB_URL = "https://github.com/{repo}.git"
+#: The steps of a run, in order: a prompt's, and a repository's (cloned before the plan).
+PROMPT_STEPS = ("devbox", "plan", *direct.STEPS)
+GITHUB_STEPS = ("devbox", "clone", "plan", *direct.STEPS)
 
 
 @dataclass

@@ -17,6 +17,8 @@ from engine.runners.context import RunContext, TaskHandle
 PASSWORD_BYTES = 24
 DATA_VOLUME_SIZE = "1Gi"
 ENGINE_LABEL = f"{ENGINE_NAME}/database-engine"
+#: The steps of a run, in order: the direct runner's, which renders, applies and verifies it.
+STEPS = direct.STEPS
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ from engine.integrations.base import ENGINE_NAME, ApplyError, IntegrationError, 
 from engine.runners.context import RunContext, TaskHandle
 
 FIELD_MANAGER = ENGINE_NAME
+#: The steps of a run, in order: the "n" of the timeline's "step k of n" (a run parked for
+#: secrets, or one that fails, may show fewer or others).
+STEPS = ("render", "apply", "verify")
 
 
 def run(handle: TaskHandle, ctx: RunContext) -> None:

@@ -31,6 +31,8 @@ from engine.trust import secrets
 INSTANCE_NAME = "templateInstanceName"
 #: The source field holding the template's argument values.
 ARGS = "args"
+#: The steps of a run, in order (failure cleanup is an extra one).
+STEPS = ("inputs", "identity", "render", "apply", "verify")
 
 
 def run(handle: TaskHandle, ctx: RunContext) -> None:

@@ -14,6 +14,7 @@ import json
 import re
 
 import yaml
+from marshmallow import Schema, ValidationError, pre_load
 from yaml.composer import ComposerError
 
 #: Deeper than any request, kubeconfig or plan this service reads (a manifest is ~10 levels).
@@ -132,3 +133,36 @@ def unstorable_paths(value, path: tuple = ()) -> dict:
 def _printable(key) -> str:
     """A key as it may appear in an error message (never with the offending characters)."""
     return _UNSTORABLE.sub("\ufffd", key) if isinstance(key, str) else str(key)
+
+
+def _nest(path: tuple, message: str) -> dict:
+    out: dict | list = [message]
+    for part in reversed(path or ("_schema",)):
+        out = {part: out}
+    return out
+
+
+def _merge(into: dict, other: dict) -> None:
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+class RequestSchema(Schema):
+    """A request's fields; the storable-text rule holds for every string in it.
+
+    Every request schema derives from it (the sources' in engine/runners/kinds.py, the rest in
+    blueprints/), so a field added later cannot bring the 500 back (tests/unit/test_invariants.py
+    checks the base class)."""
+
+    @pre_load
+    def _storable_text(self, data, **kwargs):
+        problems = unstorable_paths(data)
+        if problems:
+            messages: dict = {}
+            for path, reason in problems.items():
+                _merge(messages, _nest(path, reason))
+            raise ValidationError(messages)
+        return data

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from blueprints.schemas import SOURCE_SCHEMAS
+from engine.runners.kinds import KINDS
 from tests.e2e.conftest import NARROW, image, open_pane
 
 pytestmark = pytest.mark.e2e
@@ -306,8 +306,8 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
 
 
 @pytest.mark.skipif(
-    "template" not in SOURCE_SCHEMAS,
-    reason="the template source kind (blueprints.schemas.SOURCE_SCHEMAS) is not "
+    "template" not in KINDS,
+    reason="the template source kind (engine.runners.kinds.KINDS) is not "
     "registered yet; enable once it lands",
 )
 def test_a_blocked_template_is_answered_through_the_form(server, open_page, api):

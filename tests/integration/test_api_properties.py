@@ -17,6 +17,7 @@ from marshmallow import fields
 
 from blueprints import schemas
 from blueprints.tools import TOOLS
+from engine.runners.kinds import KINDS
 from tests.conftest import IMAGE_SOURCE
 
 #: Every `code` an API error may carry; a new one must be added here on purpose.
@@ -79,7 +80,7 @@ def field_values(field, task_ids):
         plausible = st.one_of(
             *[
                 body_for(schema, task_ids).map(lambda body, kind=kind: {**body, "kind": kind})
-                for kind, schema in sorted(schemas.SOURCE_SCHEMAS.items())
+                for kind, schema in sorted((k.name, k.schema) for k in KINDS.values())
             ],
             st.just(IMAGE_SOURCE),
         )

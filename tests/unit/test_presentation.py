@@ -1,9 +1,11 @@
-"""The one status-to-presentation mapping."""
+"""The one status-to-presentation mapping (the web layer's)."""
 
 import pytest
 
+from blueprints import presentation
 from engine.core.status import Status
-from engine.readside import presentation
+from engine.readside.store import attention
+from engine.readside.timeline import entry
 
 HUES = {
     "queued": "neutral",
@@ -74,16 +76,30 @@ def test_a_running_resource_card_is_green_not_progress_blue():
 
 
 def test_attention_rules():
-    assert presentation.attention({"status": "failed"}) == presentation.FAILED_ATTENTION
-    assert presentation.attention({"status": "failed"}, superseded=True) is None
-    assert presentation.attention({"status": "failed"}, dismissed=True) is None
-    assert presentation.attention({"status": "cancelled"}) is None
-    assert presentation.attention({"status": "completed"}) is None
-    assert (
-        presentation.attention({"status": "blocked"}, dismissed=True)
-        == presentation.BLOCKED_ATTENTION
-    )
-    assert presentation.attention({"status": "running"}) is None
+    assert attention({"status": "failed"}) is Status.FAILED
+    assert attention({"status": "failed"}, superseded=True) is None
+    assert attention({"status": "failed"}, dismissed=True) is None
+    assert attention({"status": "cancelled"}) is None
+    assert attention({"status": "completed"}) is None
+    assert attention({"status": "blocked"}, dismissed=True) is Status.BLOCKED
+    assert attention({"status": "running"}) is None
+
+
+def test_attention_reads_as_words():
+    assert presentation.attention_label(Status.FAILED) == "Needs attention"
+    assert presentation.attention_label(Status.BLOCKED) == "Waiting for your input"
+    assert presentation.attention_label(None) is None
+
+
+def test_a_timeline_line_takes_the_hue_of_its_new_status_or_step_state():
+    def tone(kind, payload):
+        return presentation.entry_tone(entry({"seq": 1, "kind": kind, "payload": payload}))
+
+    assert tone("status", {"from": "running", "to": "failed"}) == "red"
+    assert tone("status", {"from": "running", "to": "exploded"}) == "neutral"
+    assert tone("step", {"step": "apply", "state": "done"}) == "green"
+    assert tone("step", {"step": "apply", "state": "started"}) == "blue"
+    assert tone("cancel_requested", {"by": "ana"}) == "neutral"
 
 
 def test_unknown_statuses_fail_loudly():

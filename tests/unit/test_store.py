@@ -2,6 +2,7 @@
 
 import pytest
 
+from engine.core.status import Status
 from engine.readside.store import GRACE_WINDOW_S, TaskStore
 from tests.helpers import at, iso
 
@@ -99,10 +100,10 @@ def test_failed_keeps_attention_until_superseded_by_a_redeploy(projection):
     failed = projection("failed", created=0, finished=10)
     store = TaskStore("demo")
     store.bootstrap([failed], now=at(11))
-    assert store.attention(failed["id"]) == "Needs attention"
+    assert store.attention(failed["id"]) is Status.FAILED
     # Still there well past the grace window: a failure is never missed.
     assert not store.expire(at(10 + GRACE_WINDOW_S + 60))
-    assert store.attention(failed["id"]) == "Needs attention"
+    assert store.attention(failed["id"]) is Status.FAILED
     # A redeploy arrives: the predecessor is re-rendered as superseded (lineage on the successor).
     clone = projection("running", created=GRACE_WINDOW_S + 61, predecessor=failed["id"])
     changes = store.apply({"type": "upsert", "item": clone}, now=at(GRACE_WINDOW_S + 61))
@@ -138,7 +139,7 @@ def test_a_failed_task_keeps_attention_until_dismissed_however_old(projection):
     store.bootstrap([failed], now=at(1))
     a_year = 365 * 86400
     assert store.expire(at(a_year)).removed == [] and store.next_expiry() is None
-    assert store.attention(failed["id"]) == "Needs attention"
+    assert store.attention(failed["id"]) is Status.FAILED
     assert store.dismiss([failed["id"]], now=at(a_year + 1)).removed == [failed["id"]]
 
 
@@ -156,7 +157,7 @@ def test_cancelled_needs_no_attention_and_blocked_keeps_its_reminder(projection)
     store.bootstrap([cancelled, blocked], now=at(6))
     assert store.attention(cancelled["id"]) is None
     # A blocked task cannot be dismissed: it keeps asking, however long it waits.
-    assert store.attention(blocked["id"]) == "Waiting for your input"
+    assert store.attention(blocked["id"]) is Status.BLOCKED
     assert blocked["id"] in store
     assert store.expire(at(GRACE_WINDOW_S * 1000)).removed == [cancelled["id"]]
     assert ids(store.chips()) == [blocked["id"]]
@@ -230,8 +231,7 @@ def test_resource_cards_belong_to_the_newest_task_and_report_changes(projection)
     assert not store.apply({"type": "upsert", "item": moved}, now=at(4)).cards
     completed = {**moved, "status": "completed", "finishedAt": iso(5)}
     assert store.apply({"type": "upsert", "item": completed}, now=at(5)).cards
-    assert {c.presentation.label for c in store.resource_cards()} == {"Running"}
-    assert {c.presentation.tone for c in store.resource_cards()} == {"green"}
+    assert {c.owner_status for c in store.resource_cards()} == {"completed"}
 
 
 def test_selectors_are_memoized_until_the_store_changes(projection):

@@ -4,13 +4,18 @@ Hues (seed 000, amendment "Status presentation unified"): running/applying blue,
 blocked amber, failed red, queued/cancelled neutral. Timeline steps share the semantics; a result
 resource card's `running` stays green (it reports a healthy resource, not progress). The browser
 holds no mapping of its own: it only shows the classes and labels rendered from here (the
-optimistic "Cancelling…" label included, carried on the cancel button).
+optimistic "Cancelling…" label included, carried on the cancel button). The words for statuses
+and step states are the timeline's (engine/readside/timeline.py), which the explain tool speaks
+too; the hues, CSS classes and the page's own labels are the web layer's, here.
 """
 
 import re
 from dataclasses import dataclass
 
 from engine.core.status import ACTIVE, Status
+from engine.readside import timeline
+from engine.readside.explain import failure_help
+from engine.runners.kinds import KINDS
 
 BLUE, GREEN, AMBER, RED, NEUTRAL = "blue", "green", "amber", "red", "neutral"
 TONES = (BLUE, GREEN, AMBER, RED, NEUTRAL)
@@ -31,15 +36,20 @@ class Presentation:
         return f"tone-{self.tone}" + (" is-busy" if self.busy else "")
 
 
+#: status -> (hue, busy), before any modifier (phase, pending cancel).
+STATUS_HUES: dict[Status, tuple[str, bool]] = {
+    Status.QUEUED: (NEUTRAL, True),
+    Status.RUNNING: (BLUE, True),
+    Status.BLOCKED: (AMBER, False),
+    Status.APPLYING: (BLUE, True),
+    Status.COMPLETED: (GREEN, False),
+    Status.FAILED: (RED, False),
+    Status.CANCELLED: (NEUTRAL, False),
+}
 #: status -> presentation, before any modifier (phase, pending cancel).
 STATUS: dict[Status, Presentation] = {
-    Status.QUEUED: Presentation("Queued", NEUTRAL, busy=True),
-    Status.RUNNING: Presentation("Running", BLUE, busy=True),
-    Status.BLOCKED: Presentation("Needs input", AMBER),
-    Status.APPLYING: Presentation("Applying", BLUE, busy=True),
-    Status.COMPLETED: Presentation("Completed", GREEN),
-    Status.FAILED: Presentation("Failed", RED),
-    Status.CANCELLED: Presentation("Cancelled", NEUTRAL),
+    status: Presentation(timeline.STATUS_WORDS[status], hue, busy)
+    for status, (hue, busy) in STATUS_HUES.items()
 }
 
 #: An active task whose cancel was requested: server truth (cancelRequestedAt), and the label the
@@ -70,20 +80,14 @@ def of(item: dict) -> Presentation:
     )
 
 
-#: Timeline step state -> presentation (same hues as task statuses).
-STEP: dict[str, Presentation] = {
-    "started": Presentation("In progress", BLUE, busy=True),
-    "done": Presentation("Done", GREEN),
-    "failed": Presentation("Failed", RED),
-    "skipped": Presentation("Skipped", NEUTRAL),
-    "waiting": Presentation("Waiting", AMBER),
+#: Timeline step state -> (hue, busy) (same hues as task statuses).
+STEP_HUES: dict[str, tuple[str, bool]] = {
+    "started": (BLUE, True),
+    "done": (GREEN, False),
+    "failed": (RED, False),
+    "skipped": (NEUTRAL, False),
+    "waiting": (AMBER, False),
 }
-
-
-#: The steps a run of each source kind goes through (the "n" of "step k of n"; a run may add more).
-EXPECTED_STEPS = {"image": 3, "database": 3, "template": 5, "prompt": 5, "github": 6}
-#: Source kinds whose run streams a model's text (the timeline's log shows it live).
-STREAMED_KINDS = {"prompt", "github"}
 
 #: A step still in progress when its task ended (cancelled, failed, interrupted) stopped there.
 STEP_STOPPED = Presentation("Stopped", NEUTRAL)
@@ -91,7 +95,32 @@ STEP_STOPPED = Presentation("Stopped", NEUTRAL)
 
 def step(state: str) -> Presentation:
     """How a timeline step's state shows."""
-    return STEP.get(state, Presentation(state.capitalize() or "Unknown", NEUTRAL))
+    hue, busy = STEP_HUES.get(state, (NEUTRAL, False))
+    return Presentation(timeline.step_state_words(state), hue, busy)
+
+
+def entry_tone(line: timeline.Entry) -> str:
+    """The hue of a timeline line: its new status's, its step state's, else neutral."""
+    if line.kind == "status":
+        try:
+            return STATUS[Status(line.state)].tone
+        except ValueError:
+            return NEUTRAL
+    if line.kind == "step":
+        return step(line.state or "").tone
+    return NEUTRAL
+
+
+def expected_steps(source_kind: str) -> int:
+    """The "n" of "step k of n": the steps its runner declares (a run may add more)."""
+    kind = KINDS.get(source_kind)
+    return len(kind.steps) if kind else 0
+
+
+def streamed(source_kind: str) -> bool:
+    """Whether a run of this kind streams a model's text (the timeline's log shows it live)."""
+    kind = KINDS.get(source_kind)
+    return bool(kind and kind.streamed)
 
 
 def resource(owner_status: str) -> Presentation:
@@ -105,28 +134,19 @@ def resource(owner_status: str) -> Presentation:
     return Presentation("Applied", NEUTRAL)
 
 
-#: Attention kinds, strongest first. Cancelled is never attention-needed (seed 000, US23).
-FAILED_ATTENTION = "Needs attention"
-BLOCKED_ATTENTION = "Waiting for your input"
+#: Why a task asks for the user (engine/readside/store.py attention), in words.
+ATTENTION_LABELS = {Status.FAILED: "Needs attention", Status.BLOCKED: "Waiting for your input"}
+FAILED_ATTENTION = ATTENTION_LABELS[Status.FAILED]
+BLOCKED_ATTENTION = ATTENTION_LABELS[Status.BLOCKED]
 
 
-def attention(item: dict, *, superseded: bool = False, dismissed: bool = False) -> str | None:
-    """Why this task asks for the user (a failed run until dismissed or redeployed; a blocked one
-    always), or None."""
-    status = Status(item["status"])
-    if status is Status.BLOCKED:
-        return BLOCKED_ATTENTION
-    if status is Status.FAILED and not superseded and not dismissed:
-        return FAILED_ATTENTION
-    return None
+def attention_label(reason: Status | None) -> str | None:
+    """The words of an attention reason, or None."""
+    return ATTENTION_LABELS[reason] if reason else None
 
 
 def failure(item: dict) -> dict | None:
     """A failed task's plain-language cause, next step and raw detail (the explain tool's words)."""
-    from engine.readside.explain import (
-        failure_help,  # explain builds on the timeline, which uses us
-    )
-
     return failure_help(item.get("failure"))
 
 
