@@ -3,7 +3,8 @@
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.integrations.base import Cluster, Devbox, Gateway, Templates
+from engine.integrations.base import Cluster, Devbox, Gateway
+from engine.integrations.templates import Templates
 
 
 @dataclass

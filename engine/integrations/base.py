@@ -1,14 +1,11 @@
-"""Types shared by every integration and runner (no storage, no Flask)."""
+"""Types shared by every integration and runner (no storage, no Flask). The template catalog's
+protocol lives beside its Template type, in engine/integrations/templates.py."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from engine.core.abort import AbortSignal
-
-if TYPE_CHECKING:
-    from engine.integrations.devbox import ExecResult
-    from engine.integrations.templates import Template
 
 #: The name this engine signs its work with: the server-side apply field manager, the
 #: `app.kubernetes.io/managed-by` label and its own label prefix, the devbox token issuer.
@@ -60,6 +57,19 @@ class AppliedResource:
 class Readiness:
     ready: bool
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command run in a devbox gave back."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
 
 
 class IntegrationError(Exception):
@@ -137,7 +147,7 @@ class Devbox(Protocol):
         namespace: str,
         abort: AbortSignal,
         timeout_s: float | None = None,
-    ) -> "ExecResult":
+    ) -> ExecResult:
         """Run one command (argv, no shell) inside the devbox; its exit code and output."""
 
     def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
@@ -154,21 +164,3 @@ class Gateway(Protocol):
         self, messages: list[dict], *, session_id: str, abort: AbortSignal
     ) -> Iterator[str]:
         """The answer's content, piece by piece, as the model streams it."""
-
-
-class Templates(Protocol):
-    """The template catalog (engine/integrations/templates.py)."""
-
-    def templates(self) -> "list[Template]":
-        """Every template, with its declared inputs."""
-
-    def get(self, name: str) -> "Template":
-        """One template by name."""
-
-    def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
-        """The names a template source declares sensitive."""
-
-    def instantiate(
-        self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
-    ) -> list[AppliedResource]:
-        """Apply every document of one instance as a single provider call."""

@@ -14,14 +14,19 @@ Routes (all under DEVBOX_URL, JSON bodies):
 """
 
 import time
-from dataclasses import dataclass
 from urllib.parse import quote
 
 import jwt
 import requests
 
 from engine.core.abort import AbortSignal
-from engine.integrations.base import ENGINE_NAME, IntegrationError, NotFound, upstream_text
+from engine.integrations.base import (
+    ENGINE_NAME,
+    ExecResult,
+    IntegrationError,
+    NotFound,
+    upstream_text,
+)
 from engine.trust import secrets
 
 #: Who the tokens say minted them, and whom they are for.
@@ -36,17 +41,6 @@ MIN_KEY_BYTES = 32
 HTTP_POOL_SIZE = 64
 #: Kept of a command's output; the rest is cut (a runner shows only a summary anyway).
 MAX_OUTPUT_CHARS = 64 * 1024
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
 
 
 class DevboxClient:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
+from typing import Protocol
 
 from engine.core.abort import CANCEL, AbortSignal
 from engine.integrations.base import (
@@ -207,6 +208,24 @@ class Template:
             }
             manifests.append(manifest)
         return manifests
+
+
+class Templates(Protocol):
+    """The template catalog as the runners see it (TemplateCatalog below; fakes in tests)."""
+
+    def templates(self) -> list[Template]:
+        """Every template, with its declared inputs."""
+
+    def get(self, name: str) -> Template:
+        """One template by name."""
+
+    def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
+        """The names a template source declares sensitive."""
+
+    def instantiate(
+        self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
+    ) -> list[AppliedResource]:
+        """Apply every document of one instance as a single provider call."""
 
 
 class TemplateCatalog:

@@ -284,16 +284,17 @@ def test_the_handle_implements_what_runners_are_given():
 
 
 def test_every_adapter_implements_its_integration_protocol():
-    """Integrations' fields are typed by the protocols in engine/integrations/base.py; each real
-    and sandbox adapter has every method its protocol declares, and the runners call nothing
-    on a devbox, gateway or template catalog that the protocol leaves out."""
+    """Integrations' fields are typed by the protocols in engine/integrations (base.py, and
+    templates.py beside its Template); each real and sandbox adapter has every method its
+    protocol declares, and the runners call nothing on a devbox, gateway or template catalog that
+    the protocol leaves out."""
     from engine.integrations import base, devbox, gateway, kube, sandbox, templates
 
     implementations = {
         base.Cluster: [kube.KubeCluster, kube.NoKubeconfig, sandbox.SandboxCluster],
         base.Devbox: [devbox.DevboxClient, sandbox.SandboxDevbox],
         base.Gateway: [gateway.GatewayClient, sandbox.SandboxGateway],
-        base.Templates: [templates.TemplateCatalog],
+        templates.Templates: [templates.TemplateCatalog],
     }
 
     def members(protocol) -> set[str]:
@@ -309,7 +310,7 @@ def test_every_adapter_implements_its_integration_protocol():
     ]
     assert missing == []
     called = re.compile(r"\b(devbox|gateway|templates)\.(\w+)\(")
-    protocol_of = {"devbox": base.Devbox, "gateway": base.Gateway, "templates": base.Templates}
+    protocol_of = {"devbox": base.Devbox, "gateway": base.Gateway, "templates": templates.Templates}
     calls = {
         (seam, name)
         for path in (ROOT / "engine/runners").glob("*.py")
