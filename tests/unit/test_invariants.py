@@ -130,6 +130,46 @@ def test_the_manifest_rules_are_written_once():
                 assert not rule.search(text), f"{path.relative_to(ROOT)} redefines {rule.pattern}"
 
 
+def kind_listings(source: str, kinds) -> list[int]:
+    """Lines where `source` spells two or more source kinds together: in one dict, set, list or
+    tuple, or in the comparisons of one function (an if-chain over kinds)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            items = node.keys
+        elif isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+            items = node.elts
+        elif isinstance(node, ast.FunctionDef):
+            items = [
+                item
+                for compare in ast.walk(node)
+                if isinstance(compare, ast.Compare)
+                for item in (compare.left, *compare.comparators)
+            ]
+        else:
+            continue
+        named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in kinds}
+        if len(named) >= 2:
+            found.append(node.lineno)
+    return found
+
+
+def test_the_source_kinds_are_listed_once():
+    """Only engine/runners/kinds.py names the source kinds together; every other place reads
+    them from its registry (a kind spelled in ten files drifted: steps, titles, runners)."""
+    from engine.runners.kinds import KINDS
+
+    assert kind_listings('EXPECTED = {"image": 3, "prompt": 5}\n', KINDS) == [1]  # the control
+    chain = 'def f(kind):\n    if kind == "image":\n        return 1\n    if kind == "github":\n'
+    assert kind_listings(chain + "        return 2\n", KINDS) == [1]
+    home = ROOT / "engine/runners/kinds.py"
+    for folder in ("engine", "blueprints"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path != home:
+                listed = kind_listings(path.read_text(), KINDS)
+                assert not listed, f"{path.relative_to(ROOT)}:{listed} lists source kinds"
+
+
 def imported_test_modules(source: str) -> set[str]:
     """Imports in `source` that name one of our test modules (`tests.*.test_*`, or relative)."""
     names = set()
@@ -318,3 +358,169 @@ def test_every_adapter_implements_its_integration_protocol():
     }
     assert ("devbox", "exec") in calls  # the control: the pattern finds the runners' calls
     assert sorted(c for c in calls if c[1] not in members(protocol_of[c[0]])) == []
+
+
+# -- the import graph and the map (engine/__init__.py) -------------------------------------------
+#: Top-level names of this project's own code (an import of one of them is an edge of the graph).
+FIRST_PARTY = ("engine", "blueprints", "commands", "app", "wsgi", "tests", "bench")
+
+
+def our_modules(*folders: str) -> dict[str, Path]:
+    """Dotted name -> file of every module under `folders` (a package is its __init__)."""
+    found = {}
+    for folder in folders:
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_modules(source: str, known) -> set[str]:
+    """First-party modules `source` imports anywhere (module level, in a function, under
+    TYPE_CHECKING); `from a import b` names module a.b when b is one, else a."""
+
+    def owner(name: str) -> str:
+        while name not in known and "." in name:
+            name = name.rpartition(".")[0]
+        return name
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                for a in node.names
+            ]
+        else:
+            continue
+        found.update(owner(n) for n in names if n.split(".")[0] in FIRST_PARTY)
+    return found
+
+
+def import_graph(*folders: str) -> dict[str, set[str]]:
+    modules = our_modules(*folders)
+    return {
+        name: imported_modules(path.read_text(), modules) - {name} for name, path in modules.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The import cycles of `graph`: its strongly connected parts of more than one node."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            part = set()
+            while not part or node not in part:
+                part.add(stack.pop())
+            if len(part) > 1:
+                found.append(part)
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    """No module imports itself back, however far round and wherever the import sits (a
+    function-local import only hides a loop until its first call)."""
+    hidden = "def f():\n    from engine.readside import timeline\n"
+    assert imported_modules(hidden, {"engine.readside.timeline"}) == {"engine.readside.timeline"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    graph = import_graph("engine", "blueprints")
+    assert "engine.readside.timeline" in graph["engine.readside.explain"]  # the scan sees edges
+    assert cycles(graph) == []
+
+
+def engine_map() -> tuple[dict[str, set[str]], list[str], set[tuple[str, str]]]:
+    """The map in engine/__init__.py's docstring: what each entry may import, the packages in
+    layer order (lowest first), and the declared climbs (package, later package)."""
+    import engine
+
+    entries, _, climbs = engine.__doc__.partition("\nImports that climb")
+    allowed: dict[str, set[str]] = {}
+    for name, body in re.findall(r"^([a-z_.]+): (.*?)(?=^[a-z_.]+: |\Z)", entries, re.M | re.S):
+        listed = re.search(r"May import: (.*?)\.\s*$", body, re.S).group(1)
+        allowed[name] = set() if listed == "nothing" else set(re.split(r",\s+", listed))
+    declared = {
+        (source, target)
+        for source, targets in re.findall(r"^- (\w+) -> ([\w, ]+): ", climbs, re.M)
+        for target in targets.split(", ")
+    }
+    return allowed, [name for name in allowed if "." not in name], declared
+
+
+def package_of(module: str) -> str:
+    """engine.core.handle -> core; engine.db -> db."""
+    return module.split(".")[1]
+
+
+def forbidden_imports(graph: dict[str, set[str]], allowed: dict[str, set[str]]) -> list[str]:
+    """`module -> import` for every import of an engine module that the map does not allow."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith("engine."):
+            continue
+        parts = module.split(".")[1:]
+        entries = (".".join(parts[:n]) for n in range(1, len(parts) + 1))  # package, then module
+        rules = set().union(*(allowed.get(entry, set()) for entry in entries))
+        for target in sorted(targets):
+            inside = target.startswith("engine.") and package_of(target) == package_of(module)
+            granted = any(f"{target}.".startswith(f"engine.{rule}.") for rule in rules)
+            if not (inside or granted):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def climbing(graph: dict[str, set[str]], layers: list[str]) -> set[tuple[str, str]]:
+    """(package, later package) for every import that climbs against the map's layer order."""
+    return {
+        (package_of(module), package_of(target))
+        for module, targets in graph.items()
+        if module.startswith("engine.")
+        for target in targets
+        if target.startswith("engine.")
+        and layers.index(package_of(target)) > layers.index(package_of(module))
+    }
+
+
+def test_every_engine_import_follows_the_map():
+    """engine/__init__.py's map holds: each package imports only what its entry allows, and only
+    the climbs it declares (each with its reason) go against the layers."""
+    allowed, layers, declared = engine_map()
+    graph = import_graph("engine", "blueprints")
+    engine_packages = {package_of(m) for m in graph if m.startswith("engine.")}
+    assert set(layers) == engine_packages  # every package has an entry, and the parse found them
+    assert allowed["runners"] >= {"integrations", "trust"} and allowed["trust"] == set()
+    # The controls: a runner reaching storage, the read side writing a status, the engine
+    # speaking the web layer's words, and a climb nobody declared are each caught.
+    planted = {
+        "engine.runners.direct": {"engine.db", "engine.core.handle"},
+        "engine.readside.store": {"engine.core.transitions"},
+        "engine.core.status": {"blueprints.presentation"},
+        "engine.trust.secrets": {"engine.core.status"},
+    }
+    assert forbidden_imports(planted, allowed) == [
+        "engine.core.status -> blueprints.presentation",
+        "engine.readside.store -> engine.core.transitions",
+        "engine.runners.direct -> engine.core.handle",
+        "engine.runners.direct -> engine.db",
+        "engine.trust.secrets -> engine.core.status",
+    ]
+    assert climbing(planted, layers) == {("trust", "core")} and ("trust", "core") not in declared
+    assert forbidden_imports(graph, allowed) == []
+    assert climbing(graph, layers) == declared  # none undeclared, none declared in vain
