@@ -525,3 +525,16 @@ def test_every_engine_import_follows_the_map():
     assert climbing(planted, layers) == {("trust", "core")} and ("trust", "core") not in declared
     assert forbidden_imports(graph, allowed) == []
     assert climbing(graph, layers) == declared  # none undeclared, none declared in vain
+
+
+#: What the web layer speaks: CSS classes of a badge or hue, markup.
+WEB_WORDS = re.compile(r"""tone-|is-busy|class=["']|<(div|span|li|ol|ul|strong|section|p)[\s>]""")
+
+
+def test_the_engine_speaks_no_html():
+    """Labels, hues and CSS classes live in blueprints/presentation.py; the engine's read side
+    keeps the facts and the words every surface shares (the explain tool's too)."""
+    assert WEB_WORDS.search((ROOT / "blueprints/presentation.py").read_text())  # the control
+    for path in (ROOT / "engine").rglob("*.py"):
+        found = WEB_WORDS.search(path.read_text())
+        assert not found, f"{path.relative_to(ROOT)} speaks the web's {found.group()!r}"
