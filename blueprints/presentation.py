@@ -136,8 +136,6 @@ def resource(owner_status: str) -> Presentation:
 
 #: Why a task asks for the user (engine/readside/store.py attention), in words.
 ATTENTION_LABELS = {Status.FAILED: "Needs attention", Status.BLOCKED: "Waiting for your input"}
-FAILED_ATTENTION = ATTENTION_LABELS[Status.FAILED]
-BLOCKED_ATTENTION = ATTENTION_LABELS[Status.BLOCKED]
 
 
 def attention_label(reason: Status | None) -> str | None:
