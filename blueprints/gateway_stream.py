@@ -1,7 +1,8 @@
 """SSE of a task's gateway turns for viewers: `GET /api/v1/tasks/<id>/gateway/stream`.
 
-Subscribe first (NOTIFY for persisted batches, the live feed for this process's pieces), then
-bootstrap from the persisted, scrubbed `gateway` events. The two sources overlap; text is
+An adapter over engine/readside/follow.py: subscribed first (NOTIFY for persisted batches, the
+live feed for this process's pieces), then bootstrapped from the persisted, scrubbed `gateway`
+events, read again after a listener reconnect or a failed read. The two sources overlap; text is
 deduplicated by (turn, offset), so a viewer sees each character once and in order. Viewers on
 another process than the runner's see the persisted batches only (every BATCH_INTERVAL_S).
 
@@ -9,13 +10,14 @@ Frames: `status` {status, phase}; `turn_started` {turn, sessionId}; `delta` {tur
 `turn_done` {turn, chars}; `end` {status} once the task has finished (then the stream closes).
 """
 
-from flask import Blueprint, current_app
+from flask import Blueprint
 
 from blueprints.auth import current_identity
-from blueprints.streams import KEEPALIVE_S, sse, sse_response
+from blueprints.request_helpers import runtime
+from blueprints.streams import KEEPALIVE, sse, sse_response
 from engine.core.status import TERMINAL, Status
 from engine.lifecycle import actions
-from engine.readside.listener import CLOSED, REBOOTSTRAP
+from engine.readside.follow import Follow, Idle, Live, Removed
 from engine.readside.store import read_task
 from engine.readside.timeline import read_events
 
@@ -59,21 +61,28 @@ class GatewayView:
             return sse("delta", {"turn": turn, "offset": have, "text": fresh})
         return None
 
-    def catch_up(self, runtime, namespace: str, task_id) -> list[str]:
-        """Frames for the persisted gateway events this viewer has not seen."""
-        frames = []
+    def unseen_events(self, db, namespace: str, task_id) -> list[dict]:
+        """The task's persisted events after the last one shown (a read: nothing is marked)."""
+        events, after = [], self.after_seq
         while True:
-            rows = read_events(
-                runtime.db, namespace, task_id, after_seq=self.after_seq, limit=EVENT_PAGE
-            )
-            for row in rows:
-                self.after_seq = row["seq"]
-                if row["kind"] == "gateway":
-                    frame = self.frame(row["payload"])
-                    if frame:
-                        frames.append(frame)
+            rows = read_events(db, namespace, task_id, after_seq=after, limit=EVENT_PAGE)
+            events += rows
             if len(rows) < EVENT_PAGE:
-                return frames
+                return events
+            after = rows[-1]["seq"]
+
+    def catch_up(self, events: list[dict]) -> list[str]:
+        """Frames for the gateway events among `events` this viewer has not seen."""
+        frames = []
+        for row in events:
+            if row["seq"] <= self.after_seq:
+                continue
+            self.after_seq = row["seq"]
+            if row["kind"] == "gateway":
+                frame = self.frame(row["payload"])
+                if frame:
+                    frames.append(frame)
+        return frames
 
     def status_frame(self, row: dict) -> str | None:
         current = (row["status"], row["phase"])
@@ -86,54 +95,46 @@ class GatewayView:
 @bp.get("/api/v1/tasks/<uuid:task_id>/gateway/stream")
 def gateway_stream(task_id):
     """SSE of a task's gateway turns: persisted (scrubbed) text, then live pieces (404: none)."""
-    runtime = current_app.extensions["engine"]
+    engine = runtime()
     identity = current_identity()
     namespace = identity.namespace
-    subscription = runtime.fanout.subscribe(namespace=namespace, task=str(task_id))
-    runtime.live.watch(task_id, subscription)
+    view = GatewayView()
 
-    def close() -> None:
-        runtime.live.unwatch(task_id, subscription)
-        subscription.close()
+    def read() -> tuple[dict, list[dict]] | None:
+        row = read_task(engine.db, namespace, task_id)
+        if row is None:
+            return None
+        return row, view.unseen_events(engine.db, namespace, task_id)
 
+    # Any notification (a persisted batch, a status move) means: read events and status again.
+    follow = Follow(
+        engine, namespace=namespace, task=task_id, snapshot=read, change=lambda _: read(), live=True
+    )
     try:
-        row = actions.get_task(runtime, identity, task_id)
+        actions.get_task(engine, identity, task_id)  # subscribed: now a 404 may still be sent
     except Exception:
-        close()
+        follow.close()
         raise
 
     def frames():
-        view = GatewayView()
-        current = row
-        try:
-            while True:
-                for frame in view.catch_up(runtime, namespace, task_id):
-                    yield frame
-                frame = view.status_frame(current)
+        for update in follow:
+            if isinstance(update, Live):
+                frame = view.frame(update.payload)
                 if frame:
                     yield frame
-                if Status(current["status"]) in TERMINAL:
-                    yield sse("end", {"status": current["status"]})
+            elif isinstance(update, Idle):
+                yield KEEPALIVE
+            elif isinstance(update, Removed):  # purged
+                yield sse("end", {"status": None})
+                return
+            else:
+                row, events = update.value
+                yield from view.catch_up(events)
+                frame = view.status_frame(row)
+                if frame:
+                    yield frame
+                if Status(row["status"]) in TERMINAL:
+                    yield sse("end", {"status": row["status"]})
                     return
-                # Wait for something new: live pieces are shown at once; anything else (a
-                # NOTIFY, a re-bootstrap) sends us back to re-read events and status.
-                while True:
-                    payload = subscription.get(timeout=KEEPALIVE_S)
-                    if payload is None:
-                        yield ": keepalive\n\n"
-                    elif payload is CLOSED:
-                        return
-                    elif payload is not REBOOTSTRAP and "live" in payload:
-                        frame = view.frame(payload["payload"])
-                        if frame:
-                            yield frame
-                    else:
-                        break
-                current = read_task(runtime.db, namespace, task_id)
-                if current is None:  # purged
-                    yield sse("end", {"status": None})
-                    return
-        finally:
-            close()
 
-    return sse_response(frames())
+    return sse_response(frames(), follow)

@@ -1,10 +1,12 @@
 """The timeline hub behind the websocket (blueprints/ws.py): channels, viewers and frames.
 
-Per process and per watched task there is ONE channel: one fanout subscription, one reader that
+Per process and per watched task there is ONE channel: one follow of the task
+(engine/readside/follow.py: subscribed first, re-read after a reconnect or a failed read), which
 reads the task's new events and its row once per notification, renders each new event's fragment
-once, and encodes the websocket frame bytes once. Its viewers only copy those bytes to their own
-socket (see Viewer: one non-blocking send when idle, else through the viewer's own greenlet with
-`sendall`, so a frame is never cut short: simple-websocket's `send` can write part of a frame,
+once, and encodes the websocket frame bytes once. A joining viewer is sent the channel's frames
+(no read of its own); afterwards viewers only copy each batch's bytes to their own socket (see
+Viewer: one non-blocking send when idle, else through the viewer's own greenlet with `sendall`,
+so a frame is never cut short: simple-websocket's `send` can write part of a frame,
 STACK_NOTES). A viewer that falls a whole queue behind re-bootstraps instead of buffering without
 bound.
 """
@@ -13,6 +15,7 @@ import json
 import logging
 import struct
 import time
+from math import inf
 from uuid import UUID
 
 import gevent
@@ -23,9 +26,8 @@ from gevent.queue import Full, Queue
 from simple_websocket import ConnectionClosed
 
 from blueprints.fragments import render_timeline_sections
-from blueprints.request_helpers import runtime
 from engine.readside import timeline as timelines
-from engine.readside.listener import CLOSED, REBOOTSTRAP
+from engine.readside.follow import Change, Follow, Idle, Removed, Snapshot
 from engine.readside.store import read_task_row
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,7 @@ def frame(kind: str, **fields) -> bytes:
 
 PING = frame("ping")
 READY = frame("ready")
+RESET_FRAME = frame("reset")
 
 
 class Viewer:
@@ -118,64 +121,83 @@ class Viewer:
 
 
 class Channel:
-    """One watched task in this process: its subscription, reader and viewers."""
+    """One watched task in this process: its follow (engine/readside/follow.py), its viewers,
+    and what a joining viewer is sent first (the task's sections and every event's frame)."""
 
     def __init__(self, hub: "TimelineHub", namespace: str, task_id: UUID):
         self.hub = hub
         self.namespace, self.task_id = namespace, task_id
         self.viewers: set[Viewer] = set()
-        self.subscription = hub.runtime.fanout.subscribe(namespace=namespace, task=str(task_id))
         self.timeline = timelines.Timeline()
+        #: Every event's frame, in the order they were added: a joining viewer's bootstrap.
+        self.frames: list[tuple[int, bytes]] = []
         self.sections: str | None = None
+        self.sections_frame = b""
+        #: The task was purged: a viewer is told `gone`.
+        self.gone = False
         #: Set once the channel knows the events that exist; viewers join only after that, so an
         #: event is either in a viewer's bootstrap or broadcast to it, never neither.
         self.ready = Event()
         #: When the late-commit window is re-read next (monotonic seconds; None: not due).
         self.sweep_at: float | None = None
+        self.follow = Follow(
+            hub.runtime,
+            namespace=namespace,
+            task=task_id,
+            snapshot=self._read_all,
+            change=lambda _payload: self._read_news(sweep=False),
+            idle=self._sweep_if_due,
+            wait_s=lambda: inf if self.sweep_at is None else self.sweep_at - time.monotonic(),
+        )
         self.greenlet = gevent.spawn(self._run)
-
-    def _prime(self) -> None:
-        # Subscribed first; learn what already happened so notifications broadcast only news.
-        for event in timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id):
-            self.timeline.add(event)
 
     def _run(self) -> None:
         try:
-            self._prime()
-            self.ready.set()
-            while True:
-                if self.sweep_at is not None and time.monotonic() >= self.sweep_at:
-                    self.sweep_at = None
-                    self._refresh(sweep=True)
-                wait = 60.0 if self.sweep_at is None else self.sweep_at - time.monotonic()
-                payload = self.subscription.get(timeout=max(0.0, wait))
-                if payload is None:
-                    if self.sweep_at is None and not self.viewers:
+            for update in self.follow:
+                if isinstance(update, Snapshot):
+                    self._restart(*update.value)
+                    if self.ready.is_set():
+                        self._broadcast(RESET)
+                    self.ready.set()
+                elif isinstance(update, Change):
+                    if self.sweep_at is None:
+                        self.sweep_at = time.monotonic() + LATE_COMMIT_SWEEP_S
+                    self._publish(*update.value)
+                elif isinstance(update, Removed):
+                    self.gone = True
+                    self.ready.set()
+                    self._broadcast(GONE)
+                elif isinstance(update, Idle):
+                    if update.value is not None:
+                        self._publish(*update.value)
+                    elif self.sweep_at is None and not self.viewers:
                         return
-                    continue
-                if payload is CLOSED:
-                    self._broadcast(BYE)
-                    return
-                if payload is REBOOTSTRAP:
-                    self.timeline = timelines.Timeline()
-                    self.sweep_at = None
-                    self._prime()
-                    self._broadcast(RESET)
-                    continue
-                if self.sweep_at is None:
-                    self.sweep_at = time.monotonic() + LATE_COMMIT_SWEEP_S
-                self._refresh(sweep=False)
+            self._broadcast(BYE)  # the listener closed: this server is shutting down
         except Exception:
             log.exception("timeline channel %s failed; its viewers rejoin", self.task_id)
             self._broadcast(RESET)
         finally:
             self.ready.set()
-            self.subscription.close()
+            self.follow.close()
             self.hub.drop(self)
 
-    def _read_news(self, sweep: bool) -> list[dict]:
-        """The events after the newest one seen, or with `sweep` after the timeline's settled seq
-        (late commits included); page by page."""
+    def _read_all(self) -> tuple[dict, list[dict]] | None:
+        """The task's row and its events; None once it is gone."""
+        row = read_task_row(self.hub.runtime.db, self.namespace, self.task_id)
+        if row is None:
+            return None
+        return row, timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id)
+
+    def _read_news(self, sweep: bool) -> tuple[dict, list[dict]] | None:
+        """The task's row and the events after the newest one seen, or with `sweep` after the
+        timeline's settled seq (late commits included); None once the task is gone."""
+        # Both reads at once (two pool connections): they are most of the time before the fanout.
+        reading = gevent.spawn(self._read_events_after, sweep)
+        row = read_task_row(self.hub.runtime.db, self.namespace, self.task_id)
+        events = reading.get()
+        return None if row is None else (row, events)
+
+    def _read_events_after(self, sweep: bool) -> list[dict]:
         if sweep:
             after = self.timeline.settled_seq()
         else:
@@ -190,31 +212,46 @@ class Channel:
                 return events
             after = page[-1]["seq"]
 
-    def _refresh(self, sweep: bool) -> None:
-        runtime = self.hub.runtime
-        # Both reads at once (two pool connections): they are most of the time before the fanout.
-        reading = gevent.spawn(self._read_news, sweep)
-        row = read_task_row(runtime.db, self.namespace, self.task_id)
-        events = reading.get()
-        if row is None:  # purged: the notification is the removal
-            self._broadcast(GONE)
-            return
+    def _sweep_if_due(self) -> tuple[dict, list[dict]] | None:
+        """Re-read the late-commit window once it is due (None: not due, or the task is gone:
+        its notification says so)."""
+        if self.sweep_at is None or time.monotonic() < self.sweep_at:
+            return None
+        self.sweep_at = None
+        return self._read_news(sweep=True)
+
+    def _restart(self, row: dict, events: list[dict]) -> None:
+        """Start over from a whole snapshot (what every viewer is sent again on RESET)."""
+        self.timeline, self.frames, self.sections, self.gone = timelines.Timeline(), [], None, False
+        self.sweep_at = None
+        self._render(row, events)
+
+    def _publish(self, row: dict, events: list[dict]) -> None:
+        """Send what is new in `events` and `row` to every viewer, one encoded batch for all."""
+        batch = self._render(row, events)
+        if batch:
+            joined = b"".join(data for _, data in batch)
+            seqs = frozenset(seq for seq, _ in batch if seq is not None)
+            for viewer in list(self.viewers):
+                viewer.offer(batch, joined, seqs)
+
+    def _render(self, row: dict, events: list[dict]) -> list[tuple[int | None, bytes]]:
+        """Add `events` to the timeline; the frames of the new ones, and of the sections when
+        they changed."""
         batch = []
         with self.hub.app.app_context():
             for event in events:
                 added = self.timeline.add(event)
                 if added is not None:
                     html = render_event(self.task_id, *added)
-                    batch.append((added[0].seq, frame("frag", seq=added[0].seq, html=html)))
+                    data = frame("frag", seq=added[0].seq, html=html)
+                    self.frames.append((added[0].seq, data))
+                    batch.append((added[0].seq, data))
             sections = render_timeline_sections(row)
         if sections != self.sections:
-            self.sections = sections
-            batch.append((None, frame("frag", html=sections)))
-        if batch:
-            joined = b"".join(data for _, data in batch)
-            seqs = frozenset(seq for seq, _ in batch if seq is not None)
-            for viewer in list(self.viewers):
-                viewer.offer(batch, joined, seqs)
+            self.sections, self.sections_frame = sections, frame("frag", html=sections)
+            batch.append((None, self.sections_frame))
+        return batch
 
     def _broadcast(self, item) -> None:
         for viewer in list(self.viewers):
@@ -248,7 +285,7 @@ class TimelineHub:
         key = (channel.namespace, channel.task_id)
         if self.channels.get(key) is channel:
             del self.channels[key]
-        channel.subscription.close()
+        channel.follow.close()
 
 
 def render_event(task_id, entry, step) -> str:
@@ -258,25 +295,15 @@ def render_event(task_id, entry, step) -> str:
     return html
 
 
-def bootstrap(raw: "FrameSocket", namespace: str, task_id: UUID) -> set[int]:
-    """Send reset, sections and every event so far, one frame each; the seqs sent."""
-    db = runtime().db
-    row = read_task_row(db, namespace, task_id)
-    if row is None:
+def bootstrap(raw: "FrameSocket", channel: Channel) -> set[int]:
+    """Send reset, sections and every event so far (the channel's, no read of its own), READY
+    last; the seqs sent."""
+    if channel.gone:
         raw.send(frame("gone"))
         raise ConnectionClosed()
-    events = timelines.read_events(db, namespace, task_id)
-    raw.send(frame("reset"))
-    raw.send(frame("frag", html=render_timeline_sections(row)))
-    built = timelines.Timeline()
-    sent = set()
-    for event in events:
-        added = built.add(event)
-        if added is not None:
-            raw.send(frame("frag", seq=added[0].seq, html=render_event(task_id, *added)))
-            sent.add(added[0].seq)
-    raw.send(READY)
-    return sent
+    events = list(channel.frames)  # before the first send yields: the channel may add to it
+    raw.send(b"".join([RESET_FRAME, channel.sections_frame, *(data for _, data in events), READY]))
+    return {seq for seq, _ in events}
 
 
 class FrameSocket:
@@ -297,7 +324,8 @@ class FrameSocket:
         #: frame of Python. It returns how many bytes it wrote, raises BlockingIOError when none
         #: fit, and OSError once the connection is closed: it belongs to this socket object, so a
         #: descriptor number reused by a later connection is never written to. None: not a
-        #: gevent socket; every frame goes through `send`.
+        #: gevent socket; every frame goes through `send`. `_sock` is gevent's private attribute:
+        #: tests/unit/test_frame_socket.py fails when a gevent release moves it.
         self.send_now = sock._sock.send if isinstance(sock, gevent.socket.socket) else None
 
     def send(self, data: bytes) -> None:

@@ -1,11 +1,12 @@
 """The timeline websocket: /ws/tasks/<id>/timeline (flask-sock), one small frame per event.
 
-Each viewer subscribes (joins its task's channel in blueprints/timeline_hub.py) BEFORE its
-bootstrap read, then sends a `reset` frame, the timeline sections and one frame per event;
-afterwards it relays the channel's frames, skipping events its bootstrap already sent.
+Each viewer joins its task's channel (blueprints/timeline_hub.py: one follow of the task per
+process, engine/readside/follow.py), which sends it a `reset` frame, the timeline sections and one
+frame per event from what the channel has read; afterwards it relays the channel's frames,
+skipping events its bootstrap already sent.
 
 Frames are JSON: {"t": "reset"}, {"t": "frag", "html", "seq"?}, {"t": "ready"} (bootstrap
-sent), {"t": "ping"}, {"t": "gone"}
+sent), {"t": "ping"} (every STREAM_KEEPALIVE_S of silence), {"t": "gone"}
 (the task was purged: stop), {"t": "bye"} (this server is shutting down: reconnect).
 """
 
@@ -33,9 +34,6 @@ from engine.readside.store import read_task_row
 bp = Blueprint("ws", __name__)
 sock = Sock()
 
-#: A ping frame this often lets the viewer notice a dead peer and keeps proxies from idling out.
-KEEPALIVE_S = 20.0
-
 
 def hub() -> TimelineHub:
     return current_app.extensions["timeline_hub"]
@@ -60,17 +58,18 @@ def check_handshake():
 def timeline_socket(ws, task_id):
     """Stream a task's timeline: reset, sections, its events, then every new one."""
     namespace = current_identity().namespace
+    keepalive_s = runtime().settings.stream_keepalive_s
     raw = FrameSocket(ws)
     viewer = Viewer(raw)
-    channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
+    channel = hub().join(namespace, task_id, viewer)
     try:
-        viewer.sent = sent = bootstrap(raw, namespace, task_id)
+        viewer.sent = sent = bootstrap(raw, channel)
         while ws.connected and not viewer.broken:
             # Idle only while waiting: with items queued, get() returns them without yielding,
             # so the channel never sees "not busy" with anything queued (Viewer.busy).
             viewer.busy = False
             try:
-                item = viewer.queue.get(timeout=KEEPALIVE_S)
+                item = viewer.queue.get(timeout=keepalive_s)
             except Empty:
                 viewer.busy = True
                 raw.send(PING)
@@ -83,7 +82,7 @@ def timeline_socket(ws, task_id):
                 if channel.greenlet.dead:
                     hub().leave(channel, viewer)
                     channel = hub().join(namespace, task_id, viewer)
-                viewer.sent = sent = bootstrap(raw, namespace, task_id)
+                viewer.sent = sent = bootstrap(raw, channel)
                 continue
             out = []
             for seq, data in item:

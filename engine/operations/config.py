@@ -78,6 +78,9 @@ class Settings:
     max_run_s: float = 1800.0
     readiness_timeout_s: float = 600.0
     readiness_poll_s: float = 2.0
+    #: Silence after which every live stream (SSE, websocket) sends a keepalive, so proxies keep
+    #: an idle stream open and a viewer notices a dead peer (engine/readside/follow.py).
+    stream_keepalive_s: float = 15.0
     #: How long the shutdown drain waits for aborted runners before failing their leases.
     shutdown_grace_s: float = 3.0
     retention_days: float = 30.0

@@ -83,3 +83,20 @@ def test_a_batch_the_bootstrap_already_sent_goes_through_the_queue():
     finally:
         ours.close()
         peer.close()
+
+
+def test_gevent_still_keeps_the_os_socket_where_the_frame_socket_reaches_for_it():
+    """FrameSocket.send_now is a private attribute of gevent's socket (`_sock`, the OS socket it
+    wraps, non-blocking): this fails when a gevent release moves or changes it."""
+    import _socket
+
+    ours, peer = gevent.socket.socketpair()
+    try:
+        inner = ours._sock
+        assert isinstance(inner, _socket.socket)
+        assert inner.fileno() == ours.fileno()
+        assert inner.gettimeout() == 0.0  # non-blocking: a try never waits
+        assert FrameSocket(SimpleNamespace(sock=ours, connected=True)).send_now == inner.send
+    finally:
+        ours.close()
+        peer.close()
