@@ -15,7 +15,7 @@ from engine.core.errors import (
     UnknownTemplate,
 )
 from engine.core.status import TERMINAL, Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Move, transition
 from engine.integrations.templates import TemplateNotFound
 from engine.lifecycle.identity import Identity
 from engine.operations import metrics
@@ -343,17 +343,16 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
         if status in TERMINAL:
             raise TaskAlreadyFinished(snapshot=dto.snapshot(row))
         if status in (Status.QUEUED, Status.BLOCKED):
-            moved = transition(
-                runtime.db,
+            move = Move(
                 task_id,
                 Status.CANCELLED,
-                from_statuses=[status],
-                guard=Guard(namespace=identity.namespace),
+                from_statuses=(status,),
+                namespace=identity.namespace,
                 actor=identity.user,
                 reason="cancel_requested",
                 message="cancelled before it ran",
-                whole_rows=True,
             )
+            moved = transition(runtime.db, move, whole_rows=True)
             if moved:
                 return moved[0]
         elif row["cancel_requested_at"] is not None:

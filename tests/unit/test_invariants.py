@@ -47,10 +47,22 @@ def test_only_the_guarded_transition_writes_status():
         if re.search(r"UPDATE\s+deploy_tasks\b", text)
         and re.search(r"(SET|,)\s*status\s*=(?!>)", text)
     ]
-    # task_transition_moved is the same statement returning fewer columns (engine/sql).
+    # task_transition_moved is the same statement returning fewer columns.
     assert writers == ["task_transition", "task_transition_moved"]
     whole, moved = (queries[name].split("\n", 1)[1] for name in writers)
     assert whole.rsplit("SELECT m.", 1)[0] == moved.rsplit("SELECT m.", 1)[0]
+    assert whole != moved  # the control: the two differ in what they return
+
+
+def test_every_named_query_is_written_in_a_sql_file():
+    """No query is built in Python (by editing another's text): each name heads a block."""
+    headers = {
+        name
+        for path in (ROOT / "engine/sql").glob("*.sql")
+        for name in re.findall(r"^-- ([a-z0-9_]+) --$", path.read_text(), re.MULTILINE)
+    }
+    assert "task_transition_moved" in headers  # the control
+    assert sorted(set(queries) - headers) == []
 
 
 def test_runners_and_integrations_import_no_storage():
