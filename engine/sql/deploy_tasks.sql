@@ -17,8 +17,11 @@ WHERE status IN ('queued', 'running', 'blocked', 'applying')
 GROUP BY status, source_kind;
 
 -- task_get --
--- One task of a namespace.
-SELECT * FROM deploy_tasks WHERE id = %(task_id)s AND namespace = %(namespace)s;
+-- One task of a namespace with the id of its newest clone (what a page or a stream shows).
+SELECT t.*, (SELECT s.id FROM deploy_tasks s
+             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
+FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
 -- task_get_any_namespace --
 -- One task whatever its namespace (operator tools only; every request path is namespace-scoped).
@@ -37,13 +40,6 @@ FROM deploy_tasks t WHERE t.id = %(task_id)s;
 -- The lease facts a process needs to decide whether its local runner must stop.
 SELECT id, status, lease_owner, lease_epoch, cancel_requested_at
 FROM deploy_tasks WHERE id = %(task_id)s;
-
--- task_get_projection --
--- One task of a namespace with the id of its newest clone (what a stream upsert sends).
-SELECT t.*, (SELECT s.id FROM deploy_tasks s
-             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
-             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
-FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
 -- task_get_successor --
 -- The newest task cloned from a predecessor, if any.

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from marshmallow import fields
 
 from blueprints import schemas
-from blueprints.tools import TOOLS
+from blueprints.toolbox import TOOLS
 from tests.conftest import IMAGE_SOURCE
 
 #: Every `code` an API error may carry; a new one must be added here on purpose.
