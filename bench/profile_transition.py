@@ -8,7 +8,7 @@ interleaved in small blocks so a machine shared with other work slows them all a
   cas-only         task_transition's guarded UPDATE alone: no event, no NOTIFY (the floor of a
                    guarded write: what no change to the event or the notification can go below)
   cte-no-notify    the engine's task_transition with its NOTIFY removed
-  transition       engine.transitions.transition (CAS + event + notify), returning what a mover
+  transition       engine.core.transitions.transition (CAS + event + notify), returning what a mover
                    reads back (task_transition_moved: 10 columns)
   whole-row        the same returning the whole task row (26 columns: a claim, a cancel)
 

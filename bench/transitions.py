@@ -1,7 +1,7 @@
 """(a) Guarded transitions vs a plain single-row UPDATE, same pool, same row count.
 
-A guarded transition (engine.transitions.transition) is one CTE: lock the row, CAS on status and
-the lease fence, write the verdict event, and notify. It is measured as the engine makes it, in
+A guarded transition (engine.core.transitions.transition) is one CTE: lock the row, CAS on status
+and the lease fence, write the verdict event, and notify. It is measured as the engine makes it, in
 its two forms:
 
 - a run's own move (its claim and status moves, every transition of a deployment that is not
