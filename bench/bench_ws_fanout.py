@@ -245,7 +245,7 @@ def main(
     runs: int = 200,
 ) -> dict:
     from engine.core.status import Status
-    from engine.core.transitions import Guard, transition
+    from engine.core.transitions import Claim, Fence, Move, transition
     from engine.db import Database
 
     port = 18000 + os.getpid() % 1000
@@ -300,17 +300,14 @@ def main(
                 retried_from_task_id=None,
             )
             task_id = row["id"]
-            epoch = transition(db, task_id, Status.RUNNING, claim_owner="bench", lease_ttl_s=3600)[
-                0
-            ]["lease_epoch"]
-            transition(
-                db,
-                task_id,
-                Status.BLOCKED,
-                reason="bench",
-                actor="bench",
-                guard=Guard(expect_epoch=epoch, expect_owner="bench"),
-            )
+            claim = Move(task_id, Status.RUNNING, claim=Claim("bench", 3600))
+            epoch = transition(db, claim)[0]["lease_epoch"]
+
+            def park(epoch: int) -> Move:
+                fence = Fence(epoch, "bench")
+                return Move(task_id, Status.BLOCKED, fence=fence, reason="bench", actor="bench")
+
+            transition(db, park(epoch))
             rss_idle = rss_mb(worker)
 
             ws_url = f"ws://127.0.0.1:{port}/ws/tasks/{task_id}/timeline"
@@ -326,19 +323,10 @@ def main(
             for i in range(writes):
                 t0 = time.monotonic_ns()
                 if i % 2 == 0:
-                    moved = transition(
-                        db, task_id, Status.RUNNING, claim_owner="bench", lease_ttl_s=3600
-                    )
+                    moved = transition(db, claim)
                     epoch = moved[0]["lease_epoch"]
                 else:
-                    moved = transition(
-                        db,
-                        task_id,
-                        Status.BLOCKED,
-                        reason="bench",
-                        actor="bench",
-                        guard=Guard(expect_epoch=epoch, expect_owner="bench"),
-                    )
+                    moved = transition(db, park(epoch))
                 committed_at.append(time.monotonic_ns())
                 assert moved, "the status write was refused"
                 sent_at.append(t0)

@@ -8,7 +8,7 @@ interleaved in small blocks so a machine shared with other work slows them all a
   cas-only         task_transition's guarded UPDATE alone: no event, no NOTIFY (the floor of a
                    guarded write: what no change to the event or the notification can go below)
   cte-no-notify    the engine's task_transition with its NOTIFY removed
-  transition       engine.transitions.transition (CAS + event + notify), returning what a mover
+  transition       engine.core.transitions.transition (CAS + event + notify), returning what a mover
                    reads back (task_transition_moved: 10 columns)
   whole-row        the same returning the whole task row (26 columns: a claim, a cancel)
 
@@ -20,14 +20,14 @@ call is server work, the commit's WAL flush and scheduling.
 
 from bench.common import fresh_database, median, run_sql  # noqa: I001  (patches first)
 
-import json  # noqa: E402
 import time  # noqa: E402
 
 import gevent  # noqa: E402
 
 from engine.db import Database, _adapt  # noqa: E402
 from engine.sql import queries  # noqa: E402
-from bench.transitions import OWNER, fail_as_runner  # noqa: E402
+from bench.transitions import OWNER, fail_as_runner, runner_fails  # noqa: E402
+from engine.core.transitions import statement_params  # noqa: E402
 
 ROWS = 1200
 BLOCK = 50
@@ -58,7 +58,6 @@ def _cut(sql: str, *, event: bool) -> str | None:
 
 
 def variants(db: Database) -> dict:
-    verdicts = json.dumps({"running": "failed", "applying": "failed"})
     no_notify = _cut(queries["task_transition_moved"], event=True)
     cas_only = _cut(queries["task_transition_moved"], event=False)
 
@@ -69,28 +68,7 @@ def variants(db: Database) -> dict:
 
     def cte_params(task_id):
         # Passed as the engine passes them (engine/core/transitions.py): array literals.
-        return dict(
-            task_ids=f"{{{task_id}}}",
-            to="failed",
-            from_statuses="{running,applying}",
-            verdicts=verdicts,
-            reason="bench",
-            message="bench",
-            phase=None,
-            actor="bench",
-            claim_owner=None,
-            lease_ttl_s=None,
-            now=None,
-            namespace=None,
-            expect_epoch=1,
-            expect_owner=OWNER,
-            if_lease_expired=False,
-            if_cancel_pending=None,
-            cancel_older_than_s=None,
-            claimed_older_than_s=None,
-            created_older_than_s=None,
-            notify=True,
-        )
+        return statement_params(runner_fails(task_id), notify=True)
 
     found = {
         "plain": lambda i: raw(PLAIN, {"task_id": i, "to": "failed"}),

@@ -1,7 +1,7 @@
 """(a) Guarded transitions vs a plain single-row UPDATE, same pool, same row count.
 
-A guarded transition (engine.transitions.transition) is one CTE: lock the row, CAS on status and
-the lease fence, write the verdict event, and notify. It is measured as the engine makes it, in
+A guarded transition (engine.core.transitions.transition) is one CTE: lock the row, CAS on status
+and the lease fence, write the verdict event, and notify. It is measured as the engine makes it, in
 its two forms:
 
 - a run's own move (its claim and status moves, every transition of a deployment that is not
@@ -29,7 +29,7 @@ from engine.operations.config import Settings  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
 from engine.core.notices import RunnerNotices  # noqa: E402
 from engine.core.status import Status  # noqa: E402
-from engine.core.transitions import Guard, transition  # noqa: E402
+from engine.core.transitions import Fence, Move, transition  # noqa: E402
 
 ROWS = 2000
 #: Rows per alternation between the two.
@@ -66,15 +66,18 @@ def _run_block(workers: int, ids: list, one) -> float:
 def fail_as_runner(db: Database, task_id, **kwargs) -> list[dict]:
     """The runner's move of a leased benchmark row (`bench_task_insert_leased`: epoch 1, OWNER)
     to failed, through the engine's one guarded transition; the moved rows."""
-    return transition(
-        db,
+    return transition(db, runner_fails(task_id), **kwargs)
+
+
+def runner_fails(task_id) -> Move:
+    """The runner's move of a leased benchmark row (epoch 1, OWNER) to failed."""
+    return Move(
         task_id,
         Status.FAILED,
-        guard=Guard(expect_epoch=1, expect_owner=OWNER),
+        fence=Fence(1, OWNER),
         reason="bench",
         message="bench",
         actor="bench",
-        **kwargs,
     )
 
 

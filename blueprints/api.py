@@ -1,56 +1,32 @@
 """The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx
 (blueprints/errors.py)."""
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from blueprints import schemas
+from blueprints.api_calls import answer_once, create_from, json_answer
 from blueprints.auth import current_identity
-from blueprints.errors import error_body, http_status
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
-from engine.core.errors import DomainError, TaskNotFound
-from engine.lifecycle import actions, idempotency
+from engine.lifecycle import actions
 from engine.readside import dto
 from engine.readside.store import read_task_page
 from engine.readside.timeline import read_events
-from engine.readside.wait import wait_until_settled
 from engine.trust.untrusted import load_json
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
 
-def idempotency_secret() -> bytes:
-    """The server key the request fingerprints are hashed under (shared by every process)."""
-    return current_app.secret_key.encode()
-
-
-def answered(call) -> tuple[dict, int]:
-    """(body, status) of `call`, a domain error's included (so it can be kept for replay)."""
-    try:
-        return call()
-    except DomainError as exc:
-        return error_body(exc), http_status(exc)
-
-
 def idempotent(call) -> Response:
-    """Answer `call` ((body, status)) honouring an Idempotency-Key header: a repeat within 24 h
-    gets the first answer again with `Idempotent-Replayed: true`
-    (engine/lifecycle/idempotency.py)."""
-    key = idempotency.parse_key(request.headers.get("Idempotency-Key"))
-    if key is None:
-        body, status = call()
-        return jsonify(body), status
-    identity = current_identity()
-    asked = idempotency.Request(
-        identity.namespace, identity.user, request.method, request.path, _body_or_none()
+    """Answer `call` ((body, status)) honouring an Idempotency-Key header (api_calls.py)."""
+    return json_answer(
+        *answer_once(
+            request.headers.get("Idempotency-Key"),
+            request.method,
+            request.path,
+            _body_or_none,
+            call,
+        )
     )
-    body, status, replayed = idempotency.run_once(
-        runtime().db, idempotency_secret(), key, asked, lambda: answered(call)
-    )
-    response = jsonify(body)
-    response.status_code = status
-    if replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
 
 
 def _body_or_none():
@@ -71,22 +47,6 @@ def create_task():
 def _create_task():
     body = load(schemas.CreateTask, json_body())
     return create_from(body, predecessor_task_id=body.get("predecessorTaskId"))
-
-
-def create_from(fields: dict, *, predecessor_task_id=None) -> tuple[dict, int]:
-    """The create use case on a validated create body or tool arguments (projectId, source,
-    inputs, sensitiveKeys) and the request's kubeconfig; 201 with the stored snapshot."""
-    row = actions.create_task(
-        runtime(),
-        current_identity(),
-        project_id=fields.get("projectId"),
-        source=fields.get("source"),
-        inputs=fields.get("inputs"),
-        sensitive_keys=fields.get("sensitiveKeys"),
-        kubeconfig=kubeconfig_from_header(),
-        predecessor_task_id=predecessor_task_id,
-    )
-    return dto.snapshot(row), 201
 
 
 @bp.get("/tasks")
@@ -126,15 +86,10 @@ def get_task(task_id):
     """
     args = load(schemas.WaitForTask, request.args.to_dict())
     identity = current_identity()
-    row = actions.get_task(runtime(), identity, task_id)
     if "waitFor" not in args:
-        return jsonify(dto.snapshot(row))
-    waited, outcome = wait_until_settled(
-        runtime().db, runtime().fanout, identity.namespace, task_id, args["timeout"]
-    )
-    if waited is None:
-        raise TaskNotFound()
-    return jsonify({**dto.snapshot(waited), "waitOutcome": outcome})
+        return jsonify(dto.snapshot(actions.get_task(runtime(), identity, task_id)))
+    row, outcome = actions.wait_for_task(runtime(), identity, task_id, args["timeout"])
+    return jsonify({**dto.snapshot(row), "waitOutcome": outcome})
 
 
 @bp.get("/tasks/<uuid:task_id>/events")

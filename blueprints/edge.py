@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from flask import Flask, current_app, request
 
-from engine.core.errors import CrossSiteRequest, UntrustedHost
+from blueprints.errors import CrossSiteRequest, UntrustedHost
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 #: Sec-Fetch-Site values of a request the site's own pages (or the user) made.

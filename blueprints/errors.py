@@ -1,5 +1,6 @@
-"""Errors to HTTP, in one place: the status of every domain error, and the JSON bodies of errors
-under /api. The engine raises domain errors and never speaks HTTP."""
+"""Errors to HTTP, in one place: the errors only the web edge raises (the request's transport:
+its Host, Origin, media type, body and headers), the status of every domain error, and the JSON
+bodies of errors under /api. The engine raises domain errors and never speaks HTTP."""
 
 from flask import jsonify
 from werkzeug.exceptions import HTTPException
@@ -15,22 +16,52 @@ class UnknownTool(DomainError):
     code = "unknown_tool"
 
 
+class UntrustedHost(DomainError):
+    """This server does not answer to that Host (TRUSTED_HOSTS)."""
+
+    code = "untrusted_host"
+
+
+class CrossSiteRequest(DomainError):
+    """Cross-site requests may not change anything here."""
+
+    code = "cross_site_request"
+
+
+class UnsupportedMediaType(DomainError):
+    """Send the body as JSON (Content-Type: application/json)."""
+
+    code = "unsupported_media_type"
+
+
+class MalformedBody(DomainError):
+    """The body is not valid JSON."""
+
+    code = "malformed_json"
+
+
+class KubeconfigRequired(DomainError):
+    """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
+
+    code = "kubeconfig_required"
+
+
 #: The HTTP status of each domain error; a subclass not listed takes its nearest listed base's.
 HTTP_STATUS: dict[type[DomainError], int] = {
     DomainError: 400,
     errors.InvalidRequest: 400,
-    errors.MalformedBody: 400,
-    errors.UntrustedHost: 400,
-    errors.KubeconfigRequired: 400,
+    MalformedBody: 400,
+    UntrustedHost: 400,
+    KubeconfigRequired: 400,
     errors.TaskNotFound: 404,
     errors.PredecessorNotFound: 404,
     errors.UnknownTemplate: 404,
     UnknownTool: 404,
     operations.CleanupJobNotFound: 404,
     errors.OperatorOnly: 403,
-    errors.CrossSiteRequest: 403,
+    CrossSiteRequest: 403,
     errors.IllegalTransition: 409,
-    errors.LeaseLost: 409,
+    errors.TaskConflict: 409,
     errors.PredecessorNotRedeployable: 409,
     errors.RedeployAlreadyActive: 409,
     errors.TaskAlreadyFinished: 409,
@@ -38,7 +69,7 @@ HTTP_STATUS: dict[type[DomainError], int] = {
     errors.IdempotencyKeyInFlight: 409,
     operations.CleanupJobNotRetryable: 409,
     errors.IdempotencyKeyReused: 422,
-    errors.UnsupportedMediaType: 415,
+    UnsupportedMediaType: 415,
     errors.ShuttingDown: 503,
 }
 
@@ -59,7 +90,7 @@ def http_status(exc: DomainError) -> int:
 def error_body(exc: DomainError) -> dict:
     """{code, message, fields?, snapshot?}: the API's one error body."""
     body = {"code": exc.code, "message": exc.message}
-    if exc.snapshot is not None:
+    if isinstance(exc, errors.TaskConflict) and exc.snapshot is not None:
         body["snapshot"] = exc.snapshot
     if isinstance(exc, errors.InvalidRequest) and exc.fields:
         body["fields"] = exc.fields

@@ -56,7 +56,7 @@ def store_fragments(store: TaskStore, changes) -> list[str]:
 
 
 def timeline_context(row: dict, events: list[dict] | None = None) -> dict:
-    """What the timeline pane renders for one task row (`task_get_projection` shape)."""
+    """What the timeline pane renders for one task row (read_task's: with its successor_id)."""
     snapshot = dto.snapshot(row)
     view = view_from_row(row)
     built = timelines.build(

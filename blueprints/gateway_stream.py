@@ -14,7 +14,7 @@ from flask import Blueprint
 
 from blueprints.auth import current_identity
 from blueprints.request_helpers import runtime
-from blueprints.streams import KEEPALIVE, sse, sse_response
+from blueprints.sse import KEEPALIVE, sse, sse_response
 from engine.core.status import TERMINAL, Status
 from engine.lifecycle import actions
 from engine.readside.follow import Follow, Idle, Live, Removed

@@ -6,7 +6,7 @@ with one JSON body, or one SSE event when the client accepts only `text/event-st
 server offers no server-initiated stream (GET is 405) and keeps no session state: the
 `Mcp-Session-Id` is a signed token naming the negotiated version and the caller, so any worker
 of any process can serve the next request. Tools, their input schemas, auth and namespace
-scoping are the ones of blueprints/tools.py; a failing tool is an MCP tool error (`isError`) whose
+scoping are the ones of blueprints/toolbox.py; a failing tool is an MCP tool error (`isError`) whose
 text starts with the stable error code.
 """
 
@@ -16,7 +16,7 @@ import logging
 from flask import Blueprint, Response, current_app, jsonify, request
 from itsdangerous import BadSignature, URLSafeSerializer
 
-from blueprints import tools
+from blueprints import toolbox
 from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.jsonschema import schema_of
@@ -157,7 +157,7 @@ def _dispatch(method: str, params: dict) -> dict:
                     "description": t.description,
                     "inputSchema": schema_of(t.arguments),
                 }
-                for t in tools.TOOLS.values()
+                for t in toolbox.TOOLS.values()
             ]
         }
     if method == "tools/call":
@@ -166,10 +166,10 @@ def _dispatch(method: str, params: dict) -> dict:
 
 
 def _call_tool(params: dict) -> dict:
-    tool = tools.TOOLS.get(params.get("name"))
+    tool = toolbox.TOOLS.get(params.get("name"))
     if tool is None:
         raise RpcError(INVALID_PARAMS, f"unknown tool: {params.get('name')}")
-    body, status, _ = tools.invoke(tool, params.get("arguments") or {})
+    body, status, _ = toolbox.invoke(tool, params.get("arguments") or {})
     if status >= 400:
         # A tool error, not a protocol error: the model sees it and can correct its call.
         return {

@@ -24,10 +24,10 @@ from blueprints.forms import (
 from blueprints.fragments import fragments_response, render_chip, task_fragments, timeline_context
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from blueprints.views import dismissed_ids, editable, now, valid_project, view_from_store
-from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
+from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskConflict
 from engine.lifecycle import actions
 from engine.readside import dto
-from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task_row
+from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task
 from engine.runners.kinds import KINDS
 
 bp = Blueprint("pages", __name__)
@@ -106,16 +106,13 @@ def _board_page(project_id: str, before: dict | None = None) -> tuple[TaskStore,
 # -- routes: partials ----------------------------------------------------------------------------
 def _row_or_none(task_id) -> dict | None:
     try:
-        return read_task_row(runtime().db, current_identity().namespace, UUID(str(task_id)))
+        return read_task(runtime().db, current_identity().namespace, UUID(str(task_id)))
     except ValueError:
         return None
 
 
 def _row(task_id: UUID) -> dict:
-    row = read_task_row(runtime().db, current_identity().namespace, task_id)
-    if row is None:
-        raise TaskNotFound()
-    return row
+    return actions.get_task(runtime(), current_identity(), task_id)
 
 
 @bp.get("/tasks/<uuid:task_id>/timeline")
@@ -236,20 +233,20 @@ def _pane_with_errors(ctx: dict, field_errors: dict) -> Response:
 def _opened(row: dict, predecessor_id: str | None) -> Response:
     """After a create or redeploy: close the pane, open the new task's timeline, show its chip
     (and its predecessor's, now superseded)."""
-    fresh = read_task_row(runtime().db, row["namespace"], row["id"]) or row
+    fresh = read_task(runtime().db, row["namespace"], row["id"]) or row
     parts = [
         render_template("partials/pane_empty.html"),
         render_template("partials/timeline.html", **timeline_context(fresh)),
         task_fragments(fresh),
     ]
     if predecessor_id:
-        before = read_task_row(runtime().db, row["namespace"], UUID(predecessor_id))
+        before = read_task(runtime().db, row["namespace"], UUID(predecessor_id))
         if before is not None:
             parts.append(task_fragments(before))
     return fragments_response(*parts)
 
 
-def _open_winner(exc: DomainError, predecessor_id: str) -> Response:
+def _open_winner(exc: RedeployAlreadyActive, predecessor_id: str) -> Response:
     """A concurrent redeploy won (or a double click): show the winner, silently."""
     winner = (exc.snapshot or {}).get("id")
     row = _row_or_none(winner) if winner else None
@@ -265,9 +262,8 @@ def cancel(task_id):
     current state (no toasts)."""
     try:
         actions.cancel_task(runtime(), current_identity(), task_id)
-    except DomainError as exc:
-        if exc.snapshot is None:
-            raise
+    except TaskConflict:
+        pass  # a finished task: the fragments show it as it is
     return fragments_response(task_fragments(_row(task_id)))
 
 
@@ -285,9 +281,7 @@ def redeploy(task_id):
         )
     except RedeployAlreadyActive as exc:
         return _open_winner(exc, str(task_id))
-    except DomainError as exc:
-        if exc.snapshot is None:
-            raise
+    except TaskConflict:  # not redeployable (any more): show the predecessor as it is
         return fragments_response(task_fragments(_row(task_id)))
     return _opened(row, str(task_id))
 
@@ -321,9 +315,8 @@ def submit_input(task_id):
             for name, reasons in ((exc.fields or {}).get("inputs") or {}).items()
         }
         return _input_form_with_errors(row, values, errors or {"_form": exc.message})
-    except DomainError as exc:
-        if exc.snapshot is None:
-            raise
+    except TaskConflict:
+        pass  # no longer blocked (answered elsewhere, cancelled): the fragments show it
     return fragments_response(task_fragments(_row(task_id)))
 
 

@@ -8,12 +8,8 @@ from flask import current_app, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from engine.core.errors import (
-    InvalidRequest,
-    KubeconfigRequired,
-    MalformedBody,
-    UnsupportedMediaType,
-)
+from blueprints.errors import KubeconfigRequired, MalformedBody, UnsupportedMediaType
+from engine.core.errors import InvalidRequest
 from engine.integrations.base import IntegrationError
 from engine.process import EngineRuntime
 from engine.trust.untrusted import MalformedJson, load_json, load_yaml

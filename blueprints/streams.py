@@ -6,42 +6,21 @@ subscribes first, then reads, re-reads after a reconnect or a failed read, and t
 blueprints/gateway_stream.py.)
 """
 
-import json
-
-from flask import Blueprint, Response, stream_with_context
+from flask import Blueprint
 from marshmallow import ValidationError
 
 from blueprints.auth import current_identity
 from blueprints.fragments import store_fragments
 from blueprints.request_helpers import runtime
 from blueprints.schemas import PROJECT_ID
+from blueprints.sse import KEEPALIVE, sse, sse_response
 from blueprints.views import dismissed_ids, now, valid_project
 from engine.core.errors import InvalidRequest
 from engine.readside import dto
 from engine.readside.follow import Change, Follow, Idle, Removed, Snapshot
-from engine.readside.store import TaskStore, read_board, read_task_row
+from engine.readside.store import TaskStore, read_board, read_task
 
 bp = Blueprint("streams", __name__)
-
-#: The SSE comment a stream sends on every `Idle` (proxies keep the stream open).
-KEEPALIVE = ": keepalive\n\n"
-
-
-def sse(event: str, data: dict) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-def sse_response(frames, follow: Follow) -> Response:
-    """A streamed SSE response of `frames` (strings), in the request's context, kept out of
-    caches and proxy buffers so each frame reaches the viewer at once; `follow` is closed with
-    it (even when the viewer left before the first frame)."""
-    response = Response(
-        stream_with_context(frames),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-    response.call_on_close(follow.close)
-    return response
 
 
 def follow_project(project_id: str, **options) -> Follow:
@@ -53,7 +32,7 @@ def follow_project(project_id: str, **options) -> Follow:
         namespace=namespace,
         project=project_id,
         snapshot=lambda: read_board(engine.db, namespace, project_id),
-        change=lambda payload: read_task_row(engine.db, namespace, payload["task"]),
+        change=lambda payload: read_task(engine.db, namespace, payload["task"]),
         **options,
     )
 

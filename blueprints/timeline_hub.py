@@ -28,7 +28,7 @@ from simple_websocket import ConnectionClosed
 from blueprints.fragments import render_timeline_sections
 from engine.readside import timeline as timelines
 from engine.readside.follow import Change, Follow, Idle, Removed, Snapshot
-from engine.readside.store import read_task_row
+from engine.readside.store import read_task
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class Channel:
 
     def _read_all(self) -> tuple[dict, list[dict]] | None:
         """The task's row and its events; None once it is gone."""
-        row = read_task_row(self.hub.runtime.db, self.namespace, self.task_id)
+        row = read_task(self.hub.runtime.db, self.namespace, self.task_id)
         if row is None:
             return None
         return row, timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id)
@@ -193,7 +193,7 @@ class Channel:
         timeline's settled seq (late commits included); None once the task is gone."""
         # Both reads at once (two pool connections): they are most of the time before the fanout.
         reading = gevent.spawn(self._read_events_after, sweep)
-        row = read_task_row(self.hub.runtime.db, self.namespace, self.task_id)
+        row = read_task(self.hub.runtime.db, self.namespace, self.task_id)
         events = reading.get()
         return None if row is None else (row, events)
 

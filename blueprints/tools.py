@@ -1,166 +1,15 @@
-"""Chat tools: the same lifecycle actions for assistants, described as JSON Schema tools.
-
-`GET /api/v1/tools` lists them; `POST /api/v1/tools/<name>` calls one with its arguments as the
-JSON body. They call engine/lifecycle/actions.py exactly like the canvas does, so the two never
-disagree.
-"""
-
-from collections.abc import Callable
-from dataclasses import dataclass
+"""Chat tools over REST: `GET /api/v1/tools` lists them (blueprints/toolbox.py);
+`POST /api/v1/tools/<name>` calls one with its arguments as the JSON body."""
 
 from flask import Blueprint, jsonify
-from marshmallow import fields, validate
 
-from blueprints import schemas
-from blueprints.api import answered, create_from, idempotency_secret
-from blueprints.auth import current_identity
-from blueprints.errors import UnknownTool, error_body, http_status
+from blueprints.api_calls import json_answer
+from blueprints.errors import UnknownTool
 from blueprints.jsonschema import schema_of
-from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
-from engine.core.errors import DomainError, InvalidRequest
-from engine.lifecycle import actions, idempotency
-from engine.readside import dto
-from engine.readside.explain import explain
-from engine.readside.timeline import read_event_tail, read_events
-from engine.readside.wait import MAX_WAIT_S, wait_until_settled
+from blueprints.request_helpers import json_body
+from blueprints.toolbox import TOOLS, invoke
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
-
-
-#: Retrying a call with the same key within 24 h returns the first call's result.
-IdempotencyKey = fields.String(
-    validate=validate.Regexp(idempotency.KEY.pattern, error="1 to 255 printable characters")
-)
-
-
-class CreateDeployment(schemas.RequestSchema):
-    """Deploy a source (image, database, template, GitHub repository, prompt) into a project."""
-
-    projectId = fields.String(required=True, validate=schemas.PROJECT_ID)
-    source = schemas.SourceField(required=True)
-    inputs = schemas.InputValues
-    sensitiveKeys = schemas.SensitiveKeys
-    idempotencyKey = IdempotencyKey
-
-
-class TaskRef(schemas.RequestSchema):
-    """A deployment task by id."""
-
-    taskId = fields.UUID(required=True)
-
-
-class RedeployDeployment(schemas.RequestSchema):
-    """Redeploy a failed or cancelled deployment, optionally with an edited source or inputs."""
-
-    taskId = fields.UUID(required=True)
-    projectId = fields.String(validate=schemas.PROJECT_ID)
-    source = schemas.SourceField()
-    inputs = schemas.InputValues
-    sensitiveKeys = schemas.SensitiveKeys
-    idempotencyKey = IdempotencyKey
-
-
-class SubmitDeploymentInputs(schemas.RequestSchema):
-    """Answer the inputs a blocked deployment asks for; it resumes at once."""
-
-    taskId = fields.UUID(required=True)
-    inputs = schemas.SubmitInputs._declared_fields["inputs"]
-    sensitiveKeys = schemas.SensitiveKeys
-    idempotencyKey = IdempotencyKey
-
-
-class WaitForDeployment(schemas.RequestSchema):
-    """Wait until a deployment finishes or blocks on inputs, at most timeoutSeconds."""
-
-    taskId = fields.UUID(required=True)
-    timeoutSeconds = fields.Integer(
-        validate=validate.Range(1, MAX_WAIT_S), load_default=60, strict=True
-    )
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    arguments: type[schemas.RequestSchema]
-    call: Callable[[dict], tuple[dict, int]]
-
-
-def _cancel(args):
-    return dto.snapshot(actions.cancel_task(runtime(), current_identity(), args["taskId"])), 200
-
-
-def _redeploy(args):
-    return create_from(args, predecessor_task_id=args["taskId"])
-
-
-def _submit(args):
-    row = actions.submit_inputs(
-        runtime(),
-        current_identity(),
-        args["taskId"],
-        inputs=args["inputs"],
-        sensitive_keys=args.get("sensitiveKeys"),
-        kubeconfig=kubeconfig_from_header(),
-    )
-    return dto.snapshot(row), 200
-
-
-def _explain(args):
-    identity = current_identity()
-    row = actions.get_task(runtime(), identity, args["taskId"])
-    events = read_events(runtime().db, identity.namespace, row["id"])
-    tail = read_event_tail(runtime().db, identity.namespace, row["id"], limit=500)
-    return explain(dto.snapshot(row), events, tail), 200
-
-
-def _wait(args):
-    identity = current_identity()
-    actions.get_task(runtime(), identity, args["taskId"])
-    row, outcome = wait_until_settled(
-        runtime().db, runtime().fanout, identity.namespace, args["taskId"], args["timeoutSeconds"]
-    )
-    if row is None:
-        actions.get_task(runtime(), identity, args["taskId"])  # purged meanwhile: not found
-    return {"outcome": outcome, "snapshot": dto.snapshot(row)}, 200
-
-
-TOOLS = {
-    t.name: t
-    for t in [
-        Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, create_from),
-        Tool(
-            "cancel_deployment",
-            "Cancel a deployment. Queued or blocked ones stop at once; running "
-            "ones stop at their next step. Nothing already applied is deleted.",
-            TaskRef,
-            _cancel,
-        ),
-        Tool("redeploy_deployment", RedeployDeployment.__doc__, RedeployDeployment, _redeploy),
-        Tool(
-            "submit_deployment_inputs",
-            SubmitDeploymentInputs.__doc__,
-            SubmitDeploymentInputs,
-            _submit,
-        ),
-        Tool(
-            "explain_deployment",
-            "Explain a deployment in plain language: what ran, what was "
-            "applied, why it ended and what to do next, its last timeline lines and, for a "
-            "failure, the end of the runner's log.",
-            TaskRef,
-            _explain,
-        ),
-        Tool(
-            "wait_for_deployment",
-            "Wait until a deployment is finished (completed, failed, "
-            "cancelled) or blocked on inputs, at most timeoutSeconds (<= 300). Returns "
-            "{outcome: terminal|blocked|timeout, snapshot}.",
-            WaitForDeployment,
-            _wait,
-        ),
-    ]
-}
 
 
 @bp.get("")
@@ -176,46 +25,10 @@ def list_tools():
     )
 
 
-def invoke(tool: Tool, arguments) -> tuple[dict, int, bool]:
-    """(result or error body, status, replayed) of one call, honouring its idempotencyKey."""
-
-    def call():
-        if not isinstance(arguments, dict):
-            raise InvalidRequest("the arguments must be a JSON object")
-        return tool.call(load(tool.arguments, arguments))
-
-    key = arguments.get("idempotencyKey") if isinstance(arguments, dict) else None
-    if not isinstance(key, str):
-        return (*answered(call), False)
-    try:
-        key = idempotency.parse_key(key)
-    except DomainError as exc:
-        return error_body(exc), http_status(exc), False
-    identity = current_identity()
-    asked = idempotency.Request(
-        identity.namespace,
-        identity.user,
-        "TOOL",
-        tool.name,
-        {k: v for k, v in arguments.items() if k != "idempotencyKey"},
-    )
-    try:
-        return idempotency.run_once(
-            runtime().db, idempotency_secret(), key, asked, lambda: answered(call)
-        )
-    except DomainError as exc:  # the key reused or in flight
-        return error_body(exc), http_status(exc), False
-
-
 @bp.post("/<name>")
 def call_tool(name):
     """Call a tool with its arguments as the JSON body."""
     tool = TOOLS.get(name)
     if tool is None:
         raise UnknownTool()
-    result, status, replayed = invoke(tool, json_body())
-    response = jsonify(result)
-    response.status_code = status
-    if replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
+    return json_answer(*invoke(tool, json_body()))

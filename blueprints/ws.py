@@ -29,7 +29,7 @@ from blueprints.timeline_hub import (
     bootstrap,
     frame,
 )
-from engine.readside.store import read_task_row
+from engine.readside.store import read_task
 
 bp = Blueprint("ws", __name__)
 sock = Sock()
@@ -47,10 +47,7 @@ def check_handshake():
     if not origin_allowed(request.headers.get("Origin")):
         abort(403, description="websocket Origin does not match this site")
     task_id = (request.view_args or {}).get("task_id")
-    if (
-        task_id is None
-        or read_task_row(runtime().db, current_identity().namespace, task_id) is None
-    ):
+    if task_id is None or read_task(runtime().db, current_identity().namespace, task_id) is None:
         abort(404)
 
 

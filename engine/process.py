@@ -26,7 +26,7 @@ from engine.core.handle import TaskHandle
 from engine.core.notices import RunnerNotices
 from engine.core.reaper import Reaper
 from engine.core.status import LEASED, Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Fence, Move, transition
 from engine.db import Database
 from engine.integrations import Integrations
 from engine.operations import logs, metrics
@@ -275,26 +275,19 @@ class EngineRuntime:
 
     def _resolve_interrupted(self, handle: TaskHandle, message: str) -> None:
         """A held lease this process gives up: cancelled if a cancel is pending, else failed."""
-        fence = Guard(expect_epoch=handle.epoch, expect_owner=self.owner)
-        moved = transition(
-            self.db,
+        failed = Move(
             handle.task_id,
-            Status.CANCELLED,
-            guard=replace(fence, if_cancel_pending=True),
-            reason="cancel_acknowledged",
+            Status.FAILED,
+            fence=Fence(handle.epoch, self.owner),
+            reason="interrupted",
             message=message,
             actor="engine",
         )
-        if not moved:
-            transition(
-                self.db,
-                handle.task_id,
-                Status.FAILED,
-                guard=fence,
-                reason="interrupted",
-                message=message,
-                actor="engine",
-            )
+        cancelled = replace(
+            failed, to=Status.CANCELLED, if_cancel_pending=True, reason="cancel_acknowledged"
+        )
+        if not transition(self.db, cancelled):
+            transition(self.db, failed)
 
     def abort_local(self, task_id: UUID, reason: str) -> bool:
         """Fire the abort of a runner in this process; whether there was one."""

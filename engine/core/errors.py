@@ -1,5 +1,6 @@
-"""Domain errors. Each subclass's docstring is its message and `code` its stable name;
-blueprints/errors.py maps them to HTTP statuses in one place."""
+"""Domain errors. Each subclass's docstring is its message and `code` its stable name; they
+carry no HTTP status: blueprints/errors.py chooses those, in one place (with the errors only the
+web edge raises). LeaseLost, at the end, is no domain error: an internal fencing signal."""
 
 
 class DomainError(Exception):
@@ -7,10 +8,19 @@ class DomainError(Exception):
 
     code = "error"
 
-    def __init__(self, message: str | None = None, *, snapshot: dict | None = None):
+    def __init__(self, message: str | None = None):
         self.message = message or (self.__doc__ or "").strip()
-        self.snapshot = snapshot
         super().__init__(self.message)
+
+
+class TaskConflict(DomainError):
+    """The task's current state refuses this; `snapshot` shows it as it is now."""
+
+    # No code of its own: only its subclasses are raised (and answered), each with its code.
+    def __init__(self, message: str | None = None, *, snapshot: dict | None = None):
+        super().__init__(message)
+        #: The task the request met (None when it is gone), so a surface can show it instead.
+        self.snapshot = snapshot
 
 
 class TaskNotFound(DomainError):
@@ -31,25 +41,25 @@ class IllegalTransition(DomainError):
     code = "illegal_transition"
 
 
-class TaskAlreadyFinished(DomainError):
+class TaskAlreadyFinished(TaskConflict):
     """The task has already finished."""
 
     code = "task_already_finished"
 
 
-class TaskNotBlocked(DomainError):
+class TaskNotBlocked(TaskConflict):
     """The task is not waiting for inputs."""
 
     code = "task_not_blocked"
 
 
-class PredecessorNotRedeployable(DomainError):
+class PredecessorNotRedeployable(TaskConflict):
     """Only a failed or cancelled task can be redeployed."""
 
     code = "predecessor_not_redeployable"
 
 
-class RedeployAlreadyActive(DomainError):
+class RedeployAlreadyActive(TaskConflict):
     """Another redeploy of this task is already active."""
 
     code = "redeploy_already_active"
@@ -71,46 +81,10 @@ class InvalidRequest(DomainError):
         self.fields = fields
 
 
-class MalformedBody(DomainError):
-    """The body is not valid JSON."""
-
-    code = "malformed_json"
-
-
-class UnsupportedMediaType(DomainError):
-    """Send the body as JSON (Content-Type: application/json)."""
-
-    code = "unsupported_media_type"
-
-
 class UnknownTemplate(DomainError):
     """No template of that name in the catalog."""
 
     code = "template_not_found"
-
-
-class UntrustedHost(DomainError):
-    """This server does not answer to that Host (TRUSTED_HOSTS)."""
-
-    code = "untrusted_host"
-
-
-class CrossSiteRequest(DomainError):
-    """Cross-site requests may not change anything here."""
-
-    code = "cross_site_request"
-
-
-class KubeconfigRequired(DomainError):
-    """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
-
-    code = "kubeconfig_required"
-
-
-class LeaseLost(DomainError):
-    """This process no longer holds the task's lease; the write was fenced off."""
-
-    code = "lease_lost"
 
 
 class IdempotencyKeyReused(DomainError):
@@ -129,3 +103,12 @@ class OperatorOnly(DomainError):
     """Only an operator may see this."""
 
     code = "operator_only"
+
+
+class LeaseLost(Exception):
+    """This process no longer holds the task's lease; the write was fenced off.
+
+    Not a DomainError, so no surface can answer it: only a run's handle raises it (a fenced
+    write), in the run's own greenlet, which ends the run (engine/process.py). No request holds a
+    handle; one that ever met it would fail like any bug (500), never as a client's conflict.
+    """

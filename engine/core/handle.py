@@ -10,7 +10,7 @@ from engine.cleanup import task_runtimes as runtimes
 from engine.core.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
 from engine.core.errors import LeaseLost
 from engine.core.status import Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Fence, Move, transition
 from engine.db import Database, Slotted
 from engine.trust import secrets
 
@@ -280,23 +280,18 @@ class TaskHandle:
     ) -> None:
         if to is not Status.APPLYING:
             self.ending = to
-        moved = transition(
-            self.db,
+        move = Move(
             self.task_id,
             to,
+            fence=Fence(self.epoch, self.owner),
+            # A user who asked to cancel never sees "completed".
+            if_cancel_pending=False if to is Status.COMPLETED else None,
             reason=reason,
             message=message,
             phase=phase,
-            guard=Guard(
-                expect_epoch=self.epoch,
-                expect_owner=self.owner,
-                # A user who asked to cancel never sees "completed".
-                if_cancel_pending=False if to is Status.COMPLETED else None,
-            ),
             actor="runner",
-            abort=self._live_abort(),
-            notices=self._notices,
         )
+        moved = transition(self.db, move, abort=self._live_abort(), notices=self._notices)
         if not moved:
             if to is Status.COMPLETED:
                 self.ending = None

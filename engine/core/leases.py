@@ -3,7 +3,7 @@
 from uuid import UUID
 
 from engine.core.status import Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Claim, Move, transition
 from engine.db import Database
 
 
@@ -24,19 +24,16 @@ def claim(
     announced with the run's own writes instead of notifying at once: the process that will run
     the task is the only one whose decisions depend on its lease, and it made the claim.
     """
-    rows = transition(
-        db,
+    move = Move(
         task_id,
         Status.RUNNING,
-        from_statuses=[from_status],
-        claim_owner=owner,
-        lease_ttl_s=lease_ttl_s,
-        guard=Guard(namespace=namespace),
+        from_statuses=(from_status,),
+        claim=Claim(owner, lease_ttl_s),
+        namespace=namespace,
         actor=actor,
         phase="starting",
-        notices=notices,
-        whole_rows=True,
     )
+    rows = transition(db, move, whole_rows=True, notices=notices)
     return rows[0] if rows else None
 
 

@@ -2,13 +2,13 @@
 processes sweeping at once is harmless; every verdict records a task event."""
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from engine.cleanup import jobs as cleanup_jobs
 from engine.cleanup import task_runtimes as runtimes
 from engine.core.status import LEASED, Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Move, transition
 from engine.db import Database
 from engine.operations import metrics
 from engine.operations.config import Settings
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 #: Rows one sweep resolves at most; the rest wait for the next tick.
 SWEEP_BATCH = 500
-LEASED_SOURCES = sorted(LEASED)
+LEASED_SOURCES = tuple(sorted(LEASED))
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,7 @@ class _Sweep:
     name: str
     candidates: str  # named query listing candidate ids
     deadline: str | None  # settings attribute holding the deadline, if any
-    to: Status
-    sources: list[Status]
-    guard: Guard
-    reason: str
-    message: str
+    move: Move  # what each candidate's move asks, for the ids it lists
 
 
 class Reaper:
@@ -48,51 +44,73 @@ class Reaper:
                 "cancel_deadline",
                 "task_list_ids_cancel_overdue",
                 "cancel_ack_deadline_s",
-                Status.CANCELLED,
-                LEASED_SOURCES,
-                Guard(cancel_older_than_s=s.cancel_ack_deadline_s),
-                "cancel_deadline",
-                "cancel was not acknowledged in time; cancelled by the engine",
+                Move(
+                    (),
+                    Status.CANCELLED,
+                    from_statuses=LEASED_SOURCES,
+                    reason="cancel_deadline",
+                    message="cancel was not acknowledged in time; cancelled by the engine",
+                    actor="reaper",
+                    cancel_older_than_s=s.cancel_ack_deadline_s,
+                ),
             ),
             _Sweep(
                 "lease_expired_cancel",
                 "task_list_ids_lease_expired",
                 None,
-                Status.CANCELLED,
-                LEASED_SOURCES,
-                Guard(if_lease_expired=True, if_cancel_pending=True),
-                "cancel_acknowledged",
-                "the run's process is gone; the pending cancel resolves it",
+                Move(
+                    (),
+                    Status.CANCELLED,
+                    from_statuses=LEASED_SOURCES,
+                    reason="cancel_acknowledged",
+                    message="the run's process is gone; the pending cancel resolves it",
+                    actor="reaper",
+                    if_lease_expired=True,
+                    if_cancel_pending=True,
+                ),
             ),
             _Sweep(
                 "run_timeout",
                 "task_list_ids_run_overdue",
                 "max_run_s",
-                Status.FAILED,
-                LEASED_SOURCES,
-                Guard(claimed_older_than_s=s.max_run_s),
-                "timeout",
-                f"the run exceeded the maximum duration of {s.max_run_s:g}s",
+                Move(
+                    (),
+                    Status.FAILED,
+                    from_statuses=LEASED_SOURCES,
+                    reason="timeout",
+                    message=f"the run exceeded the maximum duration of {s.max_run_s:g}s",
+                    actor="reaper",
+                    claimed_older_than_s=s.max_run_s,
+                ),
             ),
             _Sweep(
                 "lease_expired",
                 "task_list_ids_lease_expired",
                 None,
-                Status.FAILED,
-                LEASED_SOURCES,
-                Guard(if_lease_expired=True, if_cancel_pending=False),
-                "interrupted",
-                "the server running this deployment stopped",
+                Move(
+                    (),
+                    Status.FAILED,
+                    from_statuses=LEASED_SOURCES,
+                    reason="interrupted",
+                    message="the server running this deployment stopped",
+                    actor="reaper",
+                    if_lease_expired=True,
+                    if_cancel_pending=False,
+                ),
             ),
             _Sweep(
                 "never_started",
                 "task_list_ids_queued_overdue",
                 "queued_start_deadline_s",
-                Status.FAILED,
-                [Status.QUEUED],
-                Guard(created_older_than_s=s.queued_start_deadline_s),
-                "never_started",
-                "the deployment was never started",
+                Move(
+                    (),
+                    Status.FAILED,
+                    from_statuses=(Status.QUEUED,),
+                    reason="never_started",
+                    message="the deployment was never started",
+                    actor="reaper",
+                    created_older_than_s=s.queued_start_deadline_s,
+                ),
             ),
         ]
 
@@ -110,23 +128,11 @@ class Reaper:
             with metrics.timed(metrics.SWEEP_DURATION, sweep=sweep.name):
                 ids = [row["id"] for row in self.db.all(sweep.candidates, **params)]
                 moved = (
-                    transition(
-                        self.db,
-                        ids,
-                        sweep.to,
-                        from_statuses=sweep.sources,
-                        guard=sweep.guard,
-                        reason=sweep.reason,
-                        message=sweep.message,
-                        actor="reaper",
-                        now=now,
-                    )
-                    if ids
-                    else []
+                    transition(self.db, replace(sweep.move, task_ids=ids, now=now)) if ids else []
                 )
             resolved[sweep.name] = len(moved)
             if moved:
-                log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.to)
+                log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.move.to)
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
         # purge. Both only enqueue durable cleanup jobs (engine/cleanup/worker.py runs them).
         with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):

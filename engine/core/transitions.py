@@ -1,6 +1,7 @@
 """The one guarded transition: the only code that writes a task's status."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -14,97 +15,138 @@ from engine.operations import metrics
 
 
 @dataclass(frozen=True)
-class Guard:
-    """Extra preconditions the CAS re-checks against the row (and the database clock)."""
+class Fence:
+    """A lease holder's write: the row must still carry this epoch and owner."""
 
-    #: A lease holder's write: the row must still carry this epoch and owner.
-    expect_epoch: int | None = None
-    expect_owner: str | None = None
-    #: Tenant scoping for request-driven transitions.
+    epoch: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim's new lease: the next epoch, held by `owner` for `ttl_s` seconds."""
+
+    owner: str
+    ttl_s: float
+
+
+@dataclass(frozen=True)
+class Move:
+    """One guarded status move of some tasks: legal by construction (IllegalTransition).
+
+    Every precondition left at its default is not asked; the CAS re-checks the others against
+    the row and the database clock.
+    """
+
+    #: One task or several (the reaper moves a batch).
+    task_ids: UUID | Sequence[UUID]
+    to: Status
+    #: Narrows the table's sources (a cancel moves only what it read); None: all of them.
+    from_statuses: tuple[Status, ...] | None = None
+    # -- who may move it -------------------------------------------------------------------------
+    #: A claim (queued|blocked -> running) starts a new lease epoch.
+    claim: Claim | None = None
+    #: A lease holder's move.
+    fence: Fence | None = None
+    #: A request's move: only within the caller's namespace.
     namespace: str | None = None
+    # -- what the row must say now (the reaper's sweeps, a runner's completion) ------------------
     if_lease_expired: bool = False
     #: True: a cancel must be pending; False: none may be; None: either.
     if_cancel_pending: bool | None = None
     cancel_older_than_s: float | None = None
     claimed_older_than_s: float | None = None
     created_older_than_s: float | None = None
+    # -- what the move records -------------------------------------------------------------------
+    reason: str | None = None
+    message: str | None = None
+    phase: str | None = None
+    actor: str | None = None
+    #: The database clock, pinned by tests (None: now()).
+    now: datetime | None = None
 
+    def __post_init__(self):
+        _sources(self.to, self.from_statuses)  # IllegalTransition: a pair the table lacks
+        if self.claim is not None and self.to is not Status.RUNNING:
+            raise IllegalTransition("only a move to running claims a lease")
+        if self.to in LEASED and self.claim is None and self.fence is None:
+            raise IllegalTransition(f"a move to {self.to} is a lease holder's write")
 
-#: No precondition beyond the transition table's source statuses.
-NO_GUARD = Guard()
+    @property
+    def sources(self) -> tuple[Status, ...]:
+        """The statuses this move leaves."""
+        return _sources(self.to, self.from_statuses)
 
 
 def transition(
     db: Database,
-    task_ids: list[UUID] | UUID,
-    to: Status,
+    move: Move,
     *,
-    from_statuses: list[Status] | None = None,
-    guard: Guard = NO_GUARD,
-    reason: str | None = None,
-    message: str | None = None,
-    phase: str | None = None,
-    actor: str | None = None,
-    claim_owner: str | None = None,
-    lease_ttl_s: float | None = None,
-    now: datetime | None = None,
+    whole_rows: bool = False,
     abort: AbortSignal | None = None,
     notices=None,
-    whole_rows: bool = False,
 ) -> list[dict]:
-    """Move tasks to `to` where the table and the guard allow it; the rows that moved.
+    """Make `move` where the table and its preconditions allow it; the rows that moved.
 
     Each moved row says what a mover reads back: id, namespace, project_id, status,
     previous_status, lease_epoch, lease_owner, cancel_requested_at, created_at, finished_at.
     `whole_rows` for a caller that hands the task on (a claim's runner, a cancel's snapshot).
 
-    `from_statuses` narrows the table's sources (a cancel only moves queued/blocked at once);
-    naming a pair the table lacks raises IllegalTransition. A claim (`claim_owner`) starts a new
-    lease epoch; leaving the leased statuses releases the lease. `notices` only for a run's own
-    move (its claim, its status moves): the statement does not notify, and the process's runner
-    notices (engine/core/notices.py) announce the moved rows with their next tick.
+    Leaving the leased statuses releases the lease. `notices` only for a run's own move (its
+    claim, its status moves): the statement does not notify, and the process's runner notices
+    (engine/core/notices.py) announce the moved rows with their next tick.
     """
-    allowed = sources_of(to)
-    if from_statuses is None:
-        from_statuses = allowed
-    illegal = [src for src in from_statuses if (src, to) not in TRANSITIONS]
-    if illegal or not from_statuses:
-        raise IllegalTransition(f"{', '.join(illegal) or 'nothing'} -> {to} is not a transition")
-    if claim_owner is not None and (to is not Status.RUNNING or lease_ttl_s is None):
-        raise IllegalTransition("only a move to running claims a lease, and it needs a TTL")
-    if to in LEASED and claim_owner is None and guard.expect_epoch is None:
-        raise IllegalTransition(f"a move to {to} is a lease holder's write")
-    ids = [task_ids] if isinstance(task_ids, (UUID, str)) else task_ids
-    sources, verdicts, verdicts_json = _verdicts(to, tuple(from_statuses))
     moved = db.all(
         "task_transition" if whole_rows else "task_transition_moved",
         abort=abort,
-        task_ids=_uuid_array(ids),
-        to=str(to),
-        from_statuses=sources,
-        verdicts=verdicts_json,
-        reason=reason,
-        message=message,
-        phase=phase,
-        actor=actor,
-        claim_owner=claim_owner,
-        lease_ttl_s=lease_ttl_s,
-        now=now,
-        namespace=guard.namespace,
-        expect_epoch=guard.expect_epoch,
-        expect_owner=guard.expect_owner,
-        if_lease_expired=guard.if_lease_expired,
-        if_cancel_pending=guard.if_cancel_pending,
-        cancel_older_than_s=guard.cancel_older_than_s,
-        claimed_older_than_s=guard.claimed_older_than_s,
-        created_older_than_s=guard.created_older_than_s,
-        notify=notices is None,
+        **statement_params(move, notify=notices is None),
     )
     if notices is not None:
         for row in moved:
             notices.changed(row["namespace"], row["project_id"], row["id"])
-    metrics.record_transitions(moved, verdicts, str(to), terminal=to in TERMINAL)
+    _, verdicts, _ = _verdicts(move.to, move.sources)
+    metrics.record_transitions(moved, verdicts, str(move.to), terminal=move.to in TERMINAL)
     return moved
+
+
+def statement_params(move: Move, *, notify: bool) -> dict:
+    """The parameters of task_transition(_moved) for `move` (a benchmark sends them raw)."""
+    sources, _, verdicts_json = _verdicts(move.to, move.sources)
+    ids = [move.task_ids] if isinstance(move.task_ids, (UUID, str)) else move.task_ids
+    claim, fence = move.claim, move.fence
+    return {
+        "task_ids": _uuid_array(ids),
+        "to": str(move.to),
+        "from_statuses": sources,
+        "verdicts": verdicts_json,
+        "reason": move.reason,
+        "message": move.message,
+        "phase": move.phase,
+        "actor": move.actor,
+        "claim_owner": claim.owner if claim else None,
+        "claim_ttl_s": claim.ttl_s if claim else None,
+        "now": move.now,
+        "namespace": move.namespace,
+        "fence_epoch": fence.epoch if fence else None,
+        "fence_owner": fence.owner if fence else None,
+        "if_lease_expired": move.if_lease_expired,
+        "if_cancel_pending": move.if_cancel_pending,
+        "cancel_older_than_s": move.cancel_older_than_s,
+        "claimed_older_than_s": move.claimed_older_than_s,
+        "created_older_than_s": move.created_older_than_s,
+        "notify": notify,
+    }
+
+
+@lru_cache(maxsize=64)
+def _sources(to: Status, from_statuses: tuple[Status, ...] | None) -> tuple[Status, ...]:
+    """`from_statuses`, or every status the table moves to `to` from; IllegalTransition when
+    one of them (or nothing) leads to `to`."""
+    sources = tuple(sources_of(to)) if from_statuses is None else from_statuses
+    illegal = [src for src in sources if (src, to) not in TRANSITIONS]
+    if illegal or not sources:
+        raise IllegalTransition(f"{', '.join(illegal) or 'nothing'} -> {to} is not a transition")
+    return sources
 
 
 @lru_cache(maxsize=64)

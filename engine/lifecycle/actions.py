@@ -11,16 +11,17 @@ from engine.core.errors import (
     RedeployAlreadyActive,
     TaskAlreadyFinished,
     TaskNotBlocked,
-    TaskNotFound,
     UnknownTemplate,
 )
 from engine.core.status import TERMINAL, Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Move, transition
 from engine.integrations.templates import TemplateNotFound
 from engine.lifecycle.identity import Identity
 from engine.operations import metrics
 from engine.process import EngineRuntime
 from engine.readside import dto
+from engine.readside.store import read_task, task_found
+from engine.readside.wait import wait_until_settled
 from engine.runners import runner_for
 from engine.trust import secrets
 
@@ -33,10 +34,19 @@ SECRET_BEARING_FIELDS = ("env", "args")
 
 def get_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
     """One task of the caller's namespace; TaskNotFound otherwise."""
-    row = runtime.db.one("task_get", task_id=task_id, namespace=identity.namespace)
-    if row is None:
-        raise TaskNotFound()
-    return row
+    return task_found(read_task(runtime.db, identity.namespace, task_id))
+
+
+def wait_for_task(
+    runtime: EngineRuntime, identity: Identity, task_id: UUID, timeout_s: float
+) -> tuple[dict, str]:
+    """(row, outcome) once the task settles or `timeout_s` passes (engine/readside/wait.py);
+    TaskNotFound when there is no such task, or it is purged meanwhile."""
+    get_task(runtime, identity, task_id)
+    row, outcome = wait_until_settled(
+        runtime.db, runtime.fanout, identity.namespace, task_id, timeout_s
+    )
+    return task_found(row), outcome
 
 
 def start_project(runtime: EngineRuntime, identity: Identity, project_id: str) -> None:
@@ -188,9 +198,7 @@ def _create_task(
     sensitive_keys = list(sensitive_keys or [])
     identities: dict = {}
     if predecessor_task_id is not None:
-        predecessor = runtime.db.one(
-            "task_get", task_id=predecessor_task_id, namespace=identity.namespace
-        )
+        predecessor = read_task(runtime.db, identity.namespace, predecessor_task_id)
         if predecessor is None:
             raise PredecessorNotFound()
         if predecessor["status"] not in REDEPLOYABLE:
@@ -343,17 +351,16 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
         if status in TERMINAL:
             raise TaskAlreadyFinished(snapshot=dto.snapshot(row))
         if status in (Status.QUEUED, Status.BLOCKED):
-            moved = transition(
-                runtime.db,
+            move = Move(
                 task_id,
                 Status.CANCELLED,
-                from_statuses=[status],
-                guard=Guard(namespace=identity.namespace),
+                from_statuses=(status,),
+                namespace=identity.namespace,
                 actor=identity.user,
                 reason="cancel_requested",
                 message="cancelled before it ran",
-                whole_rows=True,
             )
+            moved = transition(runtime.db, move, whole_rows=True)
             if moved:
                 return moved[0]
         elif row["cancel_requested_at"] is not None:
@@ -376,9 +383,8 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
 
 def set_canvas(runtime: EngineRuntime, identity: Identity, task_id: UUID, canvas: dict) -> dict:
     """Save the placeholder's canvas placement (never touches status)."""
-    row = runtime.db.one(
-        "task_set_canvas", task_id=task_id, namespace=identity.namespace, canvas=canvas
+    return task_found(
+        runtime.db.one(
+            "task_set_canvas", task_id=task_id, namespace=identity.namespace, canvas=canvas
+        )
     )
-    if row is None:
-        raise TaskNotFound()
-    return row

@@ -7,13 +7,14 @@ one guarded transition), like any user's.
 
 from uuid import UUID
 
-from engine.core.errors import DomainError, TaskNotFound
+from engine.core.errors import DomainError
 from engine.lifecycle import actions
 from engine.lifecycle.identity import Identity
 from engine.operations.streaks import PERSISTENT_AFTER_S
 from engine.process import EngineRuntime
 from engine.readside import dto
 from engine.readside.explain import explain
+from engine.readside.store import task_found
 
 #: Who an operator's writes are attributed to in task events.
 OPERATOR = "operator"
@@ -54,9 +55,7 @@ def list_tasks(
 
 def show_task(runtime: EngineRuntime, task_id: UUID) -> dict:
     """A task's snapshot, its events and the explanation chat gives."""
-    row = runtime.db.one("task_get_any_namespace", task_id=task_id)
-    if row is None:
-        raise TaskNotFound()
+    row = task_found(runtime.db.one("task_get_any_namespace", task_id=task_id))
     events = [
         dto.event(e)
         for e in runtime.db.all(
@@ -73,9 +72,7 @@ def show_task(runtime: EngineRuntime, task_id: UUID) -> dict:
 
 def cancel_task(runtime: EngineRuntime, task_id: UUID) -> dict:
     """Cancel as the operator, in the task's own namespace; the snapshot after."""
-    row = runtime.db.one("task_get_any_namespace", task_id=task_id)
-    if row is None:
-        raise TaskNotFound()
+    row = task_found(runtime.db.one("task_get_any_namespace", task_id=task_id))
     identity = Identity(user=OPERATOR, namespace=row["namespace"])
     return dto.snapshot(actions.cancel_task(runtime, identity, task_id))
 

@@ -18,6 +18,7 @@ Visibility rules (seed 000: "finished tasks linger in memory" is a defect this s
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from engine.core.errors import TaskNotFound
 from engine.core.status import ACTIVE, Status
 from engine.readside import dto
 
@@ -333,14 +334,17 @@ def read_board(
     return [dto.projection(r) for r in rows]
 
 
-def read_task_row(db, namespace: str, task_id) -> dict | None:
-    """One task's row with the id of its newest redeploy (`successor_id`), or None."""
-    return db.one("task_get_projection", task_id=task_id, namespace=namespace)
-
-
 def read_task(db, namespace: str, task_id) -> dict | None:
-    """One task's row, or None (purged, or not in this namespace)."""
+    """The one read of a task: its row with the id of its newest redeploy (`successor_id`), or
+    None when the namespace has none of that id (never created, purged, or another's)."""
     return db.one("task_get", task_id=task_id, namespace=namespace)
+
+
+def task_found(row: dict | None) -> dict:
+    """The one not-found rule: a task read that found nothing is TaskNotFound (404)."""
+    if row is None:
+        raise TaskNotFound()
+    return row
 
 
 def read_task_page(

@@ -9,6 +9,7 @@ import time
 from engine.core.status import TERMINAL, Status
 from engine.db import Database
 from engine.readside.listener import CLOSED, Fanout
+from engine.readside.store import read_task
 
 #: The longest wait a caller may ask for (the chat tool and the API share it).
 MAX_WAIT_S = 300
@@ -22,7 +23,7 @@ def wait_until_settled(
     try:
         deadline = time.monotonic() + min(timeout_s, MAX_WAIT_S)
         while True:
-            row = db.one("task_get", task_id=task_id, namespace=namespace)
+            row = read_task(db, namespace, task_id)
             if row is None:
                 return None, "timeout"
             if Status(row["status"]) in TERMINAL:

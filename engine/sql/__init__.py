@@ -1,8 +1,7 @@
 """Named queries, one .sql file per table, loaded once.
 
 Each block starts with a `-- name --` line and a one-line `-- description`; callers say
-`queries["task_claim"]`. No SQL lives outside these files (tests excepted), but for the column
-list of the narrowed form below.
+`queries["task_claim"]`. No SQL lives outside these files (tests excepted).
 """
 
 import re
@@ -35,30 +34,4 @@ def _sent(name: str, block: str) -> str:
     return "\n".join([f"-- {name}", *sql])
 
 
-def _narrowed(loaded: dict[str, str]) -> dict[str, str]:
-    """The narrowed forms: a query again under a new name, returning fewer columns.
-
-    task_transition_moved is the one status write returning only what a mover reads back: the
-    moved row's identity and project, statuses, lease, pending cancel and times (metrics). A
-    runner's own move, a shutdown and the reaper hand no row on; loading the whole task row (26
-    columns, jsonb among them) was an eighth to a fifth of a transition's client CPU
-    (BENCHMARKS.md, "Requests first").
-    """
-    whole = "SELECT m.*, CASE WHEN %(notify)s::bool"
-    moved = (
-        "SELECT m.id, m.namespace, m.project_id, m.status, m.previous_status, m.lease_epoch,"
-        " m.lease_owner, m.cancel_requested_at, m.created_at, m.finished_at,"
-        " CASE WHEN %(notify)s::bool"
-    )
-    transition = loaded["task_transition"]
-    if transition.count(whole) != 1:
-        raise RuntimeError("task_transition no longer ends with the SELECT its narrowed form edits")
-    return {
-        "task_transition_moved": transition.replace(whole, moved).replace(
-            "-- task_transition\n", "-- task_transition_moved\n", 1
-        )
-    }
-
-
 queries = _load()
-queries.update(_narrowed(queries))

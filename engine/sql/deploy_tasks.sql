@@ -17,8 +17,11 @@ WHERE status IN ('queued', 'running', 'blocked', 'applying')
 GROUP BY status, source_kind;
 
 -- task_get --
--- One task of a namespace.
-SELECT * FROM deploy_tasks WHERE id = %(task_id)s AND namespace = %(namespace)s;
+-- One task of a namespace with the id of its newest clone (what a page or a stream shows).
+SELECT t.*, (SELECT s.id FROM deploy_tasks s
+             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
+FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
 -- task_get_any_namespace --
 -- One task whatever its namespace (operator tools only; every request path is namespace-scoped).
@@ -37,13 +40,6 @@ FROM deploy_tasks t WHERE t.id = %(task_id)s;
 -- The lease facts a process needs to decide whether its local runner must stop.
 SELECT id, status, lease_owner, lease_epoch, cancel_requested_at
 FROM deploy_tasks WHERE id = %(task_id)s;
-
--- task_get_projection --
--- One task of a namespace with the id of its newest clone (what a stream upsert sends).
-SELECT t.*, (SELECT s.id FROM deploy_tasks s
-             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
-             ORDER BY s.created_at DESC LIMIT 1) AS successor_id
-FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
 -- task_get_successor --
 -- The newest task cloned from a predecessor, if any.
@@ -238,11 +234,11 @@ SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_transition --
--- THE status write: move tasks to %(to)s from one of %(from_statuses)s where every given guard
--- holds, record the verdict event and notify (unless %(notify)s is false: a runner's own move,
--- which its process announces with its runner notices), in one statement. No row back: not
--- allowed from here, or fenced off. task_transition_moved is this statement returning only what a
--- mover reads back (engine/sql/__init__.py).
+-- THE status write (engine/core/transitions.py, a Move): move tasks to %(to)s from one of
+-- %(from_statuses)s where every precondition asked holds, record the verdict event and notify
+-- (unless %(notify)s is false: a runner's own move, which its process announces with its runner
+-- notices), in one statement, returning the whole moved rows. No row back: not allowed from here,
+-- or fenced off. Each optional precondition is NULL (or false) when not asked.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (
@@ -257,7 +253,7 @@ WITH clock AS (
                            WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_owner END,
         lease_expires_at = CASE
             WHEN %(claim_owner)s::text IS NOT NULL
-                THEN clock.now + make_interval(secs => %(lease_ttl_s)s::float8)
+                THEN clock.now + make_interval(secs => %(claim_ttl_s)s::float8)
             WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_expires_at END,
         lease_claimed_at = CASE WHEN %(claim_owner)s::text IS NOT NULL
                                 THEN clock.now ELSE t.lease_claimed_at END,
@@ -279,8 +275,8 @@ WITH clock AS (
     WHERE t.id = wanted.id
       AND t.status = ANY(%(from_statuses)s::task_status[])
       AND (%(namespace)s::text IS NULL OR t.namespace = %(namespace)s::text)
-      AND (%(expect_epoch)s::bigint IS NULL
-           OR (t.lease_epoch = %(expect_epoch)s::bigint AND t.lease_owner = %(expect_owner)s::text))
+      AND (%(fence_epoch)s::bigint IS NULL
+           OR (t.lease_epoch = %(fence_epoch)s::bigint AND t.lease_owner = %(fence_owner)s::text))
       AND (%(if_lease_expired)s::bool IS NOT TRUE OR t.lease_expires_at < clock.now)
       AND (%(if_cancel_pending)s::bool IS NULL
            OR (t.cancel_requested_at IS NOT NULL) = %(if_cancel_pending)s::bool)
@@ -300,6 +296,75 @@ WITH clock AS (
     FROM moved m
 )
 SELECT m.*, CASE WHEN %(notify)s::bool THEN
+           notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+                               epoch => m.lease_epoch, owner => m.lease_owner,
+                               cancel => m.cancel_requested_at IS NOT NULL) END AS notified
+FROM moved m;
+
+-- task_transition_moved --
+-- task_transition returning only what a mover reads back: the moved row's identity and project,
+-- statuses, lease, pending cancel and times (metrics). The same statement up to its last SELECT
+-- (tests/unit/test_invariants.py holds the two together). A runner's own move, a shutdown and
+-- the reaper hand no row on; loading the whole task row (26 columns, jsonb among them) was an
+-- eighth to a fifth of a transition's client CPU (BENCHMARKS.md, "Requests first").
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), moved AS (
+    UPDATE deploy_tasks t SET
+        -- SET reads the old row: this is what the move came from, with no extra lock or scan.
+        previous_status = t.status,
+        status = %(to)s::task_status,
+        phase = coalesce(%(phase)s::text, t.phase),
+        lease_epoch = CASE WHEN %(claim_owner)s::text IS NOT NULL
+                           THEN t.lease_epoch + 1 ELSE t.lease_epoch END,
+        lease_owner = CASE WHEN %(claim_owner)s::text IS NOT NULL THEN %(claim_owner)s::text
+                           WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_owner END,
+        lease_expires_at = CASE
+            WHEN %(claim_owner)s::text IS NOT NULL
+                THEN clock.now + make_interval(secs => %(claim_ttl_s)s::float8)
+            WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_expires_at END,
+        lease_claimed_at = CASE WHEN %(claim_owner)s::text IS NOT NULL
+                                THEN clock.now ELSE t.lease_claimed_at END,
+        failure_reason = CASE WHEN %(to)s::task_status = 'failed'
+                              THEN %(reason)s::text ELSE t.failure_reason END,
+        failure_message = CASE WHEN %(to)s::task_status = 'failed'
+                               THEN %(message)s::text ELSE t.failure_message END,
+        cancel_requested_at = CASE WHEN %(to)s::task_status = 'cancelled'
+                                   THEN coalesce(t.cancel_requested_at, clock.now)
+                                   ELSE t.cancel_requested_at END,
+        finished_at = CASE WHEN %(to)s::task_status IN ('completed', 'failed', 'cancelled')
+                           THEN clock.now END,
+        updated_at = clock.now
+    FROM clock, (
+        -- The LIMIT never cuts (ids are unique): it lets the planner cost the generic plan at
+        -- one row per id instead of ten, so the prepared statement is not re-planned every call.
+        SELECT id FROM unnest(%(task_ids)s::uuid[]) AS u(id) LIMIT cardinality(%(task_ids)s::uuid[])
+    ) AS wanted
+    WHERE t.id = wanted.id
+      AND t.status = ANY(%(from_statuses)s::task_status[])
+      AND (%(namespace)s::text IS NULL OR t.namespace = %(namespace)s::text)
+      AND (%(fence_epoch)s::bigint IS NULL
+           OR (t.lease_epoch = %(fence_epoch)s::bigint AND t.lease_owner = %(fence_owner)s::text))
+      AND (%(if_lease_expired)s::bool IS NOT TRUE OR t.lease_expires_at < clock.now)
+      AND (%(if_cancel_pending)s::bool IS NULL
+           OR (t.cancel_requested_at IS NOT NULL) = %(if_cancel_pending)s::bool)
+      AND (%(cancel_older_than_s)s::float8 IS NULL
+           OR t.cancel_requested_at < clock.now - make_interval(secs => %(cancel_older_than_s)s::float8))
+      AND (%(claimed_older_than_s)s::float8 IS NULL
+           OR t.lease_claimed_at < clock.now - make_interval(secs => %(claimed_older_than_s)s::float8))
+      AND (%(created_older_than_s)s::float8 IS NULL
+           OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
+    RETURNING t.*
+), recorded AS (
+    INSERT INTO deploy_task_events (task_id, kind, payload)
+    SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
+        'from', m.previous_status, 'to', m.status,
+        'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
+        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
+    FROM moved m
+)
+SELECT m.id, m.namespace, m.project_id, m.status, m.previous_status, m.lease_epoch, m.lease_owner,
+       m.cancel_requested_at, m.created_at, m.finished_at, CASE WHEN %(notify)s::bool THEN
            notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
                                epoch => m.lease_epoch, owner => m.lease_owner,
                                cancel => m.cancel_requested_at IS NOT NULL) END AS notified

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from marshmallow import fields
 
 from blueprints import schemas
-from blueprints.tools import TOOLS
+from blueprints.toolbox import TOOLS
 from engine.runners.kinds import KINDS
 from tests.conftest import IMAGE_SOURCE
 

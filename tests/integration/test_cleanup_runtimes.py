@@ -463,12 +463,12 @@ from engine.core.abort import AbortSignal
 from engine.db import Database
 from engine.core.handle import TaskHandle
 from engine.core.status import Status
-from engine.core.transitions import transition
+from engine.core.transitions import Claim, Move, transition
 
 db = Database(sys.argv[1], max_size=2)
 db.open()
 owner = f"{socket.gethostname()}:{os.getpid()}:helper"
-row = transition(db, sys.argv[2], Status.RUNNING, claim_owner=owner, lease_ttl_s=60)[0]
+row = transition(db, Move(sys.argv[2], Status.RUNNING, claim=Claim(owner, 60)))[0]
 handle = TaskHandle(db, row["id"], epoch=row["lease_epoch"], owner=owner, abort=AbortSignal())
 lasting = handle.start_local_process(["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"])
 brief = handle.start_local_process(["sleep", "1"])

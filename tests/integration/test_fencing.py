@@ -2,6 +2,7 @@
 fenced off, and a runner whose lease was taken writes nothing at all."""
 
 import os
+from dataclasses import replace
 
 import gevent
 import gevent.event
@@ -42,16 +43,7 @@ def test_a_fenced_event_never_lands_after_the_reapers_terminal_event(
 
         def reap(task=task, barrier=barrier):
             barrier.wait()
-            return transition(
-                runtime.db,
-                task["id"],
-                sweep.to,
-                from_statuses=sweep.sources,
-                guard=sweep.guard,
-                reason=sweep.reason,
-                message=sweep.message,
-                actor="reaper",
-            )
+            return transition(runtime.db, replace(sweep.move, task_ids=[task["id"]]))
 
         def emit(handle=handle, barrier=barrier):
             barrier.wait()

@@ -6,18 +6,18 @@ import pytest
 
 from engine.core.errors import IllegalTransition
 from engine.core.status import TRANSITIONS, Status
-from engine.core.transitions import Guard, transition
+from engine.core.transitions import Claim, Fence, Move, transition
 
 PAIRS = list(itertools.product(Status, Status))
 
 
 def _attempt(db, row, to):
-    kwargs = {}
+    asks = {}
     if to is Status.RUNNING:
-        kwargs = {"claim_owner": "me", "lease_ttl_s": 60}
+        asks = {"claim": Claim("me", 60)}
     elif to is Status.APPLYING:
-        kwargs = {"guard": Guard(expect_epoch=row["lease_epoch"], expect_owner=row["lease_owner"])}
-    return transition(db, row["id"], to, reason="test", **kwargs)
+        asks = {"fence": Fence(row["lease_epoch"], row["lease_owner"])}
+    return transition(db, Move(row["id"], to, reason="test", **asks))
 
 
 @pytest.mark.parametrize("src,dst", PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
@@ -46,30 +46,30 @@ def test_every_pair_is_accepted_or_rejected_as_the_table_says(
         assert stored["status"] == str(src)
         assert events == []
         with pytest.raises(IllegalTransition):
-            transition(
-                runtime.db,
+            Move(
                 row["id"],
                 dst,
-                from_statuses=[src],
-                claim_owner="me" if dst is Status.RUNNING else None,
-                lease_ttl_s=60,
+                from_statuses=(src,),
+                claim=Claim("me", 60) if dst is Status.RUNNING else None,
             )
 
 
 def test_claim_starts_a_new_epoch_and_terminal_releases_the_lease(runtime, insert_task, sql_conn):
     row = insert_task(status="queued")
     claimed = transition(
-        runtime.db, row["id"], Status.RUNNING, claim_owner="me", lease_ttl_s=60, whole_rows=True
+        runtime.db, Move(row["id"], Status.RUNNING, claim=Claim("me", 60)), whole_rows=True
     )[0]
     assert claimed["lease_epoch"] == row["lease_epoch"] + 1
     assert claimed["lease_owner"] == "me" and claimed["lease_expires_at"] is not None
     moved = transition(
         runtime.db,
-        row["id"],
-        Status.FAILED,
-        reason="x",
-        message="y",
-        guard=Guard(expect_epoch=claimed["lease_epoch"], expect_owner="me"),
+        Move(
+            row["id"],
+            Status.FAILED,
+            fence=Fence(claimed["lease_epoch"], "me"),
+            reason="x",
+            message="y",
+        ),
     )
     assert [(m["id"], m["previous_status"], m["status"]) for m in moved] == [
         (row["id"], "running", "failed")
@@ -83,18 +83,21 @@ def test_claim_starts_a_new_epoch_and_terminal_releases_the_lease(runtime, inser
 def test_a_move_into_a_leased_status_needs_a_claim_or_the_lease(runtime, insert_task):
     row = insert_task(status="running")
     with pytest.raises(IllegalTransition):
-        transition(runtime.db, row["id"], Status.APPLYING)
+        Move(row["id"], Status.APPLYING)
     with pytest.raises(IllegalTransition):
-        transition(runtime.db, row["id"], Status.RUNNING)
+        Move(row["id"], Status.RUNNING)
+    with pytest.raises(IllegalTransition):  # a claim is only ever a move to running
+        Move(row["id"], Status.APPLYING, claim=Claim("me", 60), fence=Fence(1, "me"))
+    assert Move(row["id"], Status.APPLYING, fence=Fence(1, "me"))  # the control
 
 
 def test_stale_epoch_writes_are_no_ops(runtime, insert_task, sql_conn):
     row = insert_task(status="running", lease_owner="me", lease_epoch=7)
-    stale = Guard(expect_epoch=6, expect_owner="me")
-    assert transition(runtime.db, row["id"], Status.COMPLETED, guard=stale) == []
-    assert transition(runtime.db, row["id"], Status.FAILED, guard=stale) == []
-    other_owner = Guard(expect_epoch=7, expect_owner="not-me")
-    assert transition(runtime.db, row["id"], Status.CANCELLED, guard=other_owner) == []
+    stale = Fence(6, "me")
+    assert transition(runtime.db, Move(row["id"], Status.COMPLETED, fence=stale)) == []
+    assert transition(runtime.db, Move(row["id"], Status.FAILED, fence=stale)) == []
+    other_owner = Fence(7, "not-me")
+    assert transition(runtime.db, Move(row["id"], Status.CANCELLED, fence=other_owner)) == []
     assert (
         sql_conn.execute("SELECT status FROM deploy_tasks WHERE id = %s", (row["id"],)).fetchone()[
             "status"
@@ -116,6 +119,4 @@ def test_python_and_postgres_enums_agree(sql_conn):
 
 def test_namespace_guard_keeps_tenants_apart(runtime, insert_task):
     row = insert_task(status="queued", namespace="other")
-    assert (
-        transition(runtime.db, row["id"], Status.CANCELLED, guard=Guard(namespace="default")) == []
-    )
+    assert transition(runtime.db, Move(row["id"], Status.CANCELLED, namespace="default")) == []

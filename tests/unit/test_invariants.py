@@ -47,10 +47,22 @@ def test_only_the_guarded_transition_writes_status():
         if re.search(r"UPDATE\s+deploy_tasks\b", text)
         and re.search(r"(SET|,)\s*status\s*=(?!>)", text)
     ]
-    # task_transition_moved is the same statement returning fewer columns (engine/sql).
+    # task_transition_moved is the same statement returning fewer columns.
     assert writers == ["task_transition", "task_transition_moved"]
     whole, moved = (queries[name].split("\n", 1)[1] for name in writers)
     assert whole.rsplit("SELECT m.", 1)[0] == moved.rsplit("SELECT m.", 1)[0]
+    assert whole != moved  # the control: the two differ in what they return
+
+
+def test_every_named_query_is_written_in_a_sql_file():
+    """No query is built in Python (by editing another's text): each name heads a block."""
+    headers = {
+        name
+        for path in (ROOT / "engine/sql").glob("*.sql")
+        for name in re.findall(r"^-- ([a-z0-9_]+) --$", path.read_text(), re.MULTILINE)
+    }
+    assert "task_transition_moved" in headers  # the control
+    assert sorted(set(queries) - headers) == []
 
 
 def test_runners_and_integrations_import_no_storage():
@@ -89,13 +101,13 @@ def test_every_request_schema_carries_the_storable_text_rule():
     import marshmallow
 
     import blueprints.schemas
-    import blueprints.tools
+    import blueprints.toolbox
     import engine.runners.kinds
     from engine.trust.untrusted import RequestSchema
 
     defined = [
         obj
-        for module in (blueprints.schemas, blueprints.tools, engine.runners.kinds)
+        for module in (blueprints.schemas, blueprints.toolbox, engine.runners.kinds)
         for obj in vars(module).values()
         if isinstance(obj, type)
         and issubclass(obj, marshmallow.Schema)
@@ -259,24 +271,46 @@ def test_every_status_set_in_sql_is_one_of_status_py():
 
 
 def test_the_engine_speaks_no_http():
-    """HTTP statuses of domain errors live in blueprints/errors.py only, and every one is mapped."""
+    """HTTP statuses of domain errors live in blueprints/errors.py only, and every one is mapped;
+    the engine imports no web framework (transport errors live with the blueprints)."""
+    import blueprints.errors
     from blueprints.errors import HTTP_STATUS
     from engine.core import errors
 
+    web = ("flask", "werkzeug", "blueprints")
+    assert "flask" in {n.split(".")[0] for n in imports_of(ROOT / "blueprints/errors.py")}
     for path in (ROOT / "engine").rglob("*.py"):
         assert "http_status" not in path.read_text(), f"{path.relative_to(ROOT)} speaks HTTP"
+        leaked = {n for n in imports_of(path) if n.split(".")[0] in web}
+        assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
     domain = [
         c
-        for c in vars(errors).values()
+        for module in (errors, blueprints.errors)
+        for c in vars(module).values()
         if isinstance(c, type) and issubclass(c, errors.DomainError)
     ]
-    assert errors.TaskNotFound in domain  # the control
+    assert errors.TaskNotFound in domain and blueprints.errors.UntrustedHost in domain  # control
     assert [c.__name__ for c in domain if c not in HTTP_STATUS] == []
+
+
+def test_a_lost_lease_is_never_an_answer():
+    """LeaseLost is an internal fencing signal, not a domain error: no error handler answers it,
+    and only a run's handle raises it, which no blueprint holds."""
+    from blueprints.errors import HTTP_STATUS
+    from engine.core import errors
+
+    assert issubclass(errors.TaskNotFound, errors.DomainError)  # the control
+    assert not issubclass(errors.LeaseLost, errors.DomainError)
+    assert errors.LeaseLost not in HTTP_STATUS
+    assert "engine.core.handle" in imports_of(ROOT / "engine/process.py")  # the control
+    for path in [*(ROOT / "blueprints").glob("*.py"), ROOT / "app.py"]:
+        held = {n for n in imports_of(path) if n.startswith("engine.core.handle")}
+        assert not held, f"{path.relative_to(ROOT)} imports {held}"
 
 
 def test_commands_import_no_blueprint():
     """Operator commands stand on the engine beside the web surface, never on top of it."""
-    assert "blueprints.errors" in imports_of(ROOT / "blueprints/api.py")  # the control
+    assert "blueprints.errors" in imports_of(ROOT / "blueprints/tools.py")  # the control
     for path in (ROOT / "commands").rglob("*.py"):
         leaked = {n for n in imports_of(path) if n.split(".")[0] == "blueprints"}
         assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
@@ -538,3 +572,118 @@ def test_the_engine_speaks_no_html():
     for path in (ROOT / "engine").rglob("*.py"):
         found = WEB_WORDS.search(path.read_text())
         assert not found, f"{path.relative_to(ROOT)} speaks the web's {found.group()!r}"
+
+
+def route_modules() -> set[str]:
+    """The blueprints modules that register routes (`bp = Blueprint(...)`)."""
+    return {
+        f"blueprints.{path.stem}"
+        for path in (ROOT / "blueprints").glob("*.py")
+        if re.search(r"^bp = Blueprint\(", path.read_text(), re.MULTILINE)
+    }
+
+
+#: Route-module imports that stay: the auth seam is where identity comes from (see
+#: test_identity_comes_only_from_the_auth_seam).
+ROUTE_IMPORTS_ALLOWED = {("*", "blueprints.auth.current_identity")}
+
+
+def route_helpers_imported(path: Path, routes: set[str]) -> set[str]:
+    """What `path` imports from a route module other than itself (module, or module.name)."""
+    me = f"blueprints.{path.stem}"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in routes)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if node.module in routes:
+                    found.add(f"{node.module}.{alias.name}")
+                elif f"{node.module}.{alias.name}" in routes:  # `from blueprints import tools`
+                    found.add(f"{node.module}.{alias.name}")
+    return {
+        n
+        for n in found
+        if not n.startswith(me + ".") and n != me
+        if ("*", n) not in ROUTE_IMPORTS_ALLOWED and (me, n) not in ROUTE_IMPORTS_ALLOWED
+    }
+
+
+def test_blueprints_never_import_another_route_module():
+    """Helpers two surfaces share live in modules without routes (api_calls, request_helpers,
+    toolbox, ...): a route module imported for its helpers drags its routes' concerns along."""
+    routes = route_modules()
+    assert {"blueprints.api", "blueprints.tools", "blueprints.pages"} <= routes  # the control
+    assert "blueprints.request_helpers" not in routes
+    probe = ROOT / "blueprints" / "mcp.py"
+    assert route_helpers_imported(probe, routes | {"blueprints.toolbox"}) == {
+        "blueprints.toolbox"
+    }  # the detector sees `from blueprints import x`
+    for path in sorted((ROOT / "blueprints").glob("*.py")):
+        leaked = route_helpers_imported(path, routes)
+        assert not leaked, f"{path.relative_to(ROOT)} imports route helpers {sorted(leaked)}"
+
+
+def reraised_by_attribute(source: str) -> list[int]:
+    """Lines where an `except ... as exc` decides by an attribute of `exc` (`exc.x`,
+    hasattr/getattr) whether to raise it again: exceptions are told apart by type."""
+    lines = []
+    for handler in ast.walk(ast.parse(source)):
+        if not isinstance(handler, ast.ExceptHandler) or not handler.name:
+            continue
+        name = handler.name
+        for branch in ast.walk(handler):
+            if not isinstance(branch, ast.If):
+                continue
+            asks = any(
+                (
+                    isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == name
+                )
+                or (
+                    isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Name)
+                    and n.func.id in ("hasattr", "getattr")
+                    and n.args
+                    and isinstance(n.args[0], ast.Name)
+                    and n.args[0].id == name
+                )
+                for n in ast.walk(branch.test)
+            )
+            raises = any(
+                isinstance(n, ast.Raise)
+                and (n.exc is None or (isinstance(n.exc, ast.Name) and n.exc.id == name))
+                for n in ast.walk(branch)
+            )
+            if asks and raises:
+                lines.append(branch.lineno)
+    return lines
+
+
+def test_exceptions_are_told_apart_by_type():
+    control = (
+        "try:\n    act()\nexcept DomainError as exc:\n    if exc.snapshot is None:\n        raise\n"
+        "try:\n    act()\nexcept DomainError as e:\n    if not hasattr(e, 'snapshot'):\n"
+        "        raise e\n"
+    )
+    assert reraised_by_attribute(control) == [4, 9]  # the detector sees both spellings
+    assert reraised_by_attribute("try:\n    act()\nexcept TaskConflict:\n    pass\n") == []
+    for folder in ("blueprints", "engine", "commands"):
+        for path in (ROOT / folder).rglob("*.py"):
+            found = reraised_by_attribute(path.read_text())
+            assert not found, f"{path.relative_to(ROOT)}:{found} re-raises by an attribute"
+
+
+def test_one_task_read_and_one_not_found_rule():
+    """A task is read by engine/readside/store.py's read_task (`task_get`), and a read that found
+    nothing becomes TaskNotFound in one place (store.task_found)."""
+    reads, raises = [], []
+    for folder in ("blueprints", "engine", "commands"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            name = path.relative_to(ROOT).as_posix()
+            reads += [name] * len(re.findall(r"""["']task_get["']""", text))
+            raises += [name] * len(re.findall(r"raise TaskNotFound\b", text))
+    assert reads == ["engine/readside/store.py"]
+    assert raises == ["engine/readside/store.py"]
