@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.conftest import oidc_settings
+from tests.helpers import oidc_settings
 from tests.issuer import AUDIENCE, new_key
 
 SESSION_KEYS = {"uid", "name", "wss", "ws", "at"}
