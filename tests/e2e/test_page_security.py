@@ -186,7 +186,7 @@ def test_the_pages_work_under_their_content_security_policy(server, browser):
         response = page.goto(f"{srv.base}/projects/csp")
         csp = response.headers["content-security-policy"]
         assert "frame-ancestors 'none'" in csp and "script-src 'self';" in csp
-        page.wait_for_selector("body[data-stream-open='1']")  # htmx and app.js ran, SSE is up
+        page.wait_for_selector("body[data-stream-open='1']")  # htmx and js/main.js ran, SSE is up
         page.click("[data-deploy=image]")
         page.wait_for_selector(open_pane("image"))
         page.fill("#f-image", "nginx:1.27")
