@@ -11,6 +11,7 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import uuid  # noqa: E402
+from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import psycopg  # noqa: E402
@@ -19,17 +20,12 @@ from psycopg import sql  # noqa: E402
 
 from engine.operations.migrations import upgrade as migrate  # noqa: E402
 from tests.fakes import FakeCluster  # noqa: E402
-
-# Re-exported for tests that still import them from here; new code imports tests.helpers.
-from tests.helpers import (  # noqa: E402,F401
+from tests.helpers import (  # noqa: E402
     IMAGE_SOURCE,
-    ROOT,
     ServerProcess,
     _with_db,
-    dump_database,
     free_port,
-    secret_forms,
-    wait_for,
+    wait_for_status,
 )
 
 #: Unique per pytest session so concurrent sessions on one server never clobber each other.
@@ -183,16 +179,8 @@ def create_task(client):
 
 @pytest.fixture
 def wait_status(client):
-    """Factory: wait until a task's snapshot has one of `statuses`; the snapshot."""
-
-    def factory(task_id, *statuses, timeout=30.0):
-        def current():
-            snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
-            return snap if snap["status"] in statuses else None
-
-        return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
-
-    return factory
+    """Factory: tests.helpers.wait_for_status through the default app's client."""
+    return partial(wait_for_status, client)
 
 
 @pytest.fixture
@@ -279,16 +267,3 @@ def issuer():
     running = TokenIssuer()
     yield running
     running.stop()
-
-
-def oidc_settings(issuer_url: str) -> dict:
-    """Settings for AUTH_MODE=oidc against a test issuer (tests/issuer.py)."""
-    from tests.issuer import AUDIENCE
-
-    return {
-        "auth_mode": "oidc",
-        "oidc_issuer": issuer_url,
-        "oidc_client_id": AUDIENCE,
-        "oidc_client_secret": "test-client-secret",
-        "secret_key": "test-secret-key-" * 4,
-    }

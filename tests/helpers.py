@@ -6,6 +6,7 @@ import socket
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import gevent
@@ -67,6 +68,19 @@ def wait_for(predicate, timeout=30.0, interval=0.02, message="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {message}")
         time.sleep(interval)
+
+
+def oidc_settings(issuer_url: str) -> dict:
+    """Settings for AUTH_MODE=oidc against a test issuer (tests/issuer.py)."""
+    from tests.issuer import AUDIENCE
+
+    return {
+        "auth_mode": "oidc",
+        "oidc_issuer": issuer_url,
+        "oidc_client_id": AUDIENCE,
+        "oidc_client_secret": "test-client-secret",
+        "secret_key": "test-secret-key-" * 4,
+    }
 
 
 def secret_forms(value: str) -> list[str]:
@@ -190,16 +204,35 @@ def redeploy(client, predecessor_id, **body) -> dict:
     return response.get_json()
 
 
-def wait(client, task_id, *statuses, timeout=30.0) -> dict:
-    def current():
-        snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
+def poll_status(read, statuses, timeout=30.0, interval=0.02, message="a status") -> dict:
+    """Poll `read()` (a task's snapshot) until its status is one of `statuses`; the snapshot."""
+
+    def reached():
+        snap = read()
         return snap if snap["status"] in statuses else None
 
-    return wait_for(current, timeout, message=f"{task_id} to reach {statuses}")
+    return wait_for(reached, timeout, interval, message=f"{message} in {statuses}")
+
+
+def wait_for_status(client, task_id, *statuses, timeout=30.0, interval=0.02) -> dict:
+    """A task's snapshot, read through a Flask test client, once its status is one of
+    `statuses`."""
+    read = partial(snapshot, client, task_id)
+    return poll_status(read, statuses, timeout, interval, message=task_id)
+
+
+def snapshot(client, task_id) -> dict:
+    """A task's snapshot through the API (GET /api/v1/tasks/<id>, asserting 200)."""
+    response = client.get(f"/api/v1/tasks/{task_id}")
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()
 
 
 def events(client, task_id) -> list[dict]:
-    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
+    """A task's events through the API, oldest first (asserting 200)."""
+    response = client.get(f"/api/v1/tasks/{task_id}/events")
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()["items"]
 
 
 def steps(client, task_id, step) -> list[dict]:

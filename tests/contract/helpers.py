@@ -6,7 +6,7 @@ import base64
 import yaml
 
 from tests.contract.conftest import kubeconfig_for
-from tests.helpers import wait_for
+from tests.helpers import wait_for_status
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
 SERVICE_PATH = "/api/v1/namespaces/demo/services/web"
@@ -77,11 +77,6 @@ def deploy(client, server_url: str, source: dict):
 
 def wait_finished(client, task_id: str) -> dict:
     """The task's snapshot once it is completed or failed (read through this test's own app)."""
-
-    def finished():
-        snapshot = client.get(f"/api/v1/tasks/{task_id}").get_json()
-        return snapshot if snapshot["status"] in ("completed", "failed") else None
-
     # Bounds a failure only: a prompt or github run (devbox, gateway, apply, verify) takes a few
     # seconds on an idle machine and well past ten on a loaded one.
-    return wait_for(finished, timeout=90.0, interval=0.1, message=f"{task_id} to finish")
+    return wait_for_status(client, task_id, "completed", "failed", timeout=90.0, interval=0.1)

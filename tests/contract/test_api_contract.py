@@ -16,7 +16,7 @@ import sys
 
 import requests
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 CHECKS = (
     "not_a_server_error,status_code_conformance,content_type_conformance,"

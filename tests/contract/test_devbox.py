@@ -17,7 +17,7 @@ from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 from engine.core.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
 from engine.integrations.devbox import DevboxClient, ExecResult  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.helpers import free_port  # noqa: E402
 
 KEY = "devbox-signing-key-for-contract-tests"
 

@@ -12,8 +12,8 @@ from gevent.event import Event  # noqa: E402
 
 from engine.core.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.gateway import GatewayClient, GatewayError  # noqa: E402
-from tests.conftest import free_port, wait_for  # noqa: E402
 from tests.fakes import FakeGatewayServer, Reply  # noqa: E402
+from tests.helpers import free_port, wait_for  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "plan it"}]
 

@@ -5,7 +5,6 @@ import pytest
 import yaml
 
 from engine.integrations.kube_retry import RetryPolicy
-from tests.conftest import IMAGE_SOURCE
 from tests.contract.conftest import kubeconfig_for
 from tests.contract.helpers import (
     DEPLOYMENT_PATH,
@@ -16,6 +15,7 @@ from tests.contract.helpers import (
     wait_finished,
     workload_status,
 )
+from tests.helpers import IMAGE_SOURCE
 
 
 def test_an_image_source_deploys_to_completed_through_the_adapter(kube_app, mock_server, mock):

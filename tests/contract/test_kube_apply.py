@@ -19,7 +19,6 @@ from engine.integrations.base import (
 )
 from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy, retry_after_seconds
-from tests.conftest import free_port, wait_for
 from tests.contract.conftest import (
     FAST_RETRY,
     LOOPBACK,
@@ -28,6 +27,7 @@ from tests.contract.conftest import (
     kubeconfig_for,
 )
 from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
+from tests.helpers import free_port, wait_for
 
 
 def test_apply_sends_one_server_side_apply_patch_per_document(kube, mock):

@@ -13,7 +13,6 @@ import pytest
 from engine.core.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import ApplyError
 from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig, parse_kubeconfig
-from tests.conftest import wait_for
 from tests.contract.conftest import (
     TOKEN,
     established_client_sockets,
@@ -21,6 +20,7 @@ from tests.contract.conftest import (
     open_fd_targets,
 )
 from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, patches, status
+from tests.helpers import wait_for
 
 SERVICE = {
     "apiVersion": "v1",

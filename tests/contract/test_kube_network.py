@@ -17,9 +17,9 @@ from engine.integrations.base import ApplyError
 from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, check_kubeconfig
-from tests.conftest import IMAGE_SOURCE, wait_for
 from tests.contract.conftest import FAST_RETRY, LOOPBACK, kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, header, patches
+from tests.helpers import IMAGE_SOURCE, wait_for
 
 STRICT = NetworkPolicy()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ROOT, free_port, wait_for
+from tests.helpers import ROOT, free_port, poll_status, wait_for
 
 CHROMIUM = os.environ.get("CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "e2e"
@@ -326,11 +326,8 @@ def api():
             return r.json()["items"]
 
         def wait(self, task_id: str, *statuses: str, timeout: float = 60.0) -> dict:
-            return wait_for(
-                lambda: (lambda s: s if s["status"] in statuses else None)(self.get(task_id)),
-                timeout,
-                interval=0.1,
-                message=f"{task_id} -> {statuses}",
+            return poll_status(
+                lambda: self.get(task_id), statuses, timeout, interval=0.1, message=task_id
             )
 
     return Api

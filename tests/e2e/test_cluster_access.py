@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import dump_database
 from tests.contract.conftest import TOKEN, kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT_PATH, SERVICE_PATH, echo, workload_status
 from tests.contract.kmock_server import KMockServer
 from tests.e2e.conftest import NARROW, WIDE, open_pane
+from tests.helpers import dump_database
 
 pytestmark = pytest.mark.e2e
 

@@ -9,6 +9,7 @@ import requests
 import websocket
 
 from tests.e2e.conftest import image, open_pane, server_factory
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -88,18 +89,26 @@ def test_websocket_handshakes_check_origin(server, api):
     ws = websocket.create_connection(url, origin=srv.base, timeout=10)
     try:
         frames = []
-        while not frames or frames[-1]["t"] != "ready":
+
+        def bootstrapped() -> bool:
             raw = ws.recv()
             assert len(raw) < 8192  # one event or one section per frame
             frames.append(json.loads(raw))
+            return frames[-1]["t"] == "ready"
+
+        wait_for(bootstrapped, 60, interval=0, message="the bootstrap's ready frame")
         assert frames[0]["t"] == "reset"
         seqs = [f["seq"] for f in frames if f.get("seq")]
         assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
         # Then live: every new event arrives once, as its own frame.
         api(srv).wait(task["id"], "completed")
         live = []
-        while not any("Completed" in f.get("html", "") for f in live):
+
+        def completed_shown() -> bool:
             live.append(json.loads(ws.recv()))
+            return "Completed" in live[-1].get("html", "")
+
+        wait_for(completed_shown, 60, interval=0, message="the Completed frame")
         new = [f["seq"] for f in live if f.get("seq")]
         assert new and not set(new) & set(seqs) and len(new) == len(set(new))
     finally:
@@ -177,7 +186,7 @@ def test_the_pages_work_under_their_content_security_policy(server, browser):
         response = page.goto(f"{srv.base}/projects/csp")
         csp = response.headers["content-security-policy"]
         assert "frame-ancestors 'none'" in csp and "script-src 'self';" in csp
-        page.wait_for_selector("body[data-stream-open='1']")  # htmx and app.js ran, SSE is up
+        page.wait_for_selector("body[data-stream-open='1']")  # htmx and js/main.js ran, SSE is up
         page.click("[data-deploy=image]")
         page.wait_for_selector(open_pane("image"))
         page.fill("#f-image", "nginx:1.27")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.runners.kinds import KINDS
 from tests.e2e.conftest import NARROW, image, open_pane
 
 pytestmark = pytest.mark.e2e
@@ -141,7 +140,7 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     # re-renders the placeholder under the pointer.
     from datetime import datetime
 
-    from tests.conftest import wait_for
+    from tests.helpers import wait_for
 
     settled = wait_for(
         lambda: (s := api(srv).get(task["id"]))["phase"] == "verify" and s, 15, message="verify"
@@ -305,11 +304,6 @@ def test_the_overwrite_confirm_dialog_guards_redeploys_over_applied_resources(
     ui.assert_no_errors()
 
 
-@pytest.mark.skipif(
-    "template" not in KINDS,
-    reason="the template source kind (engine.runners.kinds.KINDS) is not "
-    "registered yet; enable once it lands",
-)
 def test_a_blocked_template_is_answered_through_the_form(server, open_page, api):
     srv = server()
     # Arranged through the API: a template missing its required password parks blocked.
@@ -396,6 +390,8 @@ def test_the_page_rebootstraps_after_its_streams_reconnect(server, open_page, ap
     assert events.count() >= before
     # The dock's stream reconnected too, and re-bootstrapped.
     ui.page.wait_for_selector("#chip-bogus", state="detached", timeout=30_000)
+    # The snapshot's frames may come a batch after the reset's: wait for the chip, then count.
+    ui.chip(task["id"]).wait_for(timeout=30_000)
     assert ui.chip(task["id"]).count() == 1
     # The run the restart interrupted is recorded as such, live, on the new worker.
     ui.wait_chip(task["id"], "failed")

@@ -12,9 +12,17 @@ from gevent.event import Event
 from engine.integrations import Integrations
 from engine.integrations.devbox import ExecResult
 from engine.integrations.gateway import GatewayClient
-from tests.conftest import oidc_settings, wait_for
 from tests.fakes import FakeDevbox, FakeGatewayServer, Reply
-from tests.helpers import assert_nowhere, canary, dump_database
+from tests.helpers import (
+    assert_nowhere,
+    canary,
+    dump_database,
+    events,
+    oidc_settings,
+    poll_status,
+    wait_for,
+    wait_for_status,
+)
 
 PROMPT = {"kind": "prompt", "prompt": "deploy an nginx web server"}
 
@@ -87,10 +95,6 @@ def make_ai_app(make_app, cluster, devbox, gateway):
 @pytest.fixture
 def app(make_ai_app):
     return make_ai_app()
-
-
-def events(client, task_id) -> list[dict]:
-    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
 
 
 def gateway_text(client, task_id, turn=None) -> str:
@@ -515,20 +519,12 @@ def test_the_zero_setup_default_plans_with_the_sandbox_devbox_and_gateway(
     app = make_app(sandbox_gateway_delay_s=0.0)  # no devbox or gateway given: the sandboxes
     client = app.test_client()
 
-    def settled(task_id, *statuses):
-        return wait_for(
-            lambda: (lambda s: s if s["status"] in statuses else None)(
-                client.get(f"/api/v1/tasks/{task_id}").get_json()
-            ),
-            message=f"{statuses}",
-        )
-
     created = client.post(
         "/api/v1/tasks",
         json={"projectId": "demo", "source": {"kind": "prompt", "prompt": "Deploy a redis cache"}},
     )
     assert created.status_code == 201
-    done = settled(created.get_json()["id"], "completed", "failed")
+    done = wait_for_status(client, created.get_json()["id"], "completed", "failed")
     assert done["status"] == "completed", done["failure"]
     assert cluster.applied() == ["Deployment/redis-cache", "Service/redis-cache"]
     deployment = next(c.manifest for c in cluster.calls if c.ref.kind == "Deployment")
@@ -543,10 +539,10 @@ def test_the_zero_setup_default_plans_with_the_sandbox_devbox_and_gateway(
             "source": {"kind": "prompt", "prompt": "an admin panel sandbox-needs-input"},
         },
     ).get_json()
-    blocked = settled(asking["id"], "blocked", "failed", "completed")
+    blocked = wait_for_status(client, asking["id"], "blocked", "failed", "completed")
     assert [i["name"] for i in blocked["pendingInputs"]] == ["ADMIN_PASSWORD"]
     client.post(f"/api/v1/tasks/{asking['id']}/input", json={"inputs": {"ADMIN_PASSWORD": secret}})
-    done = settled(asking["id"], "completed", "failed")
+    done = wait_for_status(client, asking["id"], "completed", "failed")
     assert done["status"] == "completed", done["failure"]
     stored = next(c.manifest for c in cluster.calls if c.ref.kind == "Secret")
     assert stored["stringData"] == {"ADMIN_PASSWORD": secret}
@@ -694,12 +690,10 @@ def test_devbox_calls_carry_the_tasks_workspace_never_a_header(
     )
     assert created.status_code == 201, created.get_json()
     task_id = created.get_json()["id"]
-    wait_for(
-        lambda: (
-            http.get(f"/api/v1/tasks/{task_id}", headers=headers).get_json()["status"]
-            in ("completed", "failed")
-        ),
+    poll_status(
+        lambda: http.get(f"/api/v1/tasks/{task_id}", headers=headers).get_json(),
+        ("completed", "failed"),
         timeout=20,
-        message="the prompt task to finish",
+        message="the prompt task",
     )
     assert devbox.calls and {call.namespace for call in devbox.calls} == {"team-b"}

@@ -18,7 +18,7 @@ from marshmallow import fields
 from blueprints import schemas
 from blueprints.toolbox import TOOLS
 from engine.runners.kinds import KINDS
-from tests.conftest import IMAGE_SOURCE
+from tests.helpers import IMAGE_SOURCE
 
 #: Every `code` an API error may carry; a new one must be added here on purpose.
 STABLE_CODES = {

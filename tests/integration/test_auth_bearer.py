@@ -19,8 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
 
 from blueprints.oidc import BearerVerifier, ConfigurationError, InvalidToken
-from tests.conftest import IMAGE_SOURCE, ROOT, oidc_settings
-from tests.helpers import wait_for
+from tests.helpers import IMAGE_SOURCE, ROOT, oidc_settings, wait_for
 from tests.issuer import AUDIENCE, TokenIssuer, new_key, public_jwk
 
 UNAUTHENTICATED = {"code": "unauthenticated", "message": "sign in, or send a valid bearer token"}

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.conftest import oidc_settings
+from tests.helpers import oidc_settings
 from tests.issuer import AUDIENCE, new_key
 
 SESSION_KEYS = {"uid", "name", "wss", "ws", "at"}
@@ -207,7 +207,7 @@ def test_what_an_anonymous_request_of_each_kind_gets(browser):
     assert api.headers["WWW-Authenticate"] == 'Bearer error="invalid_token"'
     # the control: what must stay reachable without a sign-in
     assert browser.get("/healthz").status_code == 200
-    assert browser.get("/static/app.js").status_code == 200
+    assert browser.get("/static/js/main.js").status_code == 200
     assert browser.get("/signed-out").status_code == 200
 
 

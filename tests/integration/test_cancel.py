@@ -4,15 +4,11 @@ import threading
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.helpers import events, wait_for, wait_for_status
 
 
 def cancel(client, task_id):
     return client.post(f"/api/v1/tasks/{task_id}/cancel")
-
-
-def events(client, task_id):
-    return client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
 
 
 @pytest.mark.parametrize("status", ["queued", "blocked"])
@@ -127,14 +123,7 @@ def test_cancel_landing_on_another_process_reaches_the_runner_through_notify(
     wait_for(lambda: cluster.applying.is_set(), message="apply in flight")
     assert other.post(f"/api/v1/tasks/{task['id']}/cancel").status_code == 200
     # Renewal is off in these apps (QUIET cadences), so only the NOTIFY can deliver it.
-    snap = wait_for(
-        lambda: (
-            (s := owner.get(f"/api/v1/tasks/{task['id']}").get_json())["status"] == "cancelled"
-            and s
-        ),
-        timeout=30,
-        message="cancel delivered",
-    )
+    snap = wait_for_status(owner, task["id"], "cancelled")
     assert snap["cancellation"]["applied"] == "nothing"
     assert [c.outcome for c in cluster.calls] == ["aborted"]
 
@@ -154,7 +143,8 @@ def test_concurrent_cancels_resolve_deterministically(
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=30)  # bounds a failure only
+    assert not any(t.is_alive() for t in threads), "a request hung"
     assert set(results) == {200}  # every cancel's intent is satisfied, whichever came first
     snap = wait_status(task["id"], "cancelled")
     cancel_events = [e for e in events(client, task["id"]) if e["kind"] == "cancel_requested"]

@@ -22,7 +22,7 @@ from engine.cleanup.process_groups import HOST, Liveness, ProcessIdentity
 from engine.core.abort import Aborted, AbortSignal
 from engine.core.errors import LeaseLost
 from engine.core.handle import TaskHandle
-from tests.conftest import ROOT, free_port, wait_for
+from tests.helpers import ROOT, free_port, wait_for
 
 STOP_TIMEOUT_S = 0.3
 #: How long a wait on a process (to start, to end) or on the cleanup worker may take before the

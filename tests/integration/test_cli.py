@@ -6,6 +6,8 @@ import uuid
 import pytest
 from psycopg.types.json import Jsonb
 
+from tests.helpers import events
+
 
 @pytest.fixture
 def cli(app):
@@ -63,10 +65,10 @@ def test_tasks_cancel_goes_through_the_two_phase_cancel(
     running = create_task(project_id="cancel-me")
     assert json.loads(cli("tasks", "cancel", "--json", running["id"]))["cancelRequestedAt"]
     wait_status(running["id"], "cancelled")
-    events = client.get(f"/api/v1/tasks/{running['id']}/events").get_json()["items"]
+    seen = events(client, running["id"])
     assert any(
-        e["kind"] == "cancel_requested" and "operator" in json.dumps(e["payload"]) for e in events
-    ), events
+        e["kind"] == "cancel_requested" and "operator" in json.dumps(e["payload"]) for e in seen
+    ), seen
     assert "cancelled" in cli("tasks", "cancel", running["id"])  # the intent holds: a no-op
     completed = insert_task(status="completed")
     cli("tasks", "cancel", str(completed["id"]), expect=4)  # finished: not allowed from here
@@ -96,8 +98,10 @@ def test_cleanup_jobs_list_and_retry_with_a_fresh_budget_audited(
     row = sql_conn.execute("SELECT * FROM cleanup_jobs WHERE id = %s", (job["id"],)).fetchone()
     assert (row["state"], row["attempts"], row["completed_at"]) == ("pending", 0, None)
     assert "HTTP 503" in row["last_error"]  # the history stays readable
-    events = client.get(f"/api/v1/tasks/{task['id']}/events").get_json()["items"]
-    assert [e["payload"]["jobId"] for e in events if e["kind"] == "cleanup_retry"] == [job["id"]]
+    retries = [
+        e["payload"]["jobId"] for e in events(client, task["id"]) if e["kind"] == "cleanup_retry"
+    ]
+    assert retries == [job["id"]]
 
     cli("cleanup-jobs", "retry", str(job["id"]), expect=4)  # pending now: not failed
     cli("cleanup-jobs", "retry", "999999", expect=3)

@@ -15,7 +15,7 @@ import time
 import gevent
 import psycopg
 
-from tests.conftest import ROOT, wait_for
+from tests.helpers import ROOT, wait_for
 
 SLEEP_S = 2.0
 #: Two overlapped sleeps take ~2 s; serialized ones take at least 4 s (pg_sleep is wall-clock time,

@@ -4,7 +4,7 @@ generated password that exists only in the cluster Secret."""
 
 import pytest
 
-from tests.helpers import applied_manifests, create, dump_database, wait
+from tests.helpers import applied_manifests, create, dump_database, wait_for_status
 from tests.helpers import secret_forms as forms
 
 ENGINES = {
@@ -27,7 +27,7 @@ def test_each_engine_deploys_to_completed_with_its_password_only_in_the_cluster_
     image, port, password_env = ENGINES[engine]
     task = create(client, database(engine))
     assert task["runner"] == "direct"
-    snap = wait(client, task["id"], "completed", "failed")
+    snap = wait_for_status(client, task["id"], "completed", "failed")
     assert snap["status"] == "completed", snap["failure"]
     assert cluster.applied() == [
         "Secret/orders-credentials",
@@ -57,7 +57,7 @@ def test_each_engine_deploys_to_completed_with_its_password_only_in_the_cluster_
 
 def test_every_run_generates_its_own_password(client, cluster):
     for name in ("one", "two"):
-        wait(client, create(client, database(name=name))["id"], "completed")
+        wait_for_status(client, create(client, database(name=name))["id"], "completed")
     first, second = (m["stringData"]["password"] for m in applied_manifests(cluster, "Secret"))
     assert first != second
 
@@ -69,7 +69,7 @@ def test_a_version_picks_the_image_tag_and_a_given_password_is_used_not_persiste
     task = create(
         client, database("postgresql", name="billing", version="16.4"), inputs={"password": given}
     )
-    assert wait(client, task["id"], "completed", "failed")["status"] == "completed"
+    assert wait_for_status(client, task["id"], "completed", "failed")["status"] == "completed"
     secret = applied_manifests(cluster, "Secret")[0]
     statefulset = applied_manifests(cluster, "StatefulSet")[0]
     assert statefulset["spec"]["template"]["spec"]["containers"][0]["image"] == "postgres:16.4"
@@ -83,22 +83,22 @@ def test_a_version_picks_the_image_tag_and_a_given_password_is_used_not_persiste
 def test_a_redeploy_re_asks_a_given_password_instead_of_rotating_it(client, cluster):
     cluster.fail_kinds = {"StatefulSet"}
     first = create(client, database(name="ledger"), inputs={"password": "given-pw-1234567"})
-    assert wait(client, first["id"], "failed")["sensitiveKeys"] == ["password"]
+    assert wait_for_status(client, first["id"], "failed")["sensitiveKeys"] == ["password"]
     cluster.fail_kinds = set()
     clone = client.post("/api/v1/tasks", json={"predecessorTaskId": first["id"]}).get_json()
-    blocked = wait(client, clone["id"], "blocked")
+    blocked = wait_for_status(client, clone["id"], "blocked")
     assert [i["name"] for i in blocked["pendingInputs"]] == ["password"]
     client.post(
         f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"password": "given-pw-1234567"}}
     )
-    wait(client, clone["id"], "completed")
+    wait_for_status(client, clone["id"], "completed")
     assert applied_manifests(cluster, "Secret")[-1]["stringData"]["password"] == "given-pw-1234567"
 
 
 def test_a_statefulset_that_never_gets_ready_fails_with_the_resources_kept(make_app, cluster):
     client = make_app(readiness_timeout_s=0.2).test_client()
     cluster.ready_after_polls = "never"
-    snap = wait(client, create(client, database("redis"))["id"], "failed", "completed")
+    snap = wait_for_status(client, create(client, database("redis"))["id"], "failed", "completed")
     assert snap["failure"]["reason"] == "readiness_timeout"
     assert "StatefulSet/orders" in snap["failure"]["message"]
     assert len(snap["appliedResources"]) == 3 and cluster.deletes() == []
@@ -106,7 +106,7 @@ def test_a_statefulset_that_never_gets_ready_fails_with_the_resources_kept(make_
 
 def test_a_database_deploys_to_completed_on_the_sandbox(sandbox_client):
     client, sandbox = sandbox_client
-    snap = wait(
+    snap = wait_for_status(
         client, create(client, database("mongodb", name="catalog"))["id"], "completed", "failed"
     )
     assert snap["status"] == "completed", snap["failure"]

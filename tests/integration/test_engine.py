@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.conftest import IMAGE_SOURCE, wait_for
+from tests.helpers import IMAGE_SOURCE, events, snapshot, wait_for, wait_for_status
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -21,28 +21,8 @@ def post_task(client, source=None, project_id="demo"):
     return response.get_json()
 
 
-def snapshot(client, task_id):
-    response = client.get(f"/api/v1/tasks/{task_id}")
-    assert response.status_code == 200, response.get_json()
-    return response.get_json()
-
-
-def events(client, task_id):
-    response = client.get(f"/api/v1/tasks/{task_id}/events")
-    assert response.status_code == 200, response.get_json()
-    return response.get_json()["items"]
-
-
 def status_events(client, task_id):
     return [e["payload"] for e in events(client, task_id) if e["kind"] == "status"]
-
-
-def wait_status(client, task_id, *statuses, timeout=20.0):
-    def reached():
-        snap = snapshot(client, task_id)
-        return snap if snap["status"] in statuses else None
-
-    return wait_for(reached, timeout, message=f"{task_id} to reach {statuses}")
 
 
 def runs_in_flight(client) -> int:
@@ -113,7 +93,7 @@ def test_the_runner_completes_only_once_the_workload_is_ready(client, cluster):
     assert without_action(held["appliedResources"]) == [DEPLOYMENT, SERVICE]
 
     cluster.ready_after_polls = None  # the workload turns ready
-    done = wait_status(client, task_id, "completed", "failed")
+    done = wait_for_status(client, task_id, "completed", "failed")
     assert (done["status"], done["phase"], done["failure"]) == ("completed", "done", None)
     moves = [(m["from"], m["to"]) for m in status_events(client, task_id)]
     assert moves == [("queued", "running"), ("running", "applying"), ("applying", "completed")]
@@ -129,7 +109,7 @@ def test_readiness_timeout_fails_and_keeps_the_resources(make_app, cluster):
     cluster.ready_after_polls = "never"
     client = make_app(readiness_timeout_s=0.3).test_client()
     task_id = post_task(client)["id"]
-    failed = wait_status(client, task_id, "completed", "failed", "cancelled")
+    failed = wait_for_status(client, task_id, "completed", "failed", "cancelled")
     assert failed["status"] == "failed"
     assert failed["failure"]["reason"] == "readiness_timeout"
     assert "Deployment/web" in failed["failure"]["message"]
@@ -151,7 +131,7 @@ def test_readiness_timeout_fails_and_keeps_the_resources(make_app, cluster):
 def test_an_apply_error_fails_the_task_with_what_was_applied(client, cluster):
     cluster.fail_kinds = {"Service"}
     task_id = post_task(client)["id"]
-    failed = wait_status(client, task_id, "completed", "failed", "cancelled")
+    failed = wait_for_status(client, task_id, "completed", "failed", "cancelled")
     assert failed["status"] == "failed"
     assert failed["failure"]["reason"] == "apply_failed"
     assert "Service/web" in failed["failure"]["message"]
@@ -169,7 +149,7 @@ def test_a_call_longer_than_the_lease_is_not_reaped_while_renewal_runs(make_app,
     cluster.apply_delay_s = 3
     client = make_app(**SHORT_LEASE).test_client()
     task_id = post_task(client)["id"]
-    done = wait_status(client, task_id, "completed", "failed", "cancelled", timeout=40)
+    done = wait_for_status(client, task_id, "completed", "failed", "cancelled", timeout=40)
     assert done["status"] == "completed", done["failure"]
     assert all(m["by"] != "reaper" for m in status_events(client, task_id))
     # The evidence that the call really outlived the lease, from the task's own timeline.
@@ -188,7 +168,7 @@ def test_control_without_renewal_the_same_call_is_reaped(make_app, cluster):
     cluster.apply_delay_s = 3
     client = make_app(**{**SHORT_LEASE, "lease_renew_interval_s": 3600}).test_client()
     task_id = post_task(client)["id"]
-    failed = wait_status(client, task_id, "completed", "failed", "cancelled", timeout=40)
+    failed = wait_for_status(client, task_id, "completed", "failed", "cancelled", timeout=40)
     assert (failed["status"], failed["failure"]["reason"]) == ("failed", "interrupted")
     assert status_events(client, task_id)[-1]["by"] == "reaper"
     wait_for(lambda: runs_in_flight(client) == 0, 20, message="the zombie runner to stop")

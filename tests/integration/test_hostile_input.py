@@ -8,7 +8,7 @@ import pytest
 import requests
 from gevent.pywsgi import WSGIServer
 
-from tests.conftest import IMAGE_SOURCE, free_port
+from tests.helpers import IMAGE_SOURCE, free_port
 
 NUL, SURROGATE = "\u0000", "\ud800"
 

@@ -3,7 +3,7 @@
 import uuid
 
 from engine.lifecycle import idempotency
-from tests.conftest import IMAGE_SOURCE
+from tests.helpers import IMAGE_SOURCE
 
 BODY = {"projectId": "demo", "source": IMAGE_SOURCE}
 

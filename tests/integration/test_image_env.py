@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import IMAGE_SOURCE, free_port, wait_for
 from tests.dockerfile import Dockerfile, DockerIgnore, copy_context
+from tests.helpers import IMAGE_SOURCE, free_port, poll_status, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = "/opt/venv"
@@ -95,11 +95,14 @@ def test_the_dockerfile_environment_boots_gunicorn_and_runs_a_deployment(databas
         )
         assert created.status_code == 201, created.text
 
-        def completed():
-            snap = requests.get(f"{base}/api/v1/tasks/{created.json()['id']}", timeout=5).json()
-            return snap["status"] == "completed"
-
-        wait_for(completed, 30, interval=0.1, message="the deployment to complete")
+        task_url = f"{base}/api/v1/tasks/{created.json()['id']}"
+        poll_status(
+            lambda: requests.get(task_url, timeout=5).json(),
+            ("completed",),
+            30,
+            interval=0.1,
+            message="the deployment",
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

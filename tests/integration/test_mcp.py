@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import IMAGE_SOURCE, ROOT, oidc_settings, wait_for
+from tests.helpers import IMAGE_SOURCE, ROOT, oidc_settings, wait_for, wait_for_status
 
 INIT = {
     "jsonrpc": "2.0",
@@ -160,10 +160,7 @@ def test_wait_for_deployment_wakes_on_the_change_not_on_a_timer(client, cluster,
             "source": {"kind": "image", "image": "nginx:1.27", "name": "web"},
         },
     ).get_json()
-    wait_for(
-        lambda: client.get(f"/api/v1/tasks/{created['id']}").get_json()["status"] == "applying",
-        message="applying",
-    )
+    wait_for_status(client, created["id"], "applying")
     import gevent
 
     waiting = gevent.spawn(

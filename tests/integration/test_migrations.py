@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 from engine.core.reaper import Reaper
 from engine.operations import migrations
 from engine.operations.migrations import APPLICATION_NAME, MIGRATION_LOCK_KEY, MIGRATIONS_DIR
-from tests.conftest import _with_db, wait_for
+from tests.helpers import _with_db, wait_for
 
 
 @pytest.fixture
@@ -330,7 +330,7 @@ def flask_db(url, *args):
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     return subprocess.run(
         [sys.executable, "-m", "flask", "--app", "wsgi", "db", *args],

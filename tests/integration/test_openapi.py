@@ -5,7 +5,7 @@ from openapi_spec_validator import validate
 
 from blueprints.openapi import documented_rules, openapi_path
 from blueprints.schemas import PROJECT_ID
-from tests.conftest import IMAGE_SOURCE, wait_for
+from tests.helpers import IMAGE_SOURCE, wait_for
 
 
 def test_the_document_is_valid_openapi_31_and_names_every_api_route(app, client):

@@ -7,8 +7,7 @@ import pytest
 from psycopg import sql
 
 from engine.operations.logs import ContextFilter, JsonFormatter
-from tests.conftest import wait_for
-from tests.helpers import scrape, total
+from tests.helpers import scrape, total, wait_for
 
 
 def test_metrics_parse_and_move_when_a_task_runs(client, create_task, wait_status, cluster):

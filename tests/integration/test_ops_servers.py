@@ -7,7 +7,7 @@ import gevent
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import IMAGE_SOURCE, wait_for
+from tests.helpers import IMAGE_SOURCE, wait_for
 
 
 def create_on(server, request_id: str) -> tuple[str, str]:

@@ -12,7 +12,8 @@ import time
 import gevent
 import requests
 
-from tests.conftest import IMAGE_SOURCE, wait_for
+from engine.core.status import Status
+from tests.helpers import IMAGE_SOURCE, poll_status, wait_for
 
 #: The sandbox never turns the workload ready, so a task sits in applying/verify until stopped.
 IN_FLIGHT = {"SANDBOX_NEVER_READY": "1", "SANDBOX_APPLY_DELAY_S": "0.05", "READINESS_POLL_S": "0.1"}
@@ -126,11 +127,14 @@ def test_a_killed_servers_orphan_is_reaped_by_the_next_server(start_server, sql_
 
     second = start_server("app", env={"LEASE_TTL_S": "2", "REAPER_INTERVAL_S": "0.5"})
 
-    def resolved():
-        snap = requests.get(f"{second.base}/api/v1/tasks/{task_id}", timeout=10).json()
-        return snap if snap["status"] != "applying" else None
-
-    snap = wait_for(resolved, 30, interval=0.1, message="the reaper to resolve the orphan")
+    # The reaper resolves the orphan: it leaves applying.
+    snap = poll_status(
+        lambda: requests.get(f"{second.base}/api/v1/tasks/{task_id}", timeout=10).json(),
+        set(Status) - {Status.APPLYING},
+        30,
+        interval=0.1,
+        message="the orphan",
+    )
     assert snap["status"] == "failed"
     assert snap["failure"]["reason"] == "interrupted"
     assert snap["appliedResources"], "what the killed run applied stays recorded"

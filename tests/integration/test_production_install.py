@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ROOT, ServerProcess, free_port, wait_for
+from tests.helpers import ROOT, ServerProcess, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

@@ -76,7 +76,8 @@ def test_twenty_concurrent_redeploys_produce_exactly_one_clone(app, insert_task,
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=30)  # bounds a failure only
+    assert not any(t.is_alive() for t in threads), "a request hung"
     codes = sorted(r.status_code for r in responses)
     assert codes == [201] + [409] * 19
     winner = next(r.get_json() for r in responses if r.status_code == 201)

@@ -7,9 +7,8 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.gateway import GatewayClient
-from tests.conftest import IMAGE_SOURCE
 from tests.fakes import FakeDevbox, FakeGatewayServer, Reply
-from tests.helpers import assert_nowhere, canary, dump_database
+from tests.helpers import IMAGE_SOURCE, assert_nowhere, canary, dump_database
 
 
 def rows(sql_conn) -> int:

@@ -10,7 +10,7 @@ from engine.cleanup import jobs as cleanup_jobs
 from engine.cleanup import worker as cleanup
 from engine.integrations.devbox import DevboxClient
 from engine.operations.streaks import REPORT_EVERY, Streaks
-from tests.conftest import free_port
+from tests.helpers import free_port, wait_for
 
 KEY = "devbox-signing-key-for-streak-tests-0123456789"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -52,14 +52,21 @@ def test_a_dead_devbox_url_is_one_streak_row_with_throttled_lines_and_one_recove
     caplog.set_level(logging.INFO, logger="engine.operations.streaks")
     failures = 2 * REPORT_EVERY + 5  # 125: lines at the 1st, 60th and 120th failure
     finished_tasks_with_devboxes(insert_task, failures)
-    while cleanup_jobs.enqueue_devbox_pauses(engine.db):
-        pass
-    attempted = 0
-    while attempted < failures:
+    wait_for(
+        lambda: not cleanup_jobs.enqueue_devbox_pauses(engine.db),
+        interval=0,
+        message="every devbox pause enqueued",
+    )
+
+    def attempted_all() -> bool:
         engine.cleanup.run_once()
         attempted = sql_conn.execute(
             "SELECT count(*) AS n FROM cleanup_jobs WHERE attempts > 0"
         ).fetchone()["n"]
+        return attempted >= failures
+
+    # Bounds a failure only (a dead port refuses at once; 125 attempts take a few seconds).
+    wait_for(attempted_all, timeout=120, interval=0, message=f"{failures} attempts")
 
     rows = streak_rows(sql_conn)
     assert [(r["subject"], r["consecutive_failures"]) for r in rows] == [

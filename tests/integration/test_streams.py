@@ -10,8 +10,7 @@ import pytest
 import requests
 from gevent.pywsgi import WSGIServer
 
-from tests.conftest import IMAGE_SOURCE, wait_for
-from tests.helpers import EventStream
+from tests.helpers import IMAGE_SOURCE, EventStream, wait_for
 
 
 @pytest.fixture

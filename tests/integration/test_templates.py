@@ -18,8 +18,8 @@ from tests.helpers import (
     redeploy,
     steps,
     template,
-    wait,
     wait_for,
+    wait_for_status,
 )
 from tests.helpers import secret_forms as forms
 
@@ -62,7 +62,7 @@ def test_the_catalog_lists_each_template_with_its_declared_inputs(client):
 def test_a_template_deploys_to_completed_on_the_fake_cluster(client, cluster):
     task = create(client, template("webapp", replicas=2, image="nginx:1.27"))
     assert task["runner"] == "template"
-    snap = wait(client, task["id"], "completed", "failed")
+    snap = wait_for_status(client, task["id"], "completed", "failed")
     assert snap["status"] == "completed", snap["failure"]
     instance = instance_of(snap)
     assert re.fullmatch(r"webapp-[0-9a-f]{6}", instance)
@@ -91,7 +91,7 @@ def test_a_template_deploys_to_completed_on_the_fake_cluster(client, cluster):
 def test_each_shipped_template_deploys_to_completed_on_the_sandbox(sandbox_client, name, inputs):
     client, sandbox = sandbox_client
     task = create(client, template(name), inputs=inputs)
-    snap = wait(client, task["id"], "completed", "failed", "blocked")
+    snap = wait_for_status(client, task["id"], "completed", "failed", "blocked")
     assert snap["status"] == "completed", snap
     instance = instance_of(snap)
     stored = {ref.label() for ref in sandbox.objects}
@@ -105,7 +105,7 @@ def test_a_blocked_template_resumes_through_input_and_its_secret_is_persisted_no
 ):
     secret = canary()
     task = create(client, template("postgresql", database="shop"))
-    blocked = wait(client, task["id"], "blocked", "completed", "failed")
+    blocked = wait_for_status(client, task["id"], "blocked", "completed", "failed")
     assert blocked["status"] == "blocked"
     pending = {d["name"]: d for d in blocked["pendingInputs"]}
     assert pending["password"]["missing"] is True and pending["password"]["sensitive"] is True
@@ -117,7 +117,7 @@ def test_a_blocked_template_resumes_through_input_and_its_secret_is_persisted_no
         f"/api/v1/tasks/{task['id']}/input", json={"inputs": {"password": secret}}
     )
     assert response.status_code == 200 and response.get_json()["status"] == "running"
-    done = wait(client, task["id"], "completed", "failed")
+    done = wait_for_status(client, task["id"], "completed", "failed")
     assert done["status"] == "completed", done["failure"]
 
     # The cluster got the value, in the Secret and nowhere else.
@@ -179,7 +179,7 @@ def test_a_declared_secret_with_an_innocuous_name_is_stripped_before_the_first_i
     secret = canary()
     task = create(client, template("note", note=secret, code="plain-code"))
     assert "note" not in task["source"]["args"] and "note" in task["sensitiveKeys"]
-    done = wait(client, task["id"], "completed", "failed", "blocked")
+    done = wait_for_status(client, task["id"], "completed", "failed", "blocked")
     assert done["status"] == "completed", done
     assert applied_manifests(cluster, "Secret")[0]["stringData"]["note"] == secret
     dump = dump_database(sql_conn)
@@ -194,12 +194,12 @@ def test_the_runner_re_scrubs_a_source_persisted_before_the_template_declared_it
     client = make_app(template_catalog_dir=str(tmp_path)).test_client()
     value = canary()
     task = create(client, template("note", note=value))
-    blocked = wait(client, task["id"], "blocked", "completed", "failed")
+    blocked = wait_for_status(client, task["id"], "blocked", "completed", "failed")
     assert blocked["status"] == "blocked" and blocked["source"]["args"]["note"] == value
     # The template is changed while the task is parked: `note` is now declared sensitive.
     write_note_template(tmp_path, note_sensitive=True, mtime_ns=2)
     client.post(f"/api/v1/tasks/{task['id']}/input", json={"inputs": {"code": "c0de"}})
-    done = wait(client, task["id"], "completed", "failed")
+    done = wait_for_status(client, task["id"], "completed", "failed")
     assert done["status"] == "completed", done["failure"]
     assert "note" not in done["source"]["args"] and "note" in done["sensitiveKeys"]
     assert applied_manifests(cluster, "Secret")[0]["stringData"]["note"] == value  # not dropped
@@ -220,16 +220,16 @@ def test_a_redeploy_re_asks_a_recorded_optional_secret_instead_of_dropping_it(
     client = make_app(template_catalog_dir=str(tmp_path)).test_client()
     cluster.fail_kinds = {"ConfigMap"}
     first = create(client, template("note", note=canary(), code="c0de"))
-    assert wait(client, first["id"], "failed", "completed")["status"] == "failed"
+    assert wait_for_status(client, first["id"], "failed", "completed")["status"] == "failed"
     cluster.fail_kinds = set()
     clone = redeploy(client, first["id"])
-    blocked = wait(client, clone["id"], "blocked", "completed", "failed")
+    blocked = wait_for_status(client, clone["id"], "blocked", "completed", "failed")
     assert blocked["status"] == "blocked"  # `note` is optional, but it was given and is secret
     pending = {d["name"]: d for d in blocked["pendingInputs"]}
     assert pending["note"]["missing"] is True and pending["code"]["missing"] is False
     second = canary()
     client.post(f"/api/v1/tasks/{clone['id']}/input", json={"inputs": {"note": second}})
-    assert wait(client, clone["id"], "completed", "failed")["status"] == "completed"
+    assert wait_for_status(client, clone["id"], "completed", "failed")["status"] == "completed"
     assert applied_manifests(cluster, "Secret")[-1]["stringData"] == {
         "note": second,
         "code": "c0de",
@@ -241,7 +241,7 @@ def failed_webapp(client, cluster) -> dict:
     """A webapp task whose Service the cluster refused (Deployment applied, then cleaned up)."""
     cluster.fail_kinds = {"Service"}
     task = create(client, template("webapp"))
-    snap = wait(client, task["id"], "failed", "completed")
+    snap = wait_for_status(client, task["id"], "failed", "completed")
     assert snap["status"] == "failed" and snap["failure"]["reason"] == "apply_failed"
     return snap
 
@@ -251,7 +251,7 @@ def test_a_redeploy_of_a_failed_template_task_reuses_its_instance_name(client, c
     cluster.fail_kinds = set()
     clone = redeploy(client, first["id"])
     assert clone["resultIdentities"] == first["resultIdentities"]
-    done = wait(client, clone["id"], "completed", "failed")
+    done = wait_for_status(client, clone["id"], "completed", "failed")
     assert done["status"] == "completed" and instance_of(done) == instance_of(first)
     assert applied_manifests(cluster, "Service")[0]["metadata"]["name"] == instance_of(first)
     assert [s["reused"] for s in steps(client, clone["id"], "identity")] == [True]
@@ -264,7 +264,7 @@ def test_an_edited_redeploy_to_another_project_gets_a_fresh_instance_name(client
         client, first["id"], projectId="elsewhere", source=template("webapp", replicas=3)
     )
     assert clone["resultIdentities"] == {} and clone["projectId"] == "elsewhere"
-    done = wait(client, clone["id"], "completed", "failed")
+    done = wait_for_status(client, clone["id"], "completed", "failed")
     assert done["status"] == "completed"
     assert re.fullmatch(r"webapp-[0-9a-f]{6}", instance_of(done))
     assert instance_of(done) != instance_of(first)
@@ -280,7 +280,7 @@ def test_an_edited_redeploy_that_switches_template_gets_a_fresh_instance_name(cl
     cluster.fail_kinds = set()
     clone = redeploy(client, first["id"], source=template("redis", password="rd-pass-1234"))
     assert clone["resultIdentities"] == {} and clone["projectId"] == first["projectId"]
-    done = wait(client, clone["id"], "completed", "failed")
+    done = wait_for_status(client, clone["id"], "completed", "failed")
     assert done["status"] == "completed"
     assert re.fullmatch(r"redis-[0-9a-f]{6}", instance_of(done))
     assert [s["reused"] for s in steps(client, clone["id"], "identity")] == [False]
@@ -301,7 +301,7 @@ def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purge
 ):
     cluster.fail_kinds = {"StatefulSet"}
     a = create(client, template("postgresql"), inputs={"password": "first-pass-1"})
-    a = wait(client, a["id"], "failed", "completed")
+    a = wait_for_status(client, a["id"], "failed", "completed")
     assert a["status"] == "failed"
     root_identity = instance_of(a)
     cluster.fail_kinds = set()
@@ -309,7 +309,7 @@ def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purge
     # The password is a recorded secret with no value in memory: B parks before allocating.
     # (A B that switched template would not carry A's identity at all: see the test above.)
     b = redeploy(client, a["id"])
-    assert wait(client, b["id"], "blocked", "failed", "completed")["status"] == "blocked"
+    assert wait_for_status(client, b["id"], "blocked", "failed", "completed")["status"] == "blocked"
     assert client.post(f"/api/v1/tasks/{b['id']}/cancel").get_json()["status"] == "cancelled"
     b = client.get(f"/api/v1/tasks/{b['id']}").get_json()
     assert b["resultIdentities"] == {INSTANCE: root_identity}  # copied at creation, nothing new
@@ -317,7 +317,7 @@ def test_a_redeploy_chain_converges_on_the_root_identity_after_the_root_is_purge
     sql_conn.execute("DELETE FROM deploy_tasks WHERE id = %s", (a["id"],))  # A is purged
     applies_before = len(applied_manifests(cluster))
     c = redeploy(client, b["id"], source=template("postgresql"), inputs={"password": "third-pass"})
-    c = wait(client, c["id"], "completed", "failed", "blocked")
+    c = wait_for_status(client, c["id"], "completed", "failed", "blocked")
     assert c["status"] == "completed", c
     assert instance_of(c) == root_identity
     names = {m["metadata"]["name"] for m in applied_manifests(cluster)[applies_before:]}
@@ -338,7 +338,7 @@ def test_an_apply_failure_of_a_reused_instance_deletes_nothing(client, cluster):
     first = failed_webapp(client, cluster)
     deletes_by_first = len(cluster.deletes())
     clone = redeploy(client, first["id"])  # the Service is still refused
-    snap = wait(client, clone["id"], "failed", "completed")
+    snap = wait_for_status(client, clone["id"], "failed", "completed")
     assert snap["failure"]["reason"] == "apply_failed"
     assert len(cluster.deletes()) == deletes_by_first == 1
     assert [(r["kind"], r["name"]) for r in snap["appliedResources"]] == [
@@ -351,7 +351,7 @@ def test_a_readiness_timeout_fails_with_the_resources_kept(make_app, cluster):
     client = make_app(readiness_timeout_s=0.2).test_client()
     cluster.ready_after_polls = "never"
     task = create(client, template("webapp"))
-    snap = wait(client, task["id"], "failed", "completed")
+    snap = wait_for_status(client, task["id"], "failed", "completed")
     assert snap["failure"]["reason"] == "readiness_timeout"
     assert len(snap["appliedResources"]) == 2 and cluster.deletes() == []
 
@@ -366,7 +366,7 @@ def test_a_cancel_during_the_template_apply_is_cancelled_with_nothing_deleted(
     wait_for(cluster.applying.is_set, message="the provider call in flight")
     response = client.post(f"/api/v1/tasks/{task['id']}/cancel")
     assert response.status_code == 200
-    snap = wait(client, task["id"], "cancelled", "failed", "completed")
+    snap = wait_for_status(client, task["id"], "cancelled", "failed", "completed")
     assert snap["status"] == "cancelled" and snap["failure"] is None
     assert cluster.deletes() == []
     assert steps(client, task["id"], "cleanup") == []

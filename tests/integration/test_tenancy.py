@@ -14,8 +14,7 @@ import requests
 import websocket
 from gevent.pywsgi import WSGIServer
 
-from tests.conftest import IMAGE_SOURCE, free_port, oidc_settings
-from tests.helpers import EventStream
+from tests.helpers import IMAGE_SOURCE, EventStream, free_port, oidc_settings
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ from gevent.pywsgi import WSGIServer
 from psycopg.types.json import Jsonb
 
 from blueprints.timeline_hub import LATE_COMMIT_SWEEP_S
-from tests.conftest import wait_for
-from tests.helpers import TimelineViewer
+from tests.helpers import TimelineViewer, wait_for
 
 STEP = (
     "INSERT INTO deploy_task_events (task_id, kind, payload) VALUES (%s, 'step', %s) RETURNING seq"

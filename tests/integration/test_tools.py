@@ -1,6 +1,6 @@
 """Chat tools: schemas generated from the API's validation, calls landing on the same actions."""
 
-from tests.conftest import IMAGE_SOURCE, wait_for
+from tests.helpers import IMAGE_SOURCE, wait_for
 
 COMPARED = (
     "status",

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import requests
 
-from tests.conftest import ROOT, wait_for
+from tests.helpers import ROOT, wait_for
 from tests.scaleout.network import HostLinks
 
 PG_PORT, BOUNCER_PORT, HTTP_PORT = 5432, 6432, 8000

@@ -10,8 +10,7 @@ import gevent
 import requests
 from gevent.queue import Queue
 
-from tests.conftest import IMAGE_SOURCE, wait_for
-from tests.helpers import TimelineViewer
+from tests.helpers import IMAGE_SOURCE, TimelineViewer, wait_for
 from tests.scaleout import measured
 
 LEASE_TTL_S, REAPER_INTERVAL_S = 5.0, 1.0  # tests/scaleout/servers.py host_env

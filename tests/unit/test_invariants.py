@@ -687,3 +687,93 @@ def test_one_task_read_and_one_not_found_rule():
             raises += [name] * len(re.findall(r"raise TaskNotFound\b", text))
     assert reads == ["engine/readside/store.py"]
     assert raises == ["engine/readside/store.py"]
+
+
+def test_tests_share_one_helpers_module_and_define_no_twin_of_its_api_readers():
+    """Plain helpers live in tests/helpers.py (conftest files hold fixtures): no test file imports
+    tests.conftest, and none re-defines a task's events read or its wait for a status, by name or
+    by shape (a `wait_for` on a snapshot's "status", a read of the events route's "items")."""
+
+    def conftest_imports(path: Path, source: str) -> list[str]:
+        package = list(path.relative_to(ROOT).parent.parts)
+        found = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found += [a.name for a in node.names if a.name == "tests.conftest"]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                names = [f"{module}.{a.name}" for a in node.names]
+                found += [n for n in [module, *names] if n == "tests.conftest"]
+        return found
+
+    def reads_status(tree) -> bool:
+        return any(
+            isinstance(n, ast.Compare)
+            and isinstance(n.left, ast.Subscript)
+            and isinstance(n.left.slice, ast.Constant)
+            and n.left.slice.value == "status"
+            for n in ast.walk(tree)
+        )
+
+    def twins(source: str) -> list[str]:
+        tree = ast.parse(source)
+        defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        found = [f"def {name}" for name in defs if name in ("events", "wait_for_status")]
+        for call in ast.walk(tree):
+            callee = getattr(call, "func", None)
+            if not (isinstance(call, ast.Call) and call.args) or ast.unparse(callee) != "wait_for":
+                continue
+            predicate = call.args[0]
+            if isinstance(predicate, ast.Name):
+                predicate = defs.get(predicate.id, predicate)
+            if reads_status(predicate):
+                found.append(f"line {call.lineno}: a wait_for on a status")
+        for read in ast.walk(tree):
+            if (
+                isinstance(read, ast.Subscript)
+                and isinstance(read.slice, ast.Constant)
+                and read.slice.value == "items"
+                and "/events" in ast.unparse(read.value)
+            ):
+                found.append(f"line {read.lineno}: a read of the events route")
+        return found
+
+    # The controls: each shape of twin is seen, and what merely resembles one is not.
+    assert twins(
+        "def events(client, task_id): ...\n"
+        "def t(client, task_id):\n"
+        "    wait_for(lambda: client.get(url).get_json()['status'] == 'applying')\n"
+        "def reached():\n"
+        "    return snap()['status'] in ('completed',)\n"
+        "def u(client):\n"
+        "    wait_for(reached, 30)\n"
+        "    return client.get(f'/api/v1/tasks/{t}/events').get_json()['items']\n"
+    ) == [
+        "def events",
+        "line 3: a wait_for on a status",
+        "line 7: a wait_for on a status",
+        "line 8: a read of the events route",
+    ]
+    assert (
+        twins(
+            "def t(snap, cluster):\n    wait_for(cluster.applying.is_set)\n"
+            "    assert snap['status'] == 'failed'\n"
+        )
+        == []
+    )
+    assert conftest_imports(
+        ROOT / "tests/integration/test_x.py",
+        "from tests.conftest import wait_for\nfrom ..conftest import ROOT\n"
+        "from .. import conftest\nfrom tests.contract.conftest import TOKEN\n",
+    ) == ["tests.conftest", "tests.conftest", "tests.conftest"]
+
+    paths = list((ROOT / "tests").rglob("*.py"))
+    assert ROOT / "tests/integration/test_engine.py" in paths
+    found = {
+        str(path.relative_to(ROOT)): conftest_imports(path, source)
+        + (twins(source) if path != ROOT / "tests/helpers.py" else [])
+        for path in paths
+        for source in [path.read_text()]
+    }
+    assert {where: what for where, what in found.items() if what} == {}

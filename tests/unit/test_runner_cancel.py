@@ -7,6 +7,7 @@ from engine.core.abort import CANCEL, Aborted, AbortSignal
 from engine.runners import direct
 from engine.runners.context import RunContext
 from tests.fakes import FakeCluster
+from tests.helpers import wait_for
 
 
 class FakeHandle:
@@ -84,8 +85,9 @@ def test_after_a_checkpoint_sees_the_cancel_no_further_write_happens():
     cluster = FakeCluster(apply_delay_s=0.05)
     handle = FakeHandle()
     runner = gevent.spawn(direct.run, handle, context(cluster))
-    while not any(c.outcome == "ok" for c in cluster.calls):
-        gevent.sleep(0.005)
+    wait_for(
+        lambda: any(c.outcome == "ok" for c in cluster.calls), interval=0.005, message="an apply"
+    )
     handle.cancel_pending = True
     applies_started = len(cluster.calls)
     runner.join(timeout=30)  # bounds a failure only
@@ -101,8 +103,7 @@ def test_the_abort_reaches_an_in_flight_apply_at_once():
     cluster = FakeCluster(apply_delay_s=60)
     handle = FakeHandle()
     runner = gevent.spawn(direct.run, handle, context(cluster))
-    while not cluster.applying.is_set():
-        gevent.sleep(0.005)
+    wait_for(cluster.applying.is_set, interval=0.005, message="the apply to start")
     handle.abort.abort(CANCEL)
     runner.join(timeout=30)  # bounds a failure only
     assert runner.dead and isinstance(runner.exception, Aborted)
@@ -113,8 +114,7 @@ def test_the_abort_reaches_a_readiness_wait():
     cluster = FakeCluster(ready_after_polls="never")
     handle = FakeHandle()
     runner = gevent.spawn(direct.run, handle, context(cluster))
-    while cluster.polls < 3:
-        gevent.sleep(0.005)
+    wait_for(lambda: cluster.polls >= 3, interval=0.005, message="readiness polls")
     handle.abort.abort(CANCEL)
     runner.join(timeout=30)  # bounds a failure only
     assert isinstance(runner.exception, Aborted)
