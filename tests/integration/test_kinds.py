@@ -11,7 +11,7 @@ from engine.integrations.base import ExecResult
 from engine.integrations.gateway import GatewayClient
 from engine.runners.kinds import KINDS
 from tests.fakes import FakeDevbox, FakeGatewayServer, Reply
-from tests.helpers import IMAGE_SOURCE, wait_for
+from tests.helpers import IMAGE_SOURCE, events, wait_for_status
 
 #: A plan the fake model answers for the AI kinds: one Deployment.
 PLAN = {
@@ -78,14 +78,9 @@ def test_a_run_records_the_steps_its_runner_declares_and_the_timeline_counts_the
     assert created.status_code == 201, created.get_json()
     task_id = created.get_json()["id"]
 
-    def finished():
-        snap = client.get(f"/api/v1/tasks/{task_id}").get_json()
-        return snap if snap["status"] in ("completed", "failed", "blocked") else None
-
-    snap = wait_for(finished, message=f"the {kind} task to finish")
+    snap = wait_for_status(client, task_id, "completed", "failed", "blocked")
     assert snap["status"] == "completed", snap["failure"]
-    events = client.get(f"/api/v1/tasks/{task_id}/events").get_json()["items"]
-    recorded = [e["payload"]["step"] for e in events if e["kind"] == "step"]
+    recorded = [e["payload"]["step"] for e in events(client, task_id) if e["kind"] == "step"]
     assert list(dict.fromkeys(recorded)) == list(KINDS[kind].steps)
 
     pane = client.get(f"/tasks/{task_id}/timeline", headers={"HX-Request": "true"})
