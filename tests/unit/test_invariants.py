@@ -317,3 +317,16 @@ def test_every_adapter_implements_its_integration_protocol():
     }
     assert ("devbox", "exec") in calls  # the control: the pattern finds the runners' calls
     assert sorted(c for c in calls if c[1] not in members(protocol_of[c[0]])) == []
+
+
+def test_settings_are_read_only_through_their_one_definition():
+    readers = re.compile(
+        r"os\.environ\.get|os\.environ\[[^\]]+\](?!\s*=)|os\.getenv|environ\.get\("
+    )
+    sources = [ROOT / "app.py", ROOT / "wsgi.py", ROOT / "gunicorn.conf.py"]
+    sources += [*(ROOT / "engine").rglob("*.py"), *(ROOT / "blueprints").rglob("*.py")]
+    for path in sources:
+        if path == ROOT / "engine/operations/config.py":
+            continue
+        found = readers.findall(path.read_text().replace("request.environ.get", ""))
+        assert not found, f"{path.relative_to(ROOT)} reads {found}: use engine/operations/config.py"
