@@ -9,7 +9,8 @@ Adding a setting is one statement in `Settings`, e.g.
 
     stream_keepalive_s: float = setting(15.0, "a stream's comment line cadence", SERVER, above=0)
 
-then run the command above to put its row into the README.
+then run the command above to put its row into the README. A field declared without setting()
+stops the import: it would never be read from the environment or checked.
 """
 
 import os
@@ -518,14 +519,21 @@ def _plain_type(annotation) -> type:
     return annotation
 
 
+def _definitions() -> dict[str, Definition]:
+    found = {}
+    for f in fields(Settings):
+        if f.name == "overrides":
+            continue
+        if "rule" not in f.metadata:  # it would never be read from the environment or checked
+            raise TypeError(f"Settings.{f.name} must be declared with setting(...)")
+        found[f.name] = Definition(
+            f.name, _plain_type(f.type), f.default, f.metadata["rule"], secret=not f.repr
+        )
+    return found
+
+
 #: Every setting by field name, in the order Settings declares them.
-DEFINITIONS: dict[str, Definition] = {
-    f.name: Definition(
-        f.name, _plain_type(f.type), f.default, f.metadata["rule"], secret=not f.repr
-    )
-    for f in fields(Settings)
-    if "rule" in f.metadata
-}
+DEFINITIONS: dict[str, Definition] = _definitions()
 
 
 def read(name: str, environ=None):

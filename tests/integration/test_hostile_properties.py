@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from blueprints.tools import TOOLS
@@ -82,6 +82,9 @@ MCP_MESSAGES = st.fixed_dictionaries(
 )
 
 
+CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+
+
 def test_no_json_rpc_message_makes_mcp_answer_5xx(client):
     both = {"Accept": "application/json, text/event-stream"}
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
@@ -91,6 +94,9 @@ def test_no_json_rpc_message_makes_mcp_answer_5xx(client):
 
     @PROPERTY
     @given(message=MCP_MESSAGES, with_session=st.sampled_from([True, True, True, False]))
+    # The cases found answering 500 (issue 25), always among the examples.
+    @example(message={**CALL, "params": {"name": []}}, with_session=True)
+    @example(message={**CALL, "params": {"name": {}}}, with_session=True)
     def check(message, with_session):
         response = client.post(
             "/mcp",
@@ -134,6 +140,10 @@ def test_no_csrf_token_makes_a_checked_route_answer_5xx(client, insert_task):
 
     @PROPERTY
     @given(route=st.sampled_from(routes), token=TOKENS, in_header=st.booleans())
+    @example(route=routes[0], token="tést", in_header=True)  # the cases found answering 500
+    @example(route=routes[0], token="tést", in_header=False)
+    @example(route=routes[1], token="tést", in_header=True)
+    @example(route=routes[1], token="tést", in_header=False)
     def check(route, token, in_header):
         path, form = route
         if in_header:
@@ -274,6 +284,13 @@ KUBECONFIGS = slot(
 )
 
 
+ONE_CONTEXT = {"contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}
+
+
+def cluster(server: str) -> dict:
+    return {"name": "k", "cluster": {"server": server}}
+
+
 def header(document) -> dict:
     text = yaml.safe_dump(document, allow_unicode=True)
     return {"X-Kubeconfig": base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()}
@@ -284,12 +301,21 @@ def test_no_kubeconfig_shape_makes_create_or_the_access_check_answer_5xx(make_ap
     client = make_app(cluster_backend=backend).test_client()
     with client.session_transaction() as session:
         session["csrf"] = "test-token"
-    checked = {"refused": 0, "ok": 0}
+    checked = {"sent": 0, "refused": 0, "ok": 0}
 
     @PROPERTY
     @given(document=KUBECONFIGS)
+    # The cases found answering 500 (issue 25), always among the examples.
+    @example(document={"contexts": 5})
+    @example(document={"current-context": "c", "contexts": 5})
+    @example(document={"current-context": None, "contexts": 5})
+    @example(document={**ONE_CONTEXT, "clusters": 5})
+    @example(document={**ONE_CONTEXT, "clusters": [cluster("https://k")], "users": True})
+    @example(document={**ONE_CONTEXT, "clusters": [cluster("https://[")]})
+    @example(document={**ONE_CONTEXT, "clusters": [cluster("http://[::1")]})
     def check(document):
         sent = header(document)
+        checked["sent"] += 1
         created = client.post(
             "/api/v1/tasks", json={"projectId": "demo", "source": dict(IMAGE_SOURCE)}, headers=sent
         )
@@ -309,6 +335,6 @@ def test_no_kubeconfig_shape_makes_create_or_the_access_check_answer_5xx(make_ap
 
     check()
     if backend == "kubernetes":  # every document here is refused (no server is routable)
-        assert checked["refused"] == EXAMPLES, checked
+        assert checked["refused"] == checked["sent"], checked
     else:  # the sandbox reads no kubeconfig: each one goes through
         assert checked["ok"] > 0, checked
