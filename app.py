@@ -57,11 +57,6 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     secrets.install_log_scrubber()
     auth_mode = auth.configure(settings)  # before anything starts: a bad setting stops boot
-    if (
-        settings.cluster_backend not in ("sandbox", "kubernetes")
-        and "integrations" not in settings.overrides
-    ):
-        raise RuntimeError("CLUSTER_BACKEND must be 'sandbox' or 'kubernetes'")
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -204,8 +199,8 @@ def serve() -> None:
 
     from engine.operations import logs
 
-    logs.configure()
     try:
+        logs.configure()
         app = create_app()
     except ConfigurationError as exc:
         raise SystemExit(f"configuration error: {exc}")

@@ -14,21 +14,27 @@ import gevent
 from gunicorn.glogging import Logger
 
 from engine.operations import logs
+from engine.operations.config import ConfigurationError, Settings
 
-bind = [f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"]
-if int(os.environ.get("METRICS_PORT") or 0):
+try:  # checked in the master, so a bad value stops the boot before any worker starts
+    settings = Settings.from_env()
+except ConfigurationError as exc:
+    raise SystemExit(f"configuration error: {exc}")
+
+bind = [f"{settings.host}:{settings.port}"]
+if settings.metrics_port:
     # /metrics answers only on this listener (blueprints/ops.py checks the port).
-    bind.append(f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ['METRICS_PORT']}")
+    bind.append(f"{settings.host}:{settings.metrics_port}")
 # The same lines as `python app.py` (LOG_FORMAT, LOG_LEVEL), gunicorn's own included.
-logconfig_dict = logs.logging_config()
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+logconfig_dict = logs.logging_config(settings.log_format, settings.log_level)
+workers = settings.web_concurrency
 worker_class = "gevent"
-worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "2000"))
+worker_connections = settings.worker_connections
 # Keep below Kubernetes' terminationGracePeriodSeconds.
-graceful_timeout = int(os.environ.get("GRACEFUL_TIMEOUT", "15"))
+graceful_timeout = settings.graceful_timeout
 timeout = 60
 control_socket_disable = True
-accesslog = os.environ.get("ACCESS_LOG") or None
+accesslog = settings.access_log or None
 
 
 class AccessLogWhenAsked(Logger):
@@ -50,7 +56,7 @@ _created: list[Path] = []
 def on_starting(server):
     """Before any worker: a clean metrics directory, so every worker's numbers add up and no
     dead process from an earlier run is counted (prometheus-client multiprocess mode)."""
-    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    configured = settings.prometheus_multiproc_dir
     if configured:
         path = Path(configured)
         path.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,8 @@ from app import create_app, invoked_as_operator_command  # noqa: E402
 from blueprints.oidc import ConfigurationError  # noqa: E402
 from engine.operations import logs  # noqa: E402
 
-logs.configure()
 try:
+    logs.configure()
     app = create_app()
 except ConfigurationError as exc:
     raise SystemExit(f"configuration error: {exc}")

@@ -32,28 +32,44 @@ def check():
 
 
 def describe(kubeconfig: dict) -> dict:
-    """The names the page shows: current context, its cluster, and the server's host."""
-    contexts = kubeconfig.get("contexts") or []
+    """The names the page shows: current context, its cluster, and the server's host.
+
+    In the sandbox nothing else has checked the document, so every level may be any shape; a
+    level of the wrong shape shows as no name.
+    """
+    contexts = _list(kubeconfig.get("contexts"))
     name = kubeconfig.get("current-context")
     if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
         name = contexts[0].get("name")
-    context = next(
-        (c.get("context") or {} for c in contexts if isinstance(c, dict) and c.get("name") == name),
-        {},
-    )
-    cluster_name = context.get("cluster") if isinstance(context, dict) else None
-    cluster = next(
-        (
-            c.get("cluster") or {}
-            for c in kubeconfig.get("clusters") or []
-            if isinstance(c, dict) and c.get("name") == cluster_name
-        ),
-        {},
-    )
-    server = cluster.get("server") if isinstance(cluster, dict) else None
+    context = _mapping(_named(contexts, name).get("context"))
+    cluster_name = context.get("cluster")
+    cluster = _mapping(_named(_list(kubeconfig.get("clusters")), cluster_name).get("cluster"))
     return {
-        "context": str(name or ""),
-        "cluster": str(cluster_name or ""),
-        "server": urlsplit(server).netloc if isinstance(server, str) else "",
-        "namespace": str(context.get("namespace") or "") if isinstance(context, dict) else "",
+        "context": _text(name),
+        "cluster": _text(cluster_name),
+        "server": _netloc(cluster.get("server")),
+        "namespace": _text(context.get("namespace")),
     }
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _named(entries: list, name) -> dict:
+    return next((e for e in entries if isinstance(e, dict) and e.get("name") == name), {})
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _netloc(server) -> str:
+    try:
+        return urlsplit(server).netloc if isinstance(server, str) else ""
+    except ValueError:  # an unclosed IPv6 bracket
+        return ""

@@ -17,7 +17,9 @@ import secrets
 from pathlib import Path
 
 import gevent
-from flask import Blueprint, Flask, abort, request, session
+from flask import Blueprint, Flask, request, session
+
+from blueprints.errors import CrossSiteRequest
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,14 @@ def protect(bp: Blueprint) -> None:
             return None
         expected = session.get(SESSION_KEY)
         sent = request.headers.get(HEADER) or request.form.get(FORM_FIELD)
-        if not expected or not sent or not hmac.compare_digest(expected, sent):
-            abort(403, description="missing or wrong CSRF token; reload the page")
+        if not expected or not sent or not _same(expected, sent):
+            # A missing or wrong token is what a cross-site request looks like: the same 403 and
+            # stable code the edge gives (JSON on JSON routes, the error box on pages).
+            raise CrossSiteRequest("missing or wrong CSRF token; reload the page")
         return None
+
+
+def _same(expected: str, sent: str) -> bool:
+    """Constant-time comparison of any two texts (compare_digest raises TypeError on a non-ASCII
+    str, and the sent token is whatever the client chose)."""
+    return hmac.compare_digest(expected.encode(), sent.encode("utf-8", "surrogatepass"))

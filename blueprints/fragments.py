@@ -84,7 +84,7 @@ def render_timeline_sections(row: dict) -> str:
 
 def task_fragments(row: dict) -> str:
     """Everything that shows one task: chip, placeholder, timeline sections."""
-    view = view_from_row(row, dismissed_ids())
+    view = view_from_row(row, dismissed_ids(row["project_id"]))
     return render_chip(view) + render_placeholder(view) + render_timeline_sections(row)
 
 

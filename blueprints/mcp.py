@@ -166,9 +166,12 @@ def _dispatch(method: str, params: dict) -> dict:
 
 
 def _call_tool(params: dict) -> dict:
-    tool = toolbox.TOOLS.get(params.get("name"))
+    name = params.get("name")
+    if not isinstance(name, str):  # any JSON value may come; a list is not even hashable
+        raise RpcError(INVALID_PARAMS, "params.name must be a string naming a tool")
+    tool = toolbox.TOOLS.get(name)
     if tool is None:
-        raise RpcError(INVALID_PARAMS, f"unknown tool: {params.get('name')}")
+        raise RpcError(INVALID_PARAMS, f"unknown tool: {name}")
     body, status, _ = toolbox.invoke(tool, params.get("arguments") or {})
     if status >= 400:
         # A tool error, not a protocol error: the model sees it and can correct its call.

@@ -22,6 +22,7 @@ import jwt
 import requests
 
 from engine.lifecycle.identity import Identity
+from engine.operations.config import ConfigurationError  # one boot error for every setting
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,6 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 
 class InvalidToken(Exception):
     """A bearer token we refuse. The message is the reason for the log, never for the client."""
-
-
-class ConfigurationError(RuntimeError):
-    """A setting that makes oidc mode unsafe or unusable; boot stops with this one line."""
 
 
 def is_loopback_host(host: str | None) -> bool:

@@ -21,11 +21,17 @@ from blueprints.forms import (
     pane_context,
     source_from_form,
 )
-from blueprints.fragments import fragments_response, render_chip, task_fragments, timeline_context
+from blueprints.fragments import (
+    fragments_response,
+    removal,
+    render_chip,
+    task_fragments,
+    timeline_context,
+)
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from blueprints.views import dismissed_ids, editable, now, valid_project, view_from_store
 from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskConflict
-from engine.lifecycle import actions
+from engine.lifecycle import actions, dismissals
 from engine.readside import dto
 from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task
 from engine.runners.kinds import KINDS
@@ -98,7 +104,7 @@ def _board_page(project_id: str, before: dict | None = None) -> tuple[TaskStore,
     """A page of the project's board in a store, and the cursor of the next (older) page, or None
     when this page is the last."""
     page = read_board(runtime().db, current_identity().namespace, project_id, before=before)
-    store = TaskStore(project_id, dismissed=dismissed_ids())
+    store = TaskStore(project_id, dismissed=dismissed_ids(project_id))
     store.bootstrap(page, now())
     return store, dto.projection_cursor(page[-1]) if len(page) == BOARD_LIMIT else None
 
@@ -265,6 +271,18 @@ def cancel(task_id):
     except TaskConflict:
         pass  # a finished task: the fragments show it as it is
     return fragments_response(task_fragments(_row(task_id)))
+
+
+@bp.post("/tasks/<uuid:task_id>/dismiss")
+def dismiss(task_id):
+    """Dismiss a finished task from this user's dock, for good and on every browser; a task
+    still active is not dismissed and comes back as it is now."""
+    row = dismissals.dismiss_task(runtime(), current_identity(), task_id)
+    if row is not None:
+        return fragments_response(task_fragments(row))
+    # No version: no later frame of this page brings the chip back (a stream's bootstrap, which
+    # resets the dock, reads the dismissals afresh).
+    return fragments_response(removal(f"chip-{task_id}"))
 
 
 @bp.post("/tasks/<uuid:task_id>/redeploy")

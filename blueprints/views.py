@@ -1,23 +1,21 @@
 """What the project page shows of a task (chips, placeholders, the timeline header), and the
-page-request state those views depend on: the clock, the project id, this browser's dismissals."""
+page-request state those views depend on: the clock, the project id, the user's dismissals."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from uuid import UUID
 
 from flask import abort, request
 from marshmallow import ValidationError
 
 from blueprints import presentation, schemas
+from blueprints.auth import current_identity
+from blueprints.request_helpers import runtime
 from engine.core.status import ACTIVE, Status
-from engine.lifecycle import actions
+from engine.lifecycle import actions, dismissals
 from engine.readside import dto
 from engine.readside.store import TaskStore, attention
 from engine.runners.kinds import KINDS
 
-#: Client-local dismissals (seed 000: "dismissals stay client-local in v1"): task ids, dot-joined.
-DISMISS_COOKIE = "dock_dismissed"
-MAX_DISMISSED = 40
 #: Placeholders without a saved placement are laid out on this grid (canvas pixels).
 GRID_X, GRID_Y, GRID_COLUMNS = 210, 120, 4
 
@@ -42,15 +40,11 @@ def editable(source_kind: str) -> bool:
     return kind is not None and not kind.one_click
 
 
-def dismissed_ids() -> set[str]:
-    """Task ids this browser dismissed (from its cookie; only well-formed ids)."""
-    found = set()
-    for raw in (request.cookies.get(DISMISS_COOKIE) or "").split(".")[:MAX_DISMISSED]:
-        try:
-            found.add(str(UUID(raw)))
-        except ValueError:
-            continue
-    return found
+def dismissed_ids(project_id: str | None = None) -> set[str]:
+    """Task ids the signed-in user dismissed in the project (default: the route's own
+    `project_id`), on any browser: the dock leaves them out when it renders."""
+    project = project_id if project_id is not None else request.view_args["project_id"]
+    return dismissals.dismissed_task_ids(runtime(), current_identity(), project)
 
 
 @dataclass

@@ -91,8 +91,18 @@ class KubeTarget:
         return urlsplit(self.server).port or (443 if self.scheme == "https" else 80)
 
 
-def _named(entries, name: str, what: str) -> dict:
-    for entry in entries or []:
+def _entries(kubeconfig: dict, key: str) -> list:
+    """The kubeconfig's list under `key` (absent: empty); InvalidKubeconfig for any other shape."""
+    entries = kubeconfig.get(key)
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise InvalidKubeconfig(f"{key} must be a list")
+    return entries
+
+
+def _named(entries: list, name, what: str) -> dict:
+    for entry in entries:
         if isinstance(entry, dict) and entry.get("name") == name:
             body = entry.get(what)
             if not isinstance(body, dict):
@@ -101,12 +111,20 @@ def _named(entries, name: str, what: str) -> dict:
     raise InvalidKubeconfig(f"the kubeconfig has no {what} named {name!r}")
 
 
+def _optional_text(entry: dict, key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InvalidKubeconfig(f"{where}.{key} must be a string")
+    return value or None
+
+
 def _pem(data, name: str) -> bytes:
     try:
         decoded = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError, TypeError):
         raise InvalidKubeconfig(f"{name} is not valid base64")
-    if b"-----BEGIN" not in decoded:
+    # PEM is ASCII; anything else would reach OpenSSL as a type error rather than a refusal.
+    if b"-----BEGIN" not in decoded or not decoded.isascii():
         raise InvalidKubeconfig(f"{name} is not a PEM document")
     return decoded
 
@@ -123,8 +141,12 @@ def _server_url(value) -> str:
     if not isinstance(value, str):
         raise InvalidKubeconfig("cluster.server must be an http(s) URL")
     server = value.strip().rstrip("/")
-    parts = urlsplit(server)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
+    try:  # an unclosed "[" (an IPv6 literal) is a ValueError from urllib, not a URL
+        parts = urlsplit(server)
+        hostname = parts.hostname
+    except ValueError:
+        raise InvalidKubeconfig("cluster.server must be an http(s) URL")
+    if parts.scheme not in ("https", "http") or not hostname:
         raise InvalidKubeconfig("cluster.server must be an http(s) URL")
     # "?" or "#" with nothing after it still swallows the API path the adapter appends.
     if "?" in server or "#" in server:
@@ -144,20 +166,17 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
     """The target of a kubeconfig's current context; InvalidKubeconfig naming the bad field."""
     if not isinstance(kubeconfig, dict):
         raise InvalidKubeconfig("the kubeconfig must be a mapping")
-    contexts = kubeconfig.get("contexts") or []
+    # Every level is checked for its shape before it is used: the document is the caller's.
+    contexts = _entries(kubeconfig, "contexts")
     name = kubeconfig.get("current-context")
-    if (
-        not name
-        and isinstance(contexts, list)
-        and len(contexts) == 1
-        and isinstance(contexts[0], dict)
-    ):
+    if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
         name = contexts[0].get("name")
     if not name:
         raise InvalidKubeconfig("the kubeconfig has no current-context")
     context = _named(contexts, name, "context")
-    cluster = _named(kubeconfig.get("clusters"), context.get("cluster", ""), "cluster")
-    user = _named(kubeconfig.get("users"), context["user"], "user") if context.get("user") else {}
+    cluster = _named(_entries(kubeconfig, "clusters"), context.get("cluster", ""), "cluster")
+    user_name = context.get("user")
+    user = _named(_entries(kubeconfig, "users"), user_name, "user") if user_name else {}
     _refuse(cluster, _REFUSED_CLUSTER_FIELDS, "cluster")
     _refuse(user, _REFUSED_USER_FIELDS, "user")
 
@@ -166,21 +185,20 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
     cert, key = user.get("client-certificate-data"), user.get("client-key-data")
     if bool(cert) != bool(key):
         raise InvalidKubeconfig("client-certificate-data and client-key-data go together")
-    token = user.get("token")
-    if token is not None and not isinstance(token, str):
-        raise InvalidKubeconfig("user.token must be a string")
-    server_name = cluster.get("tls-server-name")
-    if server_name is not None and not isinstance(server_name, str):
-        raise InvalidKubeconfig("cluster.tls-server-name must be a string")
+    token = _optional_text(user, "token", "user")
+    server_name = _optional_text(cluster, "tls-server-name", "cluster")
+    namespace = context.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise InvalidKubeconfig("context.namespace must be a string")
     return KubeTarget(
         server=server,
-        namespace=str(context.get("namespace") or "default"),
-        token=token or None,
-        ca_pem=_pem(ca, "certificate-authority-data").decode("ascii", "replace") if ca else None,
+        namespace=namespace or "default",
+        token=token,
+        ca_pem=_pem(ca, "certificate-authority-data").decode("ascii") if ca else None,
         client_cert_pem=_pem(cert, "client-certificate-data") if cert else None,
         client_key_pem=_pem(key, "client-key-data") if key else None,
         insecure_skip_tls_verify=cluster.get("insecure-skip-tls-verify") is True,
-        tls_server_name=server_name or None,
+        tls_server_name=server_name,
     )
 
 

@@ -1,6 +1,21 @@
-"""Configuration from environment variables (documented in README.md)."""
+"""Every setting, defined once: its name, type, default, allowed range and one-line doc.
+
+Each `Settings` field is read from the environment variable of its name in upper case
+(`lease_ttl_s` from LEASE_TTL_S), checked against its range at boot, and listed in README.md's
+settings tables, which are generated from these definitions (`python -m engine.operations.config
+README.md` rewrites them; tests/unit/test_config.py keeps them equal).
+
+Adding a setting is one statement in `Settings`, e.g.
+
+    stream_keepalive_s: float = setting(15.0, "a stream's comment line cadence", SERVER, above=0)
+
+then run the command above to put its row into the README. A field declared without setting()
+stops the import: it would never be read from the environment or checked.
+"""
 
 import os
+import sys
+import types
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -8,155 +23,576 @@ from engine.integrations.base import ENGINE_NAME
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
+#: The README section each group's table stands in, by the group's name in the table's markers.
+SERVER, SANDBOX, AI, CLUSTER, AUTH, OPERATING = (
+    "server",
+    "sandbox",
+    "ai",
+    "cluster",
+    "auth",
+    "operating",
+)
+GROUPS = (SERVER, SANDBOX, AI, CLUSTER, AUTH, OPERATING)
 
-def _env(name: str, default, cast):
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if cast is bool:
-        return raw.strip().lower() in {"1", "true", "yes", "on"}
-    return cast(raw)
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+class ConfigurationError(RuntimeError):
+    """A setting the server cannot run with; boot stops with this one line."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one setting may be, besides its type."""
+
+    doc: str
+    group: str
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    #: Another setting this one must stay strictly below (a cadence inside a deadline, ...).
+    below: str | None = None
+    choices: tuple[str, ...] = ()
+    #: The README's words for the default when its value says too little ("half of ...").
+    shown: str | None = None
+
+
+def setting(default, doc: str, group: str, *, secret: bool = False, **rule):
+    """A Settings field: its default, its one-line doc, its README group and its range."""
+    return field(default=default, repr=not secret, metadata={"rule": Rule(doc, group, **rule)})
 
 
 @dataclass(frozen=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    #: Host names this server answers to (comma-separated); empty: 127.0.0.1, localhost, ::1, HOST.
-    trusted_hosts: str = ""
-    #: Where users reach the site (e.g. https://deploy.example.com): the websocket Origin and
-    #: unsafe API requests must come from it; https makes the session cookie Secure. Empty:
-    #: http://<trusted host>:PORT.
-    public_origin: str = ""
-    #: Unset: a private embedded PostgreSQL under data_dir.
-    database_url: str | None = None
-    data_dir: Path = PROJECT_ROOT / "instance"
-    db_pool_size: int = 20
-    #: How many of a process's pool connections its runners may use at once (0: half the pool).
-    #: The rest stay free for requests, so a create never queues behind a burst of runner writes.
-    runner_db_slots: int = 0
-    #: How often a process announces the tasks its runners wrote to (engine/core/notices.py): the
-    #: most a viewer waits to see a runner's write, and one statement per tick.
-    runner_notice_interval_s: float = 0.05
-    #: Where LISTEN (and the schema at boot) connects: straight to PostgreSQL, never through a
-    #: transaction pooler. Unset: database_url.
-    listen_database_url: str | None = None
-    #: "pgbouncer": database_url is a transaction-mode pooler (no server-side prepared statements).
-    db_pooler: str = ""
-    #: How long a silent database link is trusted before its connections count as dead (TCP user
-    #: timeout, keepalives, connect timeout): a vanished primary or a cut network is noticed.
-    db_link_timeout_s: float = 30.0
-    # Authentication (README "Authentication").
-    #: "dev": one local user in namespace "default" (loopback only); "oidc": real users.
-    auth_mode: str = "dev"
-    #: Lets `dev` mode serve a non-loopback HOST (everyone who can reach it is the dev user).
-    dev_auth_allow_network: bool = False
-    #: Exact issuer URL; discovery at <issuer>/.well-known/openid-configuration.
-    oidc_issuer: str | None = None
-    oidc_client_id: str | None = None
-    oidc_client_secret: str | None = field(default=None, repr=False)
-    #: The `aud` bearer tokens must contain; unset: the client id.
-    oidc_audience: str | None = None
-    #: Signed claim listing the workspaces a user may use (a string or a list of strings).
-    tenant_claim: str = "namespace"
-    #: Signed claim naming the user.
-    user_claim: str = "sub"
-    #: Signs the session cookie (required in oidc mode; dev mode keeps one under data_dir).
-    secret_key: str | None = field(default=None, repr=False)
-    #: Absolute lifetime of a browser sign-in, however active the session is.
-    session_lifetime_s: float = 8 * 3600.0
-    #: "sandbox" (local stand-in, the zero-setup default) or "kubernetes".
-    cluster_backend: str = "sandbox"
-    #: The template catalog: a directory of template YAML files (README "Templates").
-    template_catalog_dir: Path = PROJECT_ROOT / "catalog"
-    # Cadences (seed 000 constants). Every one is tunable so tests and operators can shorten them.
-    lease_ttl_s: float = 60.0
-    lease_renew_interval_s: float = 20.0
-    reaper_interval_s: float = 30.0
-    cancel_ack_deadline_s: float = 90.0
-    queued_start_deadline_s: float = 120.0
-    max_run_s: float = 1800.0
-    readiness_timeout_s: float = 600.0
-    readiness_poll_s: float = 2.0
-    #: Silence after which every live stream (SSE, websocket) sends a keepalive, so proxies keep
-    #: an idle stream open and a viewer notices a dead peer (engine/readside/follow.py).
-    stream_keepalive_s: float = 15.0
-    #: How long the shutdown drain waits for aborted runners before failing their leases.
-    shutdown_grace_s: float = 3.0
-    retention_days: float = 30.0
-    # Cleanup (seed 001; README "Cleanup and retention").
-    #: How often the cleanup worker looks for due jobs (it loops at once while batches are full).
-    cleanup_interval_s: float = 5.0
-    #: A finished task's runner pauses its own devbox; the reaper enqueues the pause after this.
-    devbox_pause_grace_s: float = 60.0
-    #: Finished tasks past retention one reaper sweep enqueues, and one worker pass purges.
-    purge_batch: int = 300
-    #: Graceful window between SIGTERM and SIGKILL when stopping a local process group.
-    runtime_stop_timeout_s: float = 5.0
-    #: A claimed cleanup attempt not finished by then counts as abandoned (claimable again).
-    cleanup_attempt_timeout_s: float = 300.0
-    # Sandbox cluster behaviour (see README "Sandbox").
-    sandbox_apply_delay_s: float = 0.2
-    sandbox_ready_delay_s: float = 1.0
-    sandbox_never_ready: bool = False
-    sandbox_apply_error: str = ""
-    #: Per-chunk delay of the sandbox gateway's streamed answer.
-    sandbox_gateway_delay_s: float = 0.02
-    # Devbox API (README "Devbox and gateway"); unset DEVBOX_URL: the sandbox devbox.
-    devbox_url: str | None = None
-    #: HS256 key the server signs its namespace-scoped devbox JWTs with (a secret: never logged).
-    devbox_signing_key: str | None = field(default=None, repr=False)
-    devbox_timeout_s: float = 30.0
-    devbox_exec_timeout_s: float = 300.0
-    # OpenAI-compatible chat-completions gateway; unset GATEWAY_URL: the sandbox gateway.
-    gateway_url: str | None = None
-    gateway_model: str | None = None
-    gateway_api_key: str | None = field(default=None, repr=False)
-    #: Attempts after the first, only before the first byte of an answer.
-    gateway_retries: int = 2
-    gateway_connect_timeout_s: float = 5.0
-    #: Longest silence tolerated inside a streamed answer.
-    gateway_idle_timeout_s: float = 120.0
-    # Kubernetes backend (README "Real cluster"): used when cluster_backend is "kubernetes".
-    kube_field_manager: str = ENGINE_NAME
-    #: Per-attempt read timeout of one API call (connect: at most 10 s).
-    kube_request_timeout_s: float = 30.0
-    #: Attempts after the first, on 429, 5xx and connection errors.
-    kube_max_retries: int = 4
-    #: First backoff step between attempts (doubles, with jitter) unless Retry-After says.
-    kube_retry_backoff_s: float = 0.5
-    #: Comma-separated CIDRs a cluster server may be in although they are not publicly routable
-    #: (loopback, private, link-local, ...). Empty: only public addresses (README "Security model").
-    kube_allowed_networks: str = ""
-    #: Allow `http://` cluster servers (credentials in clear on the wire): tests and labs only.
-    kube_allow_http: bool = False
-    # Operations (README "Operating").
-    #: Set: GET /metrics requires `Authorization: Bearer <token>`.
-    metrics_token: str | None = field(default=None, repr=False)
-    #: Non-zero: /metrics is served only on this port (a second listener), not on PORT.
-    metrics_port: int = 0
-    #: Comma-separated users who may see the operator pages and API when AUTH_MODE is not dev.
-    admin_users: str = ""
-    #: How long /readyz waits for a database connection before it answers 503.
-    ready_probe_db_timeout_s: float = 2.0
+    """The server's settings (see the module docstring for how they are read and checked)."""
+
+    # -- the server, its database and the engine's cadences (README "Configuration") ----------
+    host: str = setting("127.0.0.1", "where `python app.py` and gunicorn listen", SERVER)
+    port: int = setting(8000, "the port they listen on", SERVER, at_least=1, at_most=65535)
+    trusted_hosts: str = setting(
+        "",
+        "`Host` names the server answers (comma-separated); any other is 400 `untrusted_host` "
+        '(see "Security model")',
+        SERVER,
+        shown="`127.0.0.1,localhost,::1` + `HOST`",
+    )
+    public_origin: str = setting(
+        "",
+        "where users reach the site; websocket `Origin` and unsafe API requests must come from "
+        "it; `https://` makes the session cookie `Secure`",
+        SERVER,
+        shown="`http://<trusted host>:PORT`",
+    )
+    database_url: str | None = setting(
+        None, "PostgreSQL to use; unset starts the embedded server under `DATA_DIR`", SERVER
+    )
+    data_dir: Path = setting(
+        PROJECT_ROOT / "instance",
+        "where the embedded PostgreSQL keeps its data (`DATA_DIR/pgdata`)",
+        SERVER,
+    )
+    db_pool_size: int = setting(20, "connections per process", SERVER, at_least=1)
+    runner_db_slots: int = setting(
+        0,
+        "pool connections a process's runners may use at once; the rest stay free for requests "
+        "(0: half of the pool)",
+        SERVER,
+        at_least=0,
+        below="db_pool_size",
+        shown="half of `DB_POOL_SIZE`",
+    )
+    runner_notice_interval_s: float = setting(
+        0.05,
+        "a process announces the tasks it created and its runners wrote to (steps, their own "
+        "status moves) once per this tick, in one statement; the most a viewer on another "
+        "process waits to see such a write",
+        SERVER,
+        above=0,
+    )
+    db_pooler: str = setting(
+        "",
+        '`pgbouncer`: `DATABASE_URL` is PgBouncer in transaction mode (see "Running at scale")',
+        SERVER,
+        choices=("", "pgbouncer"),
+    )
+    listen_database_url: str | None = setting(
+        None,
+        "direct PostgreSQL connection for LISTEN and the schema at boot (never a pooler)",
+        SERVER,
+        shown="`DATABASE_URL`",
+    )
+    db_link_timeout_s: float = setting(
+        30.0,
+        "a silent database link is declared dead after this (TCP user timeout, keepalives, "
+        "connect timeout)",
+        SERVER,
+        above=0,
+    )
+    cluster_backend: str = setting(
+        "sandbox",
+        '`sandbox` (local stand-in) or `kubernetes` (see "Real cluster")',
+        SERVER,
+        choices=("sandbox", "kubernetes"),
+    )
+    template_catalog_dir: Path = setting(
+        PROJECT_ROOT / "catalog", "the template catalog: a directory of template YAML files", SERVER
+    )
+    lease_ttl_s: float = setting(
+        60.0, "lease length; a lease not renewed in time is lost", SERVER, above=0
+    )
+    lease_renew_interval_s: float = setting(
+        20.0,
+        "one renewal statement per process per tick",
+        SERVER,
+        above=0,
+        below="lease_ttl_s",
+    )
+    reaper_interval_s: float = setting(30.0, "reaper sweep cadence", SERVER, above=0)
+    cancel_ack_deadline_s: float = setting(
+        90.0, "a cancel not acknowledged by then is forced to `cancelled`", SERVER, above=0
+    )
+    queued_start_deadline_s: float = setting(
+        120.0, "a task still `queued` by then fails as never started", SERVER, above=0
+    )
+    max_run_s: float = setting(
+        1800.0, "a run longer than this (since its last claim) fails as timed out", SERVER, above=0
+    )
+    readiness_timeout_s: float = setting(
+        600.0,
+        "readiness wait before `failed: readiness_timeout` (resources kept)",
+        SERVER,
+        above=0,
+    )
+    readiness_poll_s: float = setting(
+        2.0, "readiness poll interval", SERVER, above=0, below="readiness_timeout_s"
+    )
+    stream_keepalive_s: float = setting(
+        15.0,
+        "silence after which every live stream (project SSE, gateway SSE, timeline websocket) "
+        "sends a keepalive",
+        SERVER,
+        above=0,
+    )
+    shutdown_grace_s: float = setting(
+        3.0,
+        "how long the drain waits for aborted runners before failing their leases",
+        SERVER,
+        at_least=0,
+        below="graceful_timeout",
+    )
+    retention_days: float = setting(
+        30.0, "finished tasks are purged after this many days", SERVER, at_least=1
+    )
+    purge_batch: int = setting(
+        300,
+        'finished tasks one purge pass deletes at most (see "Cleanup and retention")',
+        SERVER,
+        at_least=1,
+    )
+    cleanup_interval_s: float = setting(
+        5.0,
+        "how often the cleanup worker looks for due jobs (it goes on at once while it finds work)",
+        SERVER,
+        above=0,
+    )
+    devbox_pause_grace_s: float = setting(
+        60.0,
+        "how long after a task ends the reaper leaves its devbox to the task's own runner before "
+        "enqueueing the pause (a dead host's runs: any live host pauses them)",
+        SERVER,
+        at_least=0,
+    )
+    cleanup_attempt_timeout_s: float = setting(
+        300.0,
+        "a claimed cleanup attempt not finished by then is abandoned and claimable again",
+        SERVER,
+        above=0,
+    )
+    runtime_stop_timeout_s: float = setting(
+        5.0,
+        "graceful window between SIGTERM and SIGKILL when a local process group is stopped",
+        SERVER,
+        above=0,
+    )
+    web_concurrency: int = setting(2, "gunicorn workers", SERVER, at_least=1)
+    worker_connections: int = setting(
+        2000, "open connections one gunicorn worker serves at once", SERVER, at_least=1
+    )
+    graceful_timeout: int = setting(
+        15,
+        "gunicorn graceful timeout (seconds); keep it below Kubernetes' "
+        "`terminationGracePeriodSeconds`",
+        SERVER,
+        at_least=1,
+    )
+
+    # -- the sandbox cluster (README "Sandbox") -----------------------------------------------
+    sandbox_apply_delay_s: float = setting(
+        0.2, "latency of each document's apply", SANDBOX, at_least=0
+    )
+    sandbox_ready_delay_s: float = setting(
+        1.0, "time from apply until a workload is ready", SANDBOX, at_least=0
+    )
+    sandbox_never_ready: bool = setting(
+        False, "workloads never become ready (readiness timeout)", SANDBOX
+    )
+    sandbox_apply_error: str = setting(
+        "", "apply of this kind fails (`Service`, `Deployment`, ... or `all`)", SANDBOX
+    )
+
+    # -- devbox and gateway (README "Devbox and gateway") -------------------------------------
+    devbox_url: str | None = setting(None, "devbox API base URL; unset: the sandbox devbox", AI)
+    devbox_signing_key: str | None = setting(
+        None,
+        "HS256 key for the devbox JWTs, at least 32 bytes (required with `DEVBOX_URL`)",
+        AI,
+        secret=True,
+    )
+    devbox_timeout_s: float = setting(
+        30.0, "connect and read timeout of one devbox call", AI, above=0
+    )
+    devbox_exec_timeout_s: float = setting(
+        300.0, "longest command run inside a devbox", AI, above=0
+    )
+    gateway_url: str | None = setting(
+        None, "chat-completions base URL; unset: the sandbox gateway", AI
+    )
+    gateway_model: str | None = setting(None, "model name (required with `GATEWAY_URL`)", AI)
+    gateway_api_key: str | None = setting(
+        None, "bearer key for the gateway, if it needs one", AI, secret=True
+    )
+    gateway_retries: int = setting(
+        2, "attempts after the first, before the first byte only", AI, at_least=0
+    )
+    gateway_connect_timeout_s: float = setting(5.0, "connect timeout of a turn", AI, above=0)
+    gateway_idle_timeout_s: float = setting(
+        120.0,
+        "longest silence tolerated while waiting for or reading an answer",
+        AI,
+        above=0,
+    )
+    sandbox_gateway_delay_s: float = setting(
+        0.02, "the sandbox gateway's delay per streamed piece", AI, at_least=0
+    )
+
+    # -- the Kubernetes backend (README "Real cluster") ---------------------------------------
+    kube_field_manager: str = setting(
+        ENGINE_NAME, "server-side apply field manager (and User-Agent)", CLUSTER
+    )
+    kube_request_timeout_s: float = setting(
+        30.0,
+        "read timeout of one API call attempt (connect: at most 10 s)",
+        CLUSTER,
+        above=0,
+    )
+    kube_max_retries: int = setting(
+        4, "attempts after the first on 429, 5xx and connection errors", CLUSTER, at_least=0
+    )
+    kube_retry_backoff_s: float = setting(
+        0.5,
+        "first backoff step (doubles with jitter, at most 8 s; `Retry-After` wins, at most 60 s)",
+        CLUSTER,
+        above=0,
+    )
+    kube_allowed_networks: str = setting(
+        "",
+        "comma-separated CIDRs a kubeconfig `server` may resolve into although not publicly "
+        'routable (loopback, private, link-local, CGNAT, unique-local); see "Security model"',
+        CLUSTER,
+    )
+    kube_allow_http: bool = setting(
+        False, "accept `http://` cluster servers (tests and labs only)", CLUSTER
+    )
+
+    # -- authentication (README "Authentication") ---------------------------------------------
+    auth_mode: str = setting(
+        "dev",
+        "`dev`: one local user in workspace `default` (loopback only); `oidc`: real users",
+        AUTH,
+        choices=("dev", "oidc"),
+    )
+    dev_auth_allow_network: bool = setting(
+        False,
+        "lets `dev` mode serve a non-loopback `HOST` (everyone who can reach it is the dev user)",
+        AUTH,
+    )
+    oidc_issuer: str | None = setting(
+        None,
+        "exact issuer URL (required with `oidc`); `<issuer>/.well-known/openid-configuration` is "
+        "read at boot and must name this very issuer. https only (http for loopback hosts)",
+        AUTH,
+    )
+    oidc_client_id: str | None = setting(
+        None,
+        "the browser sign-in's client (required with `oidc`; register "
+        "`https://<site>/auth/callback` as its redirect URI)",
+        AUTH,
+    )
+    oidc_client_secret: str | None = setting(None, "that client's secret", AUTH, secret=True)
+    oidc_audience: str | None = setting(
+        None, "what a bearer token's `aud` must contain", AUTH, shown="the client id"
+    )
+    tenant_claim: str = setting(
+        "namespace",
+        "signed claim with the user's workspaces: a string or a list (names "
+        "`[A-Za-z0-9][A-Za-z0-9._-]{0,62}`)",
+        AUTH,
+    )
+    user_claim: str = setting(
+        "sub",
+        "signed claim naming the user (shown as `preferred_username` or `email` when present)",
+        AUTH,
+    )
+    secret_key: str | None = setting(
+        None,
+        "signs the session cookie; the same on every host (required with `oidc`; `dev` keeps "
+        "one under `DATA_DIR`)",
+        AUTH,
+        secret=True,
+    )
+    session_lifetime_s: float = setting(
+        8 * 3600.0,
+        "a browser sign-in ends this long after it began, however active",
+        AUTH,
+        above=0,
+    )
+
+    # -- operating (README "Operating") -------------------------------------------------------
+    metrics_token: str | None = setting(
+        None, "set: `GET /metrics` needs `Authorization: Bearer <token>`", OPERATING, secret=True
+    )
+    metrics_port: int = setting(
+        0,
+        "non-zero: `/metrics` answers only on this second listener, not on `PORT`",
+        OPERATING,
+        at_least=0,
+        at_most=65535,
+    )
+    admin_users: str = setting(
+        "",
+        "comma-separated users who may see the operator pages and API when `AUTH_MODE` is not "
+        "`dev`",
+        OPERATING,
+    )
+    ready_probe_db_timeout_s: float = setting(
+        2.0,
+        "how long `/readyz` waits for a database connection before it answers 503",
+        OPERATING,
+        above=0,
+    )
+    log_format: str = setting(
+        "text",
+        "`json`: one JSON object per line (see Logs)",
+        OPERATING,
+        choices=("text", "json"),
+    )
+    log_level: str = setting(
+        "INFO",
+        "the lowest level logged",
+        OPERATING,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+    )
+    access_log: str = setting(
+        "", "under gunicorn, `-`: one access line per request to standard output", OPERATING
+    )
+    prometheus_multiproc_dir: str = setting(
+        "",
+        "where gunicorn's workers keep their metrics (emptied when the master starts)",
+        OPERATING,
+        shown="a fresh temporary directory",
+    )
+
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
-        """Settings from the environment (each field's name in upper case, e.g. LEASE_TTL_S),
-        then explicit overrides (tests)."""
-        values = {}
-        for f in fields(cls):
-            if f.name == "overrides":
-                continue
-            if isinstance(f.default, bool):
-                cast = bool
-            elif isinstance(f.default, (int, float)):
-                cast = type(f.default)
-            elif isinstance(f.default, Path):
-                cast = Path
-            else:
-                cast = str
-            values[f.name] = _env(f.name.upper(), f.default, cast)
+        """Settings from the environment, checked (ConfigurationError naming every bad
+        variable), then explicit overrides (tests; not checked, so a test may switch a loop off
+        with an interval no operator should use)."""
+        values, problems = {}, []
+        for name in DEFINITIONS:
+            try:
+                values[name] = read(name)
+            except ConfigurationError as exc:
+                problems.append(str(exc))
+        if not problems:
+            problems = cls(**values).problems()
+        if problems:
+            raise ConfigurationError("; ".join(problems))
         return replace(cls(**values), **overrides)
+
+    def problems(self) -> list[str]:
+        """What is out of range, one sentence per variable naming the range."""
+        found = []
+        for name, definition in DEFINITIONS.items():
+            value, rule = getattr(self, name), definition.rule
+            if not definition.allows(value) or (
+                rule.below is not None and not value < getattr(self, rule.below)
+            ):
+                found.append(
+                    f"{definition.variable}={_shown(value)} is out of range "
+                    f"(allowed: {definition.allowed()})"
+                )
+        return found
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One setting as the environment, the boot check and the README see it."""
+
+    name: str
+    type: type
+    default: object
+    rule: Rule
+    secret: bool
+
+    @property
+    def variable(self) -> str:
+        return self.name.upper()
+
+    def parse(self, raw: str):
+        """The value of an environment string; ConfigurationError saying what was expected."""
+        text = raw.strip()
+        try:
+            if self.type is bool:
+                if text.lower() not in _TRUE | _FALSE:
+                    raise ValueError
+                return text.lower() in _TRUE
+            if self.type in (int, float):
+                return self.type(text)
+            if self.rule.choices:  # case-insensitive, spelled as the choices spell it
+                return next((c for c in self.rule.choices if c.lower() == text.lower()), text)
+            return self.type(raw)
+        except ValueError:
+            expected = {bool: "true or false", int: "an integer", float: "a number"}[self.type]
+            raise ConfigurationError(f"{self.variable}={raw!r} is not {expected}") from None
+
+    def allows(self, value) -> bool:
+        rule = self.rule
+        if rule.choices and value not in rule.choices:
+            return False
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return True
+        return (
+            (rule.at_least is None or value >= rule.at_least)
+            and (rule.above is None or value > rule.above)
+            and (rule.at_most is None or value <= rule.at_most)
+        )
+
+    def allowed(self) -> str:
+        """The range in the README's words: `>= 1`, `> 0, < LEASE_TTL_S`, `dev`, `oidc`."""
+        rule = self.rule
+        if rule.choices:
+            return ", ".join(f"`{c}`" if c else "empty" for c in rule.choices)
+        if self.type is not int and self.type is not float:
+            return {bool: "`true`, `false`", Path: "a path"}.get(self.type, "text")
+        parts = [
+            f"{sign} {_number(bound)}"
+            for sign, bound in ((">=", rule.at_least), (">", rule.above), ("<=", rule.at_most))
+            if bound is not None
+        ]
+        if rule.below:
+            parts.append(f"< `{rule.below.upper()}`")
+        return ", ".join(parts)
+
+    def default_shown(self) -> str:
+        if self.rule.shown is not None:
+            return self.rule.shown
+        value = self.default
+        if value is None:
+            return "unset"
+        if value == "":
+            return "empty"
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        if isinstance(value, Path):
+            return f"`./{value.relative_to(PROJECT_ROOT)}`"
+        return f"`{_number(value) if isinstance(value, (int, float)) else value}`"
+
+
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _shown(value) -> str:
+    return _number(value) if isinstance(value, (int, float)) else repr(value)
+
+
+def _plain_type(annotation) -> type:
+    """`str | None` -> str."""
+    if isinstance(annotation, types.UnionType):
+        return next(arg for arg in annotation.__args__ if arg is not type(None))
+    return annotation
+
+
+def _definitions() -> dict[str, Definition]:
+    found = {}
+    for f in fields(Settings):
+        if f.name == "overrides":
+            continue
+        if "rule" not in f.metadata:  # it would never be read from the environment or checked
+            raise TypeError(f"Settings.{f.name} must be declared with setting(...)")
+        found[f.name] = Definition(
+            f.name, _plain_type(f.type), f.default, f.metadata["rule"], secret=not f.repr
+        )
+    return found
+
+
+#: Every setting by field name, in the order Settings declares them.
+DEFINITIONS: dict[str, Definition] = _definitions()
+
+
+def read(name: str, environ=None):
+    """One setting's value from the environment (its default when unset or empty), checked on
+    its own (Settings.problems() adds the checks between settings); ConfigurationError."""
+    definition = DEFINITIONS[name]
+    raw = (os.environ if environ is None else environ).get(definition.variable)
+    if raw is None or raw == "":
+        return definition.default
+    value = definition.parse(raw)
+    if not definition.allows(value):
+        raise ConfigurationError(
+            f"{definition.variable}={_shown(value)} is out of range "
+            f"(allowed: {definition.allowed()})"
+        )
+    return value
+
+
+# -- the README's tables ---------------------------------------------------------------------------
+
+
+def readme_table(group: str) -> str:
+    """The Markdown table of one group's settings, as README.md holds it."""
+    lines = ["| variable | default | allowed | meaning |", "| --- | --- | --- | --- |"]
+    for definition in DEFINITIONS.values():
+        if definition.rule.group == group:
+            lines.append(
+                f"| `{definition.variable}` | {definition.default_shown()} | "
+                f"{definition.allowed()} | {definition.rule.doc} |"
+            )
+    return "\n".join(lines)
+
+
+def _markers(group: str) -> tuple[str, str]:
+    return (
+        f"<!-- settings:{group} (generated: python -m engine.operations.config README.md) -->",
+        f"<!-- /settings:{group} -->",
+    )
+
+
+def readme_with_tables(text: str) -> str:
+    """`text` with every group's table between its markers replaced by the generated one."""
+    for group in GROUPS:
+        begin, end = _markers(group)
+        head, found, rest = text.partition(begin + "\n")
+        _, found_end, tail = rest.partition(end)
+        if not found or not found_end:
+            raise ValueError(f"README.md has no {begin} ... {end} block")
+        text = f"{head}{begin}\n{readme_table(group)}\n{end}{tail}"
+    return text
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else PROJECT_ROOT / "README.md")
+    path.write_text(readme_with_tables(path.read_text()))

@@ -10,11 +10,11 @@ import contextvars
 import json
 import logging
 import logging.config
-import os
 import re
 import uuid
 from datetime import UTC, datetime
 
+from engine.operations import config
 from engine.trust import secrets
 
 #: The context of the current greenlet (each request and each runner runs in its own).
@@ -24,7 +24,6 @@ TASK: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("t
 REQUEST_ID_SHAPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 #: Requests never logged one by one (probes and scrapes come every few seconds).
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s%(context)s"
 _RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {
     "message",
@@ -98,10 +97,9 @@ class JsonFormatter(logging.Formatter):
 
 def logging_config(log_format: str | None = None, level: str | None = None) -> dict:
     """A dictConfig for the whole process (gunicorn merges it with its own defaults)."""
-    log_format = (log_format or os.environ.get("LOG_FORMAT") or "text").lower()
-    if log_format not in FORMATS:
-        raise RuntimeError(f"LOG_FORMAT must be one of {FORMATS}")
-    level = (level or os.environ.get("LOG_LEVEL") or "INFO").upper()
+    # Read before the app (and its Settings) exists, by the same definition (LOG_FORMAT, LOG_LEVEL).
+    log_format = (log_format or config.read("log_format")).lower()
+    level = (level or config.read("log_level")).upper()
     formatter = {"()": JsonFormatter if log_format == "json" else TextFormatter}
     handler = {"class": "logging.StreamHandler", "formatter": "generic", "filters": ["context"]}
     return {

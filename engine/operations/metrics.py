@@ -12,7 +12,6 @@ task id, a namespace or anything a user typed.
 """
 
 import functools
-import os
 import time
 from contextlib import contextmanager
 
@@ -26,6 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+from engine.operations import config
 from engine.operations.streaks import subject_kind
 
 PREFIX = "deploy"
@@ -194,7 +194,8 @@ class DatabaseCollector:
 
 
 def multiprocess_dir() -> str | None:
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    # Read at call time: gunicorn's master exports the directory it made to its workers.
+    return config.read("prometheus_multiproc_dir") or None
 
 
 def exposition(db) -> tuple[bytes, str]:

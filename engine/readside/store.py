@@ -11,7 +11,7 @@ Visibility rules (seed 000: "finished tasks linger in memory" is a defect this s
   old (seed 000 story 22): there is no time cap, the board read is bounded by paging instead;
 - every other finished task (completed, cancelled, superseded failed) leaves GRACE_WINDOW_S after
   it finished; it is then dropped from memory, not just hidden;
-- dismissed finished tasks never show (dismissal is client-local: a cookie the page sends);
+- dismissed finished tasks never show (the user's dismissals, read from the server by the page);
 - events of another project are ignored, so a switch of project can never leak tasks.
 """
 

@@ -1,32 +1,8 @@
-// dock.js: the dock of task chips. Dismissals (client-local, kept in a cookie: seed 000,
-// "dismissals stay client-local in v1"), the counts per group, and the filter buttons.
+// dock.js: the dock of task chips: the counts per group and the filter buttons. Dismissals are
+// the server's (per user and project): the dismiss button posts through htmx and the answer
+// removes the chip.
 // Walking the chips with the arrow keys is in keyboard.js.
 import { byId } from "./dom.js";
-
-var DISMISS_COOKIE = "dock_dismissed";
-var MAX_DISMISSED = 40;
-
-export function dismissed() {
-  var match = document.cookie.match(/(?:^|;\s*)dock_dismissed=([^;]*)/);
-  return new Set(match && match[1] ? match[1].split(".") : []);
-}
-
-function dismiss(taskId) {
-  var ids = Array.from(dismissed()).filter(function (id) { return id !== taskId; });
-  ids.push(taskId);
-  ids = ids.slice(-MAX_DISMISSED);
-  document.cookie = DISMISS_COOKIE + "=" + ids.join(".") + "; path=/; max-age=" + (30 * 86400) +
-    "; samesite=lax";
-  var chip = byId("chip-" + taskId);
-  if (chip) chip.remove();
-}
-
-document.addEventListener("click", function (evt) {
-  var target = evt.target.closest("[data-dismiss]");
-  if (!target) return;
-  dismiss(target.dataset.dismiss);
-  refreshDock();
-});
 
 export function refreshDock() {
   var dock = byId("dock-chips");

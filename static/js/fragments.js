@@ -4,7 +4,6 @@
 // with its id, or is inserted into its data-slot. Status words and hues are never decided
 // here: they arrive rendered from the server. What runs after each batch is set in main.js.
 import { byId } from "./dom.js";
-import { dismissed } from "./dock.js";
 import { rememberFocus } from "./focus.js";
 
 var afterApply = [];
@@ -42,7 +41,6 @@ function version(el) {
 export function applyFragments(html) {
   var tpl = document.createElement("template");
   tpl.innerHTML = html;
-  var gone = dismissed();
   Array.from(tpl.content.children).forEach(function (el) {
     if (el.hasAttribute("data-reset")) {
       el.dataset.reset.split(" ").forEach(function (id) {
@@ -61,11 +59,6 @@ export function applyFragments(html) {
         if (c) c.remove();
         tombstones.set(id, removedAt === null ? Infinity : removedAt);
       });
-      return;
-    }
-    if (el.hasAttribute("data-dismissable") && gone.has(el.dataset.taskId)) {
-      var stale = el.id && byId(el.id);
-      if (stale) stale.remove();
       return;
     }
     var existing = el.id ? byId(el.id) : null;

@@ -7,7 +7,7 @@
 //   actions.js    answers to action requests; the optimistic "Cancelling…"
 //   stream.js     the project stream (SSE): dock and canvas live
 //   timeline.js   the timeline pane: its websocket, the model's text, the log follow, closing it
-//   dock.js       chips: dismissals, counts, filters
+//   dock.js       chips: counts, filters
 //   canvas.js     dragging placeholders
 //   clock.js      durations, ages, "step k of n", ticking
 //   dialogs.js    the confirm dialog; cluster access (the kubeconfig kept in this tab)

@@ -199,9 +199,9 @@ def test_a_failed_deployment_redeploys_in_one_click_and_its_chip_is_superseded(
     ui.wait_chip(clone["id"], "failed")  # same source, same simulated error
     ui.shot("superseded-and-clone-failed")
 
-    # Dismissal is client-local and survives a reload.
-    ui.chip(failed["id"]).locator("[data-dismiss]").click()
-    assert ui.chip(failed["id"]).count() == 0
+    # A dismissal is kept on the server and survives a reload.
+    ui.chip(failed["id"]).locator("[data-action=dismiss]").click()
+    ui.chip(failed["id"]).wait_for(state="detached")
     ui.open()
     ui.chip(clone["id"]).wait_for()
     # The control: a task created after the reload arrived through the stream, after the
@@ -314,7 +314,7 @@ def test_a_blocked_template_is_answered_through_the_form(server, open_page, api)
     ui = open_page(srv, "shop")
     chip = ui.wait_chip(task["id"], "blocked")
     assert "Waiting for your input" in chip.inner_text()
-    assert chip.locator("[data-dismiss]").count() == 0  # blocked keeps its reminder
+    assert chip.locator("[data-action=dismiss]").count() == 0  # blocked keeps its reminder
     ui.open_timeline(task["id"])
     form = ui.page.locator(f"[data-input-form='{task['id']}']")
     form.wait_for()

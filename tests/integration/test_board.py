@@ -6,7 +6,6 @@ import re
 
 import psycopg.sql
 
-from blueprints.views import DISMISS_COOKIE
 from engine.readside.store import BOARD_LIMIT, read_board
 
 DAYS_AGO = psycopg.sql.SQL("now() - interval '3 days'")
@@ -27,7 +26,12 @@ def test_an_old_failure_stays_on_the_dock_until_superseded_or_dismissed(client, 
     assert str(old_failure["id"]) in page  # positive control: the page lists chips by id
     assert str(old_success["id"]) not in page and str(superseded["id"]) not in page
 
-    client.set_cookie(DISMISS_COOKIE, str(old_failure["id"]))
+    with client.session_transaction() as session:
+        session["csrf"] = "test-token"
+    dismissed = client.post(
+        f"/tasks/{old_failure['id']}/dismiss", headers={"X-CSRF-Token": "test-token"}
+    )
+    assert dismissed.status_code == 200
     assert str(old_failure["id"]) not in client.get("/projects/demo").get_data(as_text=True)
 
 

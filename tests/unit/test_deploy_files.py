@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from engine.operations.config import Settings
+from engine.operations.config import DEFINITIONS
 from tests.dockerfile import Dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,17 +73,7 @@ def test_every_secret_comes_from_the_secret_and_every_env_name_is_a_setting():
     for name in SECRETS:
         assert "value" not in env[name], f"{name} must not be written in the manifest"
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "deploy-task-engine"
-    settings = {name.upper() for name in Settings.__dataclass_fields__}
-    # Names read by gunicorn.conf.py or by settings that are not Settings fields yet.
-    known = settings | {
-        "WEB_CONCURRENCY",
-        "GRACEFUL_TIMEOUT",
-        "SECRET_KEY",
-        "OIDC_ISSUER",
-        "OIDC_CLIENT_ID",
-        "OIDC_CLIENT_SECRET",
-        "TRUSTED_HOSTS",
-    }
+    known = {definition.variable for definition in DEFINITIONS.values()}
     assert set(env) <= known, set(env) - known
 
 

@@ -777,3 +777,16 @@ def test_tests_share_one_helpers_module_and_define_no_twin_of_its_api_readers():
         for source in [path.read_text()]
     }
     assert {where: what for where, what in found.items() if what} == {}
+
+
+def test_settings_are_read_only_through_their_one_definition():
+    readers = re.compile(
+        r"os\.environ\.get|os\.environ\[[^\]]+\](?!\s*=)|os\.getenv|environ\.get\("
+    )
+    sources = [ROOT / "app.py", ROOT / "wsgi.py", ROOT / "gunicorn.conf.py"]
+    sources += [*(ROOT / "engine").rglob("*.py"), *(ROOT / "blueprints").rglob("*.py")]
+    for path in sources:
+        if path == ROOT / "engine/operations/config.py":
+            continue
+        found = readers.findall(path.read_text().replace("request.environ.get", ""))
+        assert not found, f"{path.relative_to(ROOT)} reads {found}: use engine/operations/config.py"
