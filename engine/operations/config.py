@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from engine.integrations.base import ENGINE_NAME
+from engine.integrations.kube_diagnosis import CAUSES, FAIL_FAST_DEFAULT
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,6 +79,9 @@ class Settings:
     max_run_s: float = 1800.0
     readiness_timeout_s: float = 600.0
     readiness_poll_s: float = 2.0
+    #: Why-not-ready causes that fail a run at once instead of after the readiness timeout
+    #: (comma-separated codes of engine/integrations/kube_diagnosis.py; empty: none).
+    readiness_fail_fast: str = ",".join(FAIL_FAST_DEFAULT)
     #: How long the shutdown drain waits for aborted runners before failing their leases.
     shutdown_grace_s: float = 3.0
     retention_days: float = 30.0
@@ -138,6 +142,17 @@ class Settings:
     ready_probe_db_timeout_s: float = 2.0
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def fail_fast_causes(self) -> frozenset[str]:
+        """READINESS_FAIL_FAST as a set; ValueError naming a code that is not a cause."""
+        causes = frozenset(c.strip() for c in self.readiness_fail_fast.split(",") if c.strip())
+        unknown = sorted(causes - set(CAUSES))
+        if unknown:
+            raise ValueError(
+                f"READINESS_FAIL_FAST: {', '.join(unknown)} not among {', '.join(CAUSES)}"
+            )
+        return causes
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
