@@ -440,3 +440,20 @@ def test_a_run_without_kubeconfig_fails_at_its_first_cluster_call(backend):
         kube.readiness(ResourceRef.of(DEPLOYMENT), abort=AbortSignal())
 
     assert caught.value.ref == ResourceRef.of(DEPLOYMENT)
+
+
+def test_a_server_name_that_stopped_resolving_is_an_unreachable_cluster(backend, monkeypatch):
+    import socket
+
+    def no_such_host(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    kube = backend.cluster(kubeconfig_for("https://kube.gone.example:6443"))
+
+    with pytest.raises(ClusterUnreachable) as caught:
+        kube.apply(DEPLOYMENT, abort=AbortSignal())
+
+    assert str(caught.value) == (
+        "cannot reach the cluster at kube.gone.example:6443: the host name does not resolve"
+    )
