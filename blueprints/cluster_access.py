@@ -1,18 +1,28 @@
-"""Cluster access from the browser: check a kubeconfig the page holds, by the API's own checks.
+"""Cluster access from the browser: check a kubeconfig the page holds, by the API's own checks,
+then by asking the cluster itself.
 
 The page keeps the kubeconfig in its tab's sessionStorage only and sends it as X-Kubeconfig on the
 requests that start or resume a run (deploy, redeploy, input). This route lets the "Cluster
-access" dialog check it first and show which cluster and context it names. Nothing is stored:
-the header is parsed in memory and only names (never credentials) are answered.
+access" dialog check it first: which cluster and context it names, and (read-only, through the
+same address guard as a run) whether the cluster answers, who the credential is and what it may
+not do in the project's namespace. Nothing is stored: the header is parsed in memory and only
+names and verdicts (never credentials) are answered.
 """
 
 from urllib.parse import urlsplit
 
-from flask import Blueprint, jsonify
+import gevent
+from flask import Blueprint, current_app, jsonify, request
 
 from blueprints import csrf
-from blueprints.request_helpers import kubeconfig_from_header
+from blueprints.request_helpers import json_body, kubeconfig_from_header
+from engine.core.abort import Aborted, AbortSignal
 from engine.core.errors import DomainError, InvalidRequest
+from engine.integrations.kube_access import check_access
+
+#: How long the check may ask the cluster before it answers "no answer" (a person waits).
+ACCESS_CHECK_TIMEOUT_S = 20.0
+ACCESS_CHECK_ABORT = "access check timed out"
 
 bp = Blueprint("cluster_access", __name__)
 csrf.protect(bp)
@@ -20,15 +30,46 @@ csrf.protect(bp)
 
 @bp.post("/cluster-access/check")
 def check():
-    """The verdict on X-Kubeconfig: {ok: true, context, cluster, server, namespace}, or {ok: false,
-    code, message} (200 either way: the check itself went through)."""
+    """The verdict on X-Kubeconfig: {ok: true, context, cluster, server, namespace, access}, or
+    {ok: false, code, message} (200 either way: the check itself went through). `access` is the
+    cluster's own answer for the namespace of the JSON body's projectId (kube_access.py)."""
     try:
         kubeconfig = kubeconfig_from_header()
         if kubeconfig is None:
             raise InvalidRequest("paste or upload a kubeconfig first")
-        return jsonify({"ok": True, **describe(kubeconfig)})
+        names = describe(kubeconfig)
+        body = json_body() if request.content_length else {}
+        project = body.get("projectId")
+        namespace = project if isinstance(project, str) and project else names["namespace"]
+        access = ask_cluster(kubeconfig, namespace or "default")
+        return jsonify({"ok": True, **names, "access": access})
     except DomainError as exc:
         return jsonify({"ok": False, "code": exc.code, "message": exc.message})
+
+
+def ask_cluster(kubeconfig: dict, namespace: str) -> dict | None:
+    """The cluster's answer (kube_access.check_access), bounded in time; None for a target that
+    is not a real cluster (the sandbox needs no access)."""
+    cluster = current_app.extensions["engine"].integrations.cluster(kubeconfig)
+    if not hasattr(cluster, "server_version"):
+        return None
+    abort = AbortSignal()
+    timer = gevent.spawn_later(ACCESS_CHECK_TIMEOUT_S, abort.abort, ACCESS_CHECK_ABORT)
+    try:
+        return check_access(cluster, namespace, abort=abort)
+    except Aborted:
+        return {
+            "reachable": False,
+            "namespace": namespace,
+            "missing": [],
+            "problems": [
+                f"The cluster did not answer within {ACCESS_CHECK_TIMEOUT_S:g} s: check the "
+                "kubeconfig's server address and that this server can reach it."
+            ],
+        }
+    finally:
+        timer.kill()
+        cluster.close()
 
 
 def describe(kubeconfig: dict) -> dict:

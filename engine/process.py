@@ -51,6 +51,8 @@ class EngineRuntime:
     def __init__(self, db: Database, settings: Settings, integrations: Integrations):
         self.db = db
         self.settings = settings
+        #: Checked at boot: a misspelt READINESS_FAIL_FAST stops the process, not a run.
+        self.fail_fast_causes = settings.fail_fast_causes
         #: Lease owner id: unique per process lifetime, readable by an operator.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: What keeps failing in this process's loops and integration calls (seed 002).
@@ -202,6 +204,7 @@ class EngineRuntime:
             target_namespace=row["project_id"],
             readiness_timeout_s=self.settings.readiness_timeout_s,
             readiness_poll_s=self.settings.readiness_poll_s,
+            fail_fast_causes=self.fail_fast_causes,
             artifacts=dict(row["artifact_summary"]),
             namespace=row["namespace"],
         )

@@ -4,7 +4,13 @@ import threading
 from dataclasses import dataclass, field
 
 from engine.core.abort import AbortSignal
-from engine.integrations.base import AppliedResource, ApplyError, Readiness, ResourceRef
+from engine.integrations.base import (
+    AppliedResource,
+    ApplyError,
+    Forbidden,
+    Readiness,
+    ResourceRef,
+)
 
 
 @dataclass
@@ -29,6 +35,14 @@ class FakeCluster:
     polls: int = 0
     #: Set while an apply is in flight (tests wait on it to cancel mid-call).
     applying: threading.Event = field(default_factory=threading.Event)
+    #: Why-not-ready reads: the pods every selector matches, events by pod name, logs by
+    #: (pod, container), and the reads ("pods", "events", "logs") the credential may not make.
+    pod_list: list = field(default_factory=list)
+    pod_events: dict = field(default_factory=dict)
+    logs: dict = field(default_factory=dict)
+    deny_reads: set = field(default_factory=set)
+    #: An error every apply raises (typed refusals: Forbidden, ClusterUnreachable, ...).
+    apply_error: Exception | None = None
 
     def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
         ref = ResourceRef.of(manifest)
@@ -42,6 +56,9 @@ class FakeCluster:
             raise
         finally:
             self.applying.clear()
+        if self.apply_error is not None:
+            call.outcome = "error"
+            raise self.apply_error
         if ref.kind in self.fail_kinds:
             call.outcome = "error"
             raise ApplyError(f"fake: {ref.kind} refused", ref)
@@ -61,6 +78,34 @@ class FakeCluster:
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         abort.raise_if_aborted()
         self.calls.append(Call("delete", ref, outcome="ok"))
+
+    def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
+        self._read("pods", namespace, abort, selector=selector)
+        return list(self.pod_list)
+
+    def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
+        self._read("events", namespace, abort, involved=involved)
+        return list(self.pod_events.get(involved, []))
+
+    def log_tail(
+        self, namespace: str, pod: str, container: str, *, lines: int, abort: AbortSignal
+    ) -> str:
+        self._read("logs", namespace, abort, pod=pod, container=container)
+        return "\n".join(self.logs.get((pod, container), "").splitlines()[-lines:])
+
+    def _read(self, what: str, namespace: str, abort: AbortSignal, **args) -> None:
+        abort.raise_if_aborted()
+        call = Call(what, ResourceRef("v1", what, str(args), namespace))
+        self.calls.append(call)
+        if what in self.deny_reads:
+            call.outcome = "error"
+            raise Forbidden(
+                f"fake: may not read {what}", verb="list", resource=what, namespace=namespace
+            )
+        call.outcome = "ok"
+
+    def reads(self, what: str) -> list[Call]:
+        return [c for c in self.calls if c.op == what]
 
     def deletes(self) -> list[Call]:
         return [c for c in self.calls if c.op == "delete"]

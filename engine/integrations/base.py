@@ -88,6 +88,62 @@ class ApplyError(IntegrationError):
         self.ref = ref
 
 
+class ClusterUnreachable(IntegrationError):
+    """The cluster's API server could not be reached (DNS, refused, reset, timeout, TLS)."""
+
+    reason = "cluster_unreachable"
+
+
+class ClusterUnavailable(IntegrationError):
+    """The API server kept answering 429 or 5xx until the retries ran out."""
+
+    reason = "cluster_unavailable"
+
+
+class CredentialsRefused(ApplyError):
+    """The API server does not accept the kubeconfig's credentials (401)."""
+
+    reason = "cluster_unauthorized"
+
+
+class Forbidden(ApplyError):
+    """The credential may not do this (403): `verb`, `resource` and `namespace` name what."""
+
+    reason = "cluster_forbidden"
+
+    def __init__(self, message: str, *, verb: str, resource: str, namespace: str | None):
+        super().__init__(message)
+        self.verb, self.resource, self.namespace = verb, resource, namespace
+
+
+class NamespaceMissing(ApplyError):
+    """The target namespace does not exist on the cluster."""
+
+    reason = "namespace_not_found"
+
+
+class OwnershipConflict(ApplyError):
+    """The object exists and is held by another owner or manager (409)."""
+
+    reason = "resource_conflict"
+
+
+class InvalidManifest(ApplyError):
+    """The API server rejects the document as invalid (422); `fields` names the fields."""
+
+    reason = "invalid_manifest"
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.fields = fields
+
+
+class AdmissionDenied(ApplyError):
+    """An admission webhook or policy denied the document (its message quoted)."""
+
+    reason = "admission_denied"
+
+
 def upstream_text(value, limit: int) -> str:
     """An upstream service's structured message (a Kubernetes `Status.message`, an OpenAI-style
     `error.message`) fit to show: a string or nothing, one line, at most `limit` characters.
@@ -124,6 +180,19 @@ class Cluster(Protocol):
 
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         """Delete one object; NotFound when it is already gone (callers count that as done)."""
+
+    # The reads that say why a workload is not ready (kube_diagnosis.py decides from them).
+    # Forbidden when the credential may not read them: the runner degrades, never fails.
+    def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
+        """The pods matching a label selector, as the API returns them."""
+
+    def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
+        """The events about one object of the namespace (by name), as the API returns them."""
+
+    def log_tail(
+        self, namespace: str, pod: str, container: str, *, lines: int, abort: AbortSignal
+    ) -> str:
+        """The last lines of a container's previous run (its crash), else of its current one."""
 
 
 class Devbox(Protocol):

@@ -25,28 +25,35 @@ from engine.integrations.base import (
     ENGINE_NAME,
     AppliedResource,
     ApplyError,
+    ClusterUnavailable,
+    ClusterUnreachable,
+    Forbidden,
     IntegrationError,
     NotFound,
     Readiness,
     ResourceRef,
     UnknownKind,
+    upstream_text,
 )
+from engine.integrations.kube_diagnosis import log_tail
 from engine.integrations.kube_readiness import (
     endpoint_slices_readiness,
     object_readiness,
     service_readiness_by_spec,
 )
-from engine.integrations.kube_response import MESSAGE_MAX_CHARS, ApiError, KubeResponse
+from engine.integrations.kube_response import MESSAGE_MAX_CHARS, KubeResponse, refusal
 from engine.integrations.kube_retry import (
     RETRYABLE_ERRORS,
     RETRYABLE_STATUSES,
     RetryPolicy,
     retry_after_seconds,
+    transport_failure,
 )
 from engine.integrations.kubeconfig import (
     InvalidKubeconfig,
     KubeTarget,
     NetworkPolicy,
+    UnresolvableServer,
     check_kubeconfig,
     parse_kubeconfig,
     pool_manager,
@@ -59,6 +66,10 @@ DEFAULT_REQUEST_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_MAX_S = 10.0
 APPLY_PATCH = "application/apply-patch+yaml"
 DEFAULT_RETRY_POLICY = RetryPolicy()
+#: Pods one diagnosis reads at most (old ReplicaSets' pods match the selector too).
+POD_LIST_LIMIT = 20
+#: Most bytes of a log one diagnosis reads (tailLines alone does not bound a long line).
+LOG_LIMIT_BYTES = 16384
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,11 @@ class _Resource:
             base += f"/namespaces/{quote(namespace or '', safe='')}"
         base += f"/{self.plural}"
         return base + (f"/{quote(name, safe='')}" if name is not None else "")
+
+
+_PODS = _Resource("v1", "pods", True)
+_NAMESPACES = _Resource("v1", "namespaces", False)
+_EVENTS = _Resource("v1", "events", True)
 
 
 def _group_version_path(api_version: str) -> str | None:
@@ -157,8 +173,11 @@ class KubeCluster:
                 content_type=APPLY_PATCH,
                 query=[("fieldManager", self.field_manager), ("force", "true")],
             )
-        except ApplyError:
+        except ApplyError as exc:
+            exc.ref = exc.ref or ref
             raise
+        except (ClusterUnreachable, ClusterUnavailable):
+            raise  # not the document's fault: the runner reports the cluster, not the source
         except IntegrationError as exc:
             raise ApplyError(str(exc), ref) from exc
         applied = ResourceRef(ref.api_version, ref.kind, ref.name, namespace)
@@ -202,6 +221,120 @@ class KubeCluster:
         )
         if response.status == 404:
             raise NotFound(f"{ref.label()} does not exist")
+
+    # -- why not ready: reads for kube_diagnosis --------------------------------------------------
+    def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
+        """The pods matching `selector` (matchLabels), at most POD_LIST_LIMIT of them."""
+        abort.raise_if_aborted()
+        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        response = self._request(
+            "GET",
+            _PODS.path(namespace),
+            abort=abort,
+            what=f"reading pods in {namespace}",
+            query=[("labelSelector", labels), ("limit", str(POD_LIST_LIMIT))],
+        )
+        return [p for p in response.json().get("items") or [] if isinstance(p, dict)]
+
+    def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
+        """The events about the object named `involved` in `namespace`."""
+        abort.raise_if_aborted()
+        response = self._request(
+            "GET",
+            _EVENTS.path(namespace),
+            abort=abort,
+            what=f"reading events of {involved}",
+            query=[("fieldSelector", f"involvedObject.name={involved}")],
+        )
+        return [e for e in response.json().get("items") or [] if isinstance(e, dict)]
+
+    def log_tail(
+        self, namespace: str, pod: str, container: str, *, lines: int, abort: AbortSignal
+    ) -> str:
+        """The last `lines` lines of the container's crashed run (else its current one)."""
+        abort.raise_if_aborted()
+        for previous in ("true", "false"):
+            response = self._request(
+                "GET",
+                _PODS.path(namespace, pod) + "/log",
+                abort=abort,
+                what=f"reading the log of {pod}",
+                not_found_ok=True,
+                bad_request_ok=True,  # "previous terminated container not found"
+                query=[
+                    ("container", container),
+                    ("tailLines", str(lines)),
+                    ("limitBytes", str(LOG_LIMIT_BYTES)),
+                    ("previous", previous),
+                ],
+            )
+            if response.status < 400:
+                return log_tail(response.body.decode("utf-8", "replace"), lines)
+        return ""
+
+    # -- the access check (kube_access.py): read-only questions ----------------------------------
+    def server_version(self, *, abort: AbortSignal) -> str:
+        """The API server's version (GET /version), e.g. "v1.31.2"."""
+        response = self._request("GET", "/version", abort=abort, what="reading /version")
+        return upstream_text(response.json().get("gitVersion"), 64) or "unknown"
+
+    def who_am_i(self, *, abort: AbortSignal) -> str | None:
+        """The credential's user name (SelfSubjectReview); None where the cluster does not
+        serve it (before Kubernetes 1.28)."""
+        response = self._request(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            abort=abort,
+            what="asking who the credential is",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            not_found_ok=True,
+        )
+        if response.status == 404:
+            return None
+        user = ((response.json().get("status") or {}).get("userInfo") or {}).get("username")
+        return upstream_text(user, 253) or None
+
+    def namespace_exists(self, namespace: str, *, abort: AbortSignal) -> bool | None:
+        """Whether the namespace exists; None when the credential may not tell."""
+        try:
+            response = self._request(
+                "GET",
+                _NAMESPACES.path(None, namespace),
+                abort=abort,
+                what=f"reading namespace {namespace}",
+                not_found_ok=True,
+            )
+        except Forbidden:
+            return None
+        return response.status != 404
+
+    def can(
+        self,
+        verb: str,
+        resource: str,
+        *,
+        namespace: str,
+        abort: AbortSignal,
+        group: str = "",
+        subresource: str = "",
+    ) -> bool:
+        """Whether the credential may `verb` the resource in the namespace
+        (SelfSubjectAccessReview: answered, never stored)."""
+        attributes = {"namespace": namespace, "verb": verb, "group": group, "resource": resource}
+        if subresource:
+            attributes["subresource"] = subresource
+        response = self._request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            abort=abort,
+            what=f"asking whether the credential may {verb} {resource}",
+            body={
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            },
+        )
+        return (response.json().get("status") or {}).get("allowed") is True
 
     def _namespace(self, ref: ResourceRef, resource: "_Resource") -> str | None:
         """The object's own namespace, else the kubeconfig context's; None when cluster-scoped."""
@@ -270,8 +403,9 @@ class KubeCluster:
         body: dict | None = None,
         content_type: str = "application/json",
         not_found_ok: bool = False,
+        bad_request_ok: bool = False,
     ) -> KubeResponse:
-        """One API call under the retry policy; the response, or IntegrationError/ApiError.
+        """One API call under the retry policy; the response, or a typed IntegrationError.
 
         `what` ("reading Service/web") prefixes error messages.
         """
@@ -288,6 +422,7 @@ class KubeCluster:
             auth_settings=["BearerToken"],
         )
         attempts = self.retry.max_retries + 1
+        unreachable = None
         for attempt in range(attempts):
             retry_after = None
             try:
@@ -295,24 +430,45 @@ class KubeCluster:
                 if isinstance(response, Exception):
                     raise response
             except RETRYABLE_ERRORS as exc:
-                failure = f"the API server did not answer: {type(exc).__name__}: {exc}"
+                unreachable = transport_failure(exc)
+                failure = f"the API server did not answer: {unreachable}"
             except ApiException as exc:  # the REST layer's wrapping of TLS failures
                 reason = " ".join(str(exc.reason or exc).split())
-                raise IntegrationError(f"{prefix}{reason}"[:MESSAGE_MAX_CHARS]) from exc
+                raise ClusterUnreachable(
+                    self._unreachable(f"TLS handshake failed: {reason}")[:MESSAGE_MAX_CHARS]
+                ) from exc
             except urllib3.exceptions.HTTPError as exc:
                 raise IntegrationError(f"{prefix}{type(exc).__name__}: {exc}"[:MESSAGE_MAX_CHARS])
             else:
-                if response.status < 400 or (response.status == 404 and not_found_ok):
+                if (
+                    response.status < 400
+                    or (response.status == 404 and not_found_ok)
+                    or (response.status == 400 and bad_request_ok)
+                ):
                     return response
                 if response.status not in RETRYABLE_STATUSES:
-                    raise ApiError(f"{prefix}{response.message()}", response.status)
-                failure = response.message()
+                    raise refusal(response, method=method, path=path, prefix=prefix)
+                unreachable, failure = None, response.message()
                 retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             if attempt + 1 < attempts:
                 abort.sleep(self.retry.delay_s(attempt, retry_after))
-        raise IntegrationError(
-            f"{prefix}gave up after {attempts} attempts; last: {failure}"[:MESSAGE_MAX_CHARS]
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if unreachable is not None:
+            # No "discovering apps/v1: " lead-in: the whole cluster is out of reach.
+            raise ClusterUnreachable(
+                f"{self._unreachable(unreachable)} ({tries})"[:MESSAGE_MAX_CHARS]
+            )
+        raise ClusterUnavailable(
+            f"{prefix}the cluster at {self._address} kept failing; gave up after {tries}; "
+            f"last: {failure}"[:MESSAGE_MAX_CHARS]
         )
+
+    @property
+    def _address(self) -> str:
+        return f"{self.target.hostname}:{self.target.port}"
+
+    def _unreachable(self, why: str) -> str:
+        return f"cannot reach the cluster at {self._address}: {why}"
 
     def _send(
         self, method: str, url: str, headers: dict, body, post_params
@@ -381,6 +537,14 @@ class KubeBackend:
         try:
             target = parse_kubeconfig(kubeconfig)
             addresses = self.network.resolve(target)
+        except UnresolvableServer:
+            # Checked when the task was created; a name that stopped resolving is a cluster
+            # that cannot be reached, not a kubeconfig to fix.
+            return NoKubeconfig(
+                f"cannot reach the cluster at {target.hostname}:{target.port}: "
+                "the host name does not resolve",
+                error=ClusterUnreachable,
+            )
         except InvalidKubeconfig as exc:
             return NoKubeconfig(str(exc))
         return KubeCluster(
@@ -402,20 +566,42 @@ class NoKubeconfig:
 
     MESSAGE = "this run has no kubeconfig (send it in the X-Kubeconfig header)"
 
-    def __init__(self, message: str = MESSAGE):
+    def __init__(self, message: str = MESSAGE, *, error: type[IntegrationError] | None = None):
         self.message = message
+        #: What every call raises; None: ApplyError from apply, InvalidKubeconfig otherwise.
+        self.error = error
 
     def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
         abort.raise_if_aborted()
+        if self.error is not None:
+            raise self.error(self.message)
         raise ApplyError(self.message, ResourceRef.of(manifest))
 
     def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
         abort.raise_if_aborted()
-        raise InvalidKubeconfig(self.message)
+        raise (self.error or InvalidKubeconfig)(self.message)
 
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         abort.raise_if_aborted()
-        raise InvalidKubeconfig(self.message)
+        raise (self.error or InvalidKubeconfig)(self.message)
+
+    def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
+        abort.raise_if_aborted()
+        raise (self.error or InvalidKubeconfig)(self.message)
+
+    def server_version(self, *, abort: AbortSignal) -> str:
+        abort.raise_if_aborted()
+        raise (self.error or InvalidKubeconfig)(self.message)
+
+    def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
+        abort.raise_if_aborted()
+        raise (self.error or InvalidKubeconfig)(self.message)
+
+    def log_tail(
+        self, namespace: str, pod: str, container: str, *, lines: int, abort: AbortSignal
+    ) -> str:
+        abort.raise_if_aborted()
+        raise (self.error or InvalidKubeconfig)(self.message)
 
     def close(self) -> None:
         pass

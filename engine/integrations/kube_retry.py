@@ -57,3 +57,22 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     if when is None or when.tzinfo is None:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def transport_failure(exc: Exception) -> str:
+    """A transport failure in a user's words: refused, reset, timed out, does not resolve."""
+    text = str(exc).lower()
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return "the API server accepted the connection but did not answer in time"
+    if "refused" in text:
+        return "the connection was refused"
+    if "reset" in text or "aborted" in text or "closed" in text:
+        return "the connection was reset"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "the host name does not resolve"
+    # NewConnectionError subclasses ConnectTimeoutError: the words above decide first.
+    if isinstance(exc, (urllib3.exceptions.ConnectTimeoutError, TimeoutError)) or "timed out" in (
+        text
+    ):
+        return "the connection timed out"
+    return f"the connection failed ({type(exc).__name__})"

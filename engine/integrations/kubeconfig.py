@@ -49,6 +49,10 @@ class InvalidKubeconfig(IntegrationError):
     reason = "invalid_kubeconfig"
 
 
+class UnresolvableServer(InvalidKubeconfig):
+    """The server's host name does not resolve (at a run's start: the cluster is unreachable)."""
+
+
 # -- parsing --------------------------------------------------------------------------------------
 
 #: Fields that would make the server read its own files or run commands for a user.
@@ -255,10 +259,10 @@ class NetworkPolicy:
         try:
             infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError, OSError):
-            raise InvalidKubeconfig("cluster.server: the host name does not resolve")
+            raise UnresolvableServer("cluster.server: the host name does not resolve")
         addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
         if not addresses:
-            raise InvalidKubeconfig("cluster.server: the host name does not resolve")
+            raise UnresolvableServer("cluster.server: the host name does not resolve")
         # All of them, not just the first: a mixed answer is as good as a private one.
         if not all(self.allows(a) for a in addresses):
             raise InvalidKubeconfig(

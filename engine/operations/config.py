@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from engine.integrations.base import ENGINE_NAME
+from engine.integrations.kube_diagnosis import CAUSES, FAIL_FAST_DEFAULT
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,6 +166,12 @@ class Settings:
     )
     readiness_poll_s: float = setting(
         2.0, "readiness poll interval", SERVER, above=0, below="readiness_timeout_s"
+    )
+    readiness_fail_fast: str = setting(
+        ",".join(FAIL_FAST_DEFAULT),
+        "why-not-ready causes that fail a run at once instead of after the readiness timeout "
+        '(comma-separated codes; empty: none; see "Troubleshooting")',
+        SERVER,
     )
     stream_keepalive_s: float = setting(
         15.0,
@@ -405,6 +412,17 @@ class Settings:
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
 
+    @property
+    def fail_fast_causes(self) -> frozenset[str]:
+        """READINESS_FAIL_FAST as a set; ValueError naming a code that is not a cause."""
+        causes = frozenset(c.strip() for c in self.readiness_fail_fast.split(",") if c.strip())
+        unknown = sorted(causes - set(CAUSES))
+        if unknown:
+            raise ValueError(
+                f"READINESS_FAIL_FAST: {', '.join(unknown)} not among {', '.join(CAUSES)}"
+            )
+        return causes
+
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
         """Settings from the environment, checked (ConfigurationError naming every bad
@@ -434,6 +452,10 @@ class Settings:
                     f"{definition.variable}={_shown(value)} is out of range "
                     f"(allowed: {definition.allowed()})"
                 )
+        try:
+            _ = self.fail_fast_causes
+        except ValueError as exc:
+            found.append(str(exc))
         return found
 
 

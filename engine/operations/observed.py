@@ -22,7 +22,7 @@ from engine.trust import secrets
 OPERATIONS = {
     "devbox": frozenset({"create", "attach", "exec", "pause", "delete"}),
     "gateway": frozenset({"stream_chat"}),
-    "cluster": frozenset({"apply", "readiness", "delete"}),
+    "cluster": frozenset({"apply", "readiness", "delete", "pods", "events", "log_tail"}),
 }
 #: Errors that are answers: the integration is reachable and working.
 ANSWERS = (NotFound, ApplyError)

@@ -16,6 +16,45 @@ NEXT_STEPS = {
     "Redeploy it.",
     "apply_failed": "The cluster refused a resource; fix the source (edit & redeploy).",
     "unknown_kind": "The cluster does not serve one of the resource kinds; fix the source.",
+    # The cluster and the credential (the source is fine: redeploy as it is once they are).
+    "cluster_unreachable": "Check the kubeconfig's server address, that the cluster is up, and "
+    "that this server's network reaches it (firewall, VPN, KUBE_ALLOWED_NETWORKS); then redeploy "
+    "as it is.",
+    "cluster_unavailable": "The cluster's API server kept failing; wait until it is healthy "
+    "again, then redeploy as it is.",
+    "cluster_unauthorized": "The kubeconfig's token or certificate is expired or revoked: set "
+    "cluster access again with a fresh kubeconfig, then redeploy.",
+    "cluster_forbidden": "Ask the cluster's administrator for the missing permission (Check in "
+    "the cluster access dialog lists it), or use a kubeconfig that has it; then redeploy.",
+    "namespace_not_found": "Create the namespace on the cluster (kubectl create namespace), or "
+    "deploy into a project whose namespace exists.",
+    "resource_conflict": "An object of that name belongs to someone else: rename yours (edit & "
+    "redeploy) or remove the other one first.",
+    "invalid_manifest": "Fix the named field (edit & redeploy).",
+    "admission_denied": "A policy of the cluster refused it: change the source to satisfy the "
+    "quoted rule (edit & redeploy), or ask the cluster's administrator.",
+    # Why a workload never became ready.
+    "image_not_found": "Check the image name and tag (edit & redeploy); the resources were kept.",
+    "invalid_image_name": "Fix the image reference (edit & redeploy); the resources were kept.",
+    "image_pull_failed": "Check that the registry is reachable and the cluster may pull from "
+    "it (imagePullSecrets); then redeploy.",
+    "container_config_error": "Create what the container refers to (a Secret or ConfigMap "
+    "key), or fix the reference (edit & redeploy).",
+    "crash_loop": "The application exits at start: read its last log lines, fix its "
+    "configuration or image, then redeploy.",
+    "oom_killed": "Give the container more memory (a higher limit) or make it use less, then "
+    "redeploy.",
+    "unschedulable": "No node can run the pod: lower its requests, or ask for capacity; then "
+    "redeploy.",
+    "volume_unbound": "The volume claim never bound: check its storage class and that the "
+    "cluster can provision volumes.",
+    "readiness_probe_failed": "The container runs but its readiness probe fails: check the "
+    "probe's path and port and the application's health.",
+    # Cloning a GitHub repository.
+    "repo_not_found": "Check the repository's owner/name (edit & redeploy).",
+    "repo_no_access": "Use a public repository; this server clones without credentials.",
+    "repo_ref_not_found": "Check the branch, tag or commit (edit & redeploy).",
+    "clone_failed": "Check that the repository can be cloned, then redeploy.",
 }
 
 
@@ -27,8 +66,46 @@ CAUSES = {
     "never_started": "The deployment was never started.",
     "apply_failed": "The cluster refused one of the resources.",
     "unknown_kind": "The cluster does not serve one of the resource kinds.",
+    "cluster_unreachable": "The cluster could not be reached.",
+    "cluster_unavailable": "The cluster's API server kept failing.",
+    "cluster_unauthorized": "The cluster does not accept the kubeconfig's credentials.",
+    "cluster_forbidden": "The credential is not allowed to do this.",
+    "namespace_not_found": "The target namespace does not exist.",
+    "resource_conflict": "An object of the same name belongs to someone else.",
+    "invalid_manifest": "The cluster rejected a resource as invalid.",
+    "admission_denied": "A policy of the cluster refused a resource.",
+    "image_not_found": "The image does not exist.",
+    "invalid_image_name": "The image name is not valid.",
+    "image_pull_failed": "The image cannot be pulled.",
+    "container_config_error": "The container cannot be created.",
+    "crash_loop": "The container keeps crashing.",
+    "oom_killed": "The container runs out of memory.",
+    "unschedulable": "The pod cannot be scheduled.",
+    "volume_unbound": "The pod waits for a volume that never binds.",
+    "readiness_probe_failed": "The readiness probe keeps failing.",
+    "repo_not_found": "The repository was not found.",
+    "repo_no_access": "The repository cannot be read without credentials.",
+    "repo_ref_not_found": "The branch or tag does not exist.",
+    "clone_failed": "The repository could not be cloned.",
+}
+#: Reasons whose message says the specifics in a user's words: the cause quotes them.
+SPECIFIC = frozenset(CAUSES) - {
+    "readiness_timeout",
+    "interrupted",
+    "timeout",
+    "never_started",
+    "apply_failed",
+    "unknown_kind",
 }
 _REFUSED = re.compile(r"applying (\S+/\S+) failed")
+#: The runner's lead-in before the adapter's own words ("applying Deployment/web failed: ").
+_LEAD_IN = re.compile(
+    r"^(?:applying \S+ failed|cloning \S+ failed|checking readiness failed"
+    r"|instantiating .+? failed at \S+|not ready after \S+: [^:]+|[^:]+ cannot become ready): "
+)
+_KEPT = "; resources were kept"
+#: Reasons about the cluster as a whole, not the one document it was applying.
+_WHOLE_CLUSTER = frozenset({"cluster_unreachable", "cluster_unavailable", "cluster_unauthorized"})
 
 
 def failure_help(failure: dict | None) -> dict | None:
@@ -41,6 +118,11 @@ def failure_help(failure: dict | None) -> dict | None:
     refused = _REFUSED.search(message)
     if reason == "apply_failed" and refused:
         cause = f"The cluster refused {refused.group(1)}."
+    elif reason in SPECIFIC and message:
+        said = _LEAD_IN.sub("", message).split("\n")[0].split("; last log lines")[0]
+        said = said.removesuffix(_KEPT)
+        where = f" ({refused.group(1)})" if refused and reason not in _WHOLE_CLUSTER else ""
+        cause = f"{cause[:-1]}{where}: {said}"
     return {
         "cause": cause,
         "next": NEXT_STEPS.get(reason, "Look at the failed step, then redeploy."),

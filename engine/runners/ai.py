@@ -59,6 +59,51 @@ PROMPT_STEPS = ("devbox", "plan", *direct.STEPS)
 GITHUB_STEPS = ("devbox", "clone", "plan", *direct.STEPS)
 
 
+class CloneFailed(IntegrationError):
+    """The repository could not be cloned; `reason` says why (not found, no access, no ref)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+#: git's words for each reason a clone fails, checked in order (its stderr, lower-cased).
+CLONE_FAILURES = (
+    (
+        "repo_ref_not_found",
+        ("remote branch", "couldn't find remote ref", "could not find remote branch"),
+        "{ref} is not a branch or tag of {repo}",
+    ),
+    (
+        "repo_no_access",
+        (
+            "could not read username",
+            "authentication failed",
+            "permission denied",
+            "returned error: 403",
+        ),
+        "{repo} is private or needs credentials; this server clones public repositories "
+        "without any",
+    ),
+    (
+        "repo_not_found",
+        ("not found", "does not exist"),
+        "{repo} does not exist on GitHub (or is private: this server clones without credentials)",
+    ),
+)
+
+
+def clone_failure(repo: str, ref: str | None, stderr: str, exit_code: int) -> CloneFailed:
+    """Why `git clone` failed, in a user's words, with git's own last line."""
+    said = (stderr.strip().splitlines() or [f"exit {exit_code}"])[-1]
+    lowered = stderr.lower()
+    for reason, marks, words in CLONE_FAILURES:
+        if any(mark in lowered for mark in marks):
+            text = words.format(repo=repo, ref=ref or "the default branch")
+            return CloneFailed(f"cloning {repo} failed: {text} (git: {said})", reason)
+    return CloneFailed(f"cloning {repo} failed: {said}", "clone_failed")
+
+
 @dataclass
 class AiSession:
     """What a resumed run re-attaches to (persisted as artifact_summary.aiSession)."""
@@ -125,6 +170,10 @@ def _run(
     try:
         _open_devbox(handle, ctx, session, opened)
         files = _prepare_workspace(handle, ctx, session) if ctx.source["kind"] == "github" else []
+    except CloneFailed as exc:
+        handle.abort.raise_if_aborted()
+        handle.fail(exc.reason, str(exc))
+        return
     except IntegrationError as exc:
         handle.abort.raise_if_aborted()
         handle.fail("devbox_error", f"the devbox failed: {exc}")
@@ -240,9 +289,9 @@ def _prepare_workspace(handle: TaskHandle, ctx: RunContext, session: AiSession) 
             timeout_s=CLONE_TIMEOUT_S,
         )
         if not result.ok:
-            detail = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
-            handle.update_timeline("clone", "failed", detail)
-            raise IntegrationError(f"cloning {repo} failed: {detail}")
+            failure = clone_failure(repo, ref, result.stderr, result.exit_code)
+            handle.update_timeline("clone", "failed", str(failure))
+            raise failure
         session.cloned = True
         handle.set_artifacts(aiSession=session.as_json())
         handle.update_timeline("clone", "done", repo)

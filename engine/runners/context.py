@@ -9,6 +9,7 @@ from uuid import UUID
 from engine.core.abort import AbortSignal
 from engine.core.status import Status
 from engine.integrations.base import Cluster
+from engine.integrations.kube_diagnosis import FAIL_FAST_DEFAULT
 
 if TYPE_CHECKING:
     from engine.integrations import Integrations
@@ -95,6 +96,8 @@ class RunContext:
     target_namespace: str = "default"
     readiness_timeout_s: float = 600.0
     readiness_poll_s: float = 2.0
+    #: Why-not-ready causes that end the run at once (waiting cannot heal them).
+    fail_fast_causes: frozenset = frozenset(FAIL_FAST_DEFAULT)
     #: The artifact summary as claimed (e.g. aiSession, pendingInputs, for a resumed run).
     artifacts: dict = field(default_factory=dict)
     #: The tenant (workspace) namespace; server devbox tokens are scoped to it.

@@ -3,8 +3,16 @@
 import time
 
 from engine.core.status import Status
-from engine.integrations.base import ENGINE_NAME, ApplyError, IntegrationError, ResourceRef
+from engine.integrations.base import (
+    ENGINE_NAME,
+    ApplyError,
+    ClusterUnavailable,
+    ClusterUnreachable,
+    IntegrationError,
+    ResourceRef,
+)
 from engine.runners.context import RunContext, TaskHandle
+from engine.runners.diagnosis import Diagnosis
 
 FIELD_MANAGER = ENGINE_NAME
 #: The steps of a run, in order: the "n" of the timeline's "step k of n" (a run parked for
@@ -90,7 +98,9 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
     for i, (manifest, ref) in enumerate(zip(manifests, refs, strict=True)):
         try:
             result = ctx.cluster.apply(manifest, abort=handle.abort)
-        except ApplyError as exc:
+        except IntegrationError as exc:
+            # Typed by the adapter: the reason says whose fault it is (the document, the
+            # credential, the cluster, the network), so the user is sent to the right fix.
             handle.update_timeline("apply", "failed", str(exc), resource=ref.as_json())
             handle.fail(exc.reason, f"applying {ref.label()} failed: {exc}")
             return
@@ -116,36 +126,61 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
 def verify(
     handle: TaskHandle, ctx: RunContext, manifests: list[dict], *, started: bool = False
 ) -> None:
-    """Wait for every required result resource: completed when all are ready, failed on the
-    readiness timeout with the resources kept (ADR 0028). `started`: the caller's last write
-    already recorded "verify started" and the phase."""
+    """Wait for every required result resource: completed when all are ready; failed, with the
+    resources kept (ADR 0028), on the readiness timeout or at once on a cause waiting cannot heal
+    (ctx.fail_fast_causes). While it waits it says why the workloads are not ready yet.
+    `started`: the caller's last write already recorded "verify started" and the phase."""
     if not started:
         handle.update_timeline("verify", "started", phase="verify")
     required = [ResourceRef.of(m) for m in manifests if m["kind"] in REQUIRED_KINDS]
+    diagnosis = Diagnosis(handle, ctx, manifests)
     deadline = time.monotonic() + ctx.readiness_timeout_s
     while True:
         try:
             waiting = [
                 ref for ref in required if not ctx.cluster.readiness(ref, abort=handle.abort).ready
             ]
+        except ApplyError as exc:
+            # The cluster answered and refused the read (401, 403): waiting will not change it.
+            handle.update_timeline("verify", "failed", str(exc))
+            handle.fail(exc.reason, f"checking readiness failed: {exc}; resources were kept")
+            return
         except IntegrationError as exc:
-            waiting, last_error = required, str(exc)
+            waiting, last_error = required, exc
         else:
             last_error = None
         if not waiting:
             break
+        findings = diagnosis.look(waiting)
+        hopeless = [f for f in findings if f.cause in ctx.fail_fast_causes]
+        if hopeless:
+            names = ", ".join(ref.label() for ref in waiting)
+            detail = f"{names} cannot become ready: {hopeless[0].line()}"
+            handle.update_timeline("verify", "failed", detail)
+            handle.fail(hopeless[0].cause, detail + "; resources were kept")
+            return
         if time.monotonic() >= deadline:
             names = ", ".join(ref.label() for ref in waiting)
             detail = f"not ready after {ctx.readiness_timeout_s:g}s: {names}"
-            if last_error:
+            reason = "readiness_timeout"
+            if findings:
+                detail += f": {findings[0].line()}"
+                reason = findings[0].cause
+            elif last_error is not None:
                 detail += f" ({last_error})"
+                reason = last_error.reason if _names_the_cluster(last_error) else reason
             handle.update_timeline("verify", "failed", detail)
-            handle.fail("readiness_timeout", detail + "; resources were kept")
+            handle.fail(reason, detail + "; resources were kept")
             return
         handle.abort.sleep(ctx.readiness_poll_s)
         handle.checkpoint()  # the first poll follows the "started" write; later ones a sleep
     handle.update_timeline("verify", "done", "all required resources ready")
     handle.complete()
+
+
+def _names_the_cluster(error: IntegrationError) -> bool:
+    """An error that is the cluster's or the network's, whose own reason is the better cause."""
+    return isinstance(error, (ClusterUnreachable, ClusterUnavailable))
 
 
 #: The result resources whose readiness decides `completed` (ADR 0028).

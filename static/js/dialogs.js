@@ -73,9 +73,13 @@ function checkAndUseKubeconfig() {
   clusterError("");
   if (!text) { clusterError("Paste or upload a kubeconfig first."); return; }
   var encoded = toBase64(text);
+  var project = document.querySelector("main[data-project]");
+  showAccess(null);
   fetch("/cluster-access/check", {
     method: "POST",
-    headers: { "X-CSRF-Token": csrfToken(), "X-Kubeconfig": encoded }
+    headers: { "X-CSRF-Token": csrfToken(), "X-Kubeconfig": encoded,
+               "Content-Type": "application/json" },
+    body: JSON.stringify({ projectId: project ? project.dataset.project : null })
   }).then(function (r) {
     return r.json().then(function (body) { return { ok: r.ok, body: body }; },
                         function () { return { ok: false, body: {} }; });
@@ -84,6 +88,11 @@ function checkAndUseKubeconfig() {
       clusterError(answer.body.message || "This kubeconfig cannot be used.");
       return;
     }
+    // The cluster's own answer: unreachable or refused keeps nothing; missing permissions
+    // are listed (the kubeconfig is kept: what is missing may not matter to this deploy).
+    var access = answer.body.access;
+    var problems = (access && access.problems) || [];
+    if (access && !access.reachable) { clusterError(problems.join(" ")); return; }
     try {
       sessionStorage.setItem(KUBECONFIG_KEY, encoded);
       sessionStorage.setItem(CLUSTER_KEY, JSON.stringify(answer.body));
@@ -93,9 +102,23 @@ function checkAndUseKubeconfig() {
     }
     byId("cluster-kubeconfig").value = "";
     showClusterTarget();
+    if (problems.length) { showAccess(problems); return; }
     byId("cluster-dialog").close("ok");
     flash("Cluster access set: " + answer.body.context);
   }, function () { clusterError("Could not reach the server. Try again."); });
+}
+
+// What the access check found missing, listed in the dialog (none: the list is hidden).
+function showAccess(problems) {
+  var list = byId("cluster-access");
+  if (!list) return;
+  list.textContent = "";
+  (problems || []).forEach(function (text) {
+    var item = document.createElement("li");
+    item.textContent = text;
+    list.appendChild(item);
+  });
+  list.hidden = !(problems && problems.length);
 }
 
 function forgetKubeconfig() {

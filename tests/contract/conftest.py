@@ -91,14 +91,15 @@ def kube(backend, mock_server):
 
 @pytest.fixture
 def kube_app(make_app):
-    """Factory: an app (CLUSTER_BACKEND=kubernetes) whose runs reach kmock through the adapter
-    under `retry`."""
+    """Factory: an app (CLUSTER_BACKEND=kubernetes, and `settings`) whose runs reach kmock
+    through the adapter under `retry`."""
 
-    def factory(retry: RetryPolicy):
+    def factory(retry: RetryPolicy, **settings):
         backend = KubeBackend(retry=retry, network=LOOPBACK)
         return make_app(
             cluster_backend="kubernetes",
             **LOOPBACK_SETTINGS,
+            **settings,
             overrides={
                 "integrations": Integrations(cluster=backend.cluster, cluster_label=backend.label)
             },

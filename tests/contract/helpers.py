@@ -80,3 +80,23 @@ def wait_finished(client, task_id: str) -> dict:
     # Bounds a failure only: a prompt or github run (devbox, gateway, apply, verify) takes a few
     # seconds on an idle machine and well past ten on a loaded one.
     return wait_for_status(client, task_id, "completed", "failed", timeout=90.0, interval=0.1)
+
+
+def serve_access(mock, *, denied=(), user="dev@example.com", version="v1.31.2"):
+    """Script what the access check asks: /version, who the credential is (SelfSubjectReview),
+    the namespace demo, and a SelfSubjectAccessReview that allows all but `denied` (verb,
+    resource) pairs."""
+
+    def review(request):
+        attributes = request.data["spec"]["resourceAttributes"]
+        allowed = (attributes["verb"], attributes["resource"]) not in set(denied)
+        return {**request.data, "status": {"allowed": allowed}}
+
+    mock["get /version"] << {"major": "1", "minor": "31", "gitVersion": version}
+    (
+        mock["post /apis/authentication.k8s.io/v1/selfsubjectreviews"]
+        << 201
+        << {"status": {"userInfo": {"username": user}}}
+    )
+    mock["get /api/v1/namespaces/demo"] << {"metadata": {"name": "demo"}}
+    mock["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << 201 << review

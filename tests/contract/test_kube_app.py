@@ -3,6 +3,7 @@ Kubernetes adapter to kmock, and refuses requests that bring no usable kubeconfi
 
 import pytest
 import yaml
+from markupsafe import escape
 
 from engine.integrations.kube_retry import RetryPolicy
 from tests.contract.conftest import kubeconfig_for
@@ -15,7 +16,7 @@ from tests.contract.helpers import (
     wait_finished,
     workload_status,
 )
-from tests.helpers import IMAGE_SOURCE
+from tests.helpers import IMAGE_SOURCE, free_port
 
 
 def test_an_image_source_deploys_to_completed_through_the_adapter(kube_app, mock_server, mock):
@@ -64,9 +65,9 @@ def unserve_deployments(mock):
     [
         (
             refuse_deployment,
-            "apply_failed",
-            'applying Deployment/web failed: Deployment.apps "web" is invalid: '
-            "bad image (HTTP 422)",
+            "invalid_manifest",
+            "applying Deployment/web failed: the cluster rejects it as invalid: "
+            'Deployment.apps "web" is invalid: bad image (HTTP 422)',
         ),
         (
             unserve_deployments,
@@ -86,6 +87,113 @@ def test_a_refused_apply_fails_the_task_with_the_clusters_reason(
 
     assert snapshot["failure"] == {"reason": reason, "message": message}
     assert snapshot["appliedResources"] == []
+
+
+def refuse(code: int, message: str, **extra):
+    def arrange(mock):
+        body = {"kind": "Status", "code": code, "message": message, **extra}
+        mock[f"patch {DEPLOYMENT_PATH}"] << code << body
+
+    return arrange
+
+
+@pytest.mark.parametrize(
+    "arrange, reason, cause, next_words",
+    [
+        (
+            refuse(401, "Unauthorized"),
+            "cluster_unauthorized",
+            "The cluster does not accept the kubeconfig's credentials: the cluster does not "
+            "accept the kubeconfig's credentials (token or client certificate): Unauthorized "
+            "(HTTP 401)",
+            "fresh kubeconfig",
+        ),
+        (
+            refuse(403, 'deployments.apps "web" is forbidden: User "dev" cannot patch'),
+            "cluster_forbidden",
+            "The credential is not allowed to do this (Deployment/web): the credential may not "
+            'patch deployments.apps in namespace demo: deployments.apps "web" is forbidden: '
+            'User "dev" cannot patch (HTTP 403)',
+            "missing permission",
+        ),
+        (
+            refuse(
+                404,
+                'namespaces "demo" not found',
+                details={"name": "demo", "kind": "namespaces"},
+            ),
+            "namespace_not_found",
+            "The target namespace does not exist (Deployment/web): namespace demo does not "
+            'exist: namespaces "demo" not found (HTTP 404)',
+            "Create the namespace",
+        ),
+        (
+            refuse(409, 'Apply failed with 1 conflict: conflict with "helm": .spec.replicas'),
+            "resource_conflict",
+            "An object of the same name belongs to someone else (Deployment/web): the object "
+            "exists and is held by another owner or manager: Apply failed with 1 conflict: "
+            'conflict with "helm": .spec.replicas (HTTP 409)',
+            "belongs to someone else",
+        ),
+        (
+            refuse(
+                422,
+                'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1',
+                details={"causes": [{"field": "spec.replicas"}]},
+            ),
+            "invalid_manifest",
+            "The cluster rejected a resource as invalid (Deployment/web): the cluster rejects it "
+            'as invalid (field spec.replicas): Deployment.apps "web" is invalid: spec.replicas: '
+            "Invalid value: -1 (HTTP 422)",
+            "Fix the named field",
+        ),
+        (
+            refuse(400, 'admission webhook "policy.example" denied the request: no latest tag'),
+            "admission_denied",
+            "A policy of the cluster refused a resource (Deployment/web): denied by the "
+            'cluster\'s admission control: admission webhook "policy.example" denied the '
+            "request: no latest tag (HTTP 400)",
+            "quoted rule",
+        ),
+    ],
+)
+def test_each_refusal_is_named_alike_in_the_api_the_explain_tool_and_the_page(
+    kube_app, mock_server, mock, arrange, reason, cause, next_words
+):
+    arrange(mock)
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+
+    task_id = deploy(client, mock_server.url, dict(IMAGE_SOURCE)).get_json()["id"]
+    snapshot = wait_finished(client, task_id)
+    explained = client.post("/api/v1/tools/explain_deployment", json={"taskId": task_id}).get_json()
+    page = client.get(f"/tasks/{task_id}/timeline", follow_redirects=True).get_data(as_text=True)
+
+    assert snapshot["failure"]["reason"] == reason
+    assert f"It failed ({reason})" in explained["summary"]
+    assert next_words in explained["nextSteps"][0]
+    assert escape(cause) in page
+    assert escape(explained["nextSteps"][0]) in page
+
+
+def test_an_unreachable_cluster_is_not_called_a_refusal(kube_app):
+    port = free_port()  # nothing listens there: every connection is refused
+    client = kube_app(RetryPolicy(max_retries=2, backoff_s=0.01)).test_client()
+
+    task_id = deploy(client, f"http://127.0.0.1:{port}", dict(IMAGE_SOURCE)).get_json()["id"]
+    snapshot = wait_finished(client, task_id)
+    page = client.get(f"/tasks/{task_id}/timeline", follow_redirects=True).get_data(as_text=True)
+
+    assert snapshot["failure"] == {
+        "reason": "cluster_unreachable",
+        "message": "applying Deployment/web failed: cannot reach the cluster at "
+        f"127.0.0.1:{port}: the connection was refused (3 attempts)",
+    }
+    assert (
+        f"The cluster could not be reached: cannot reach the cluster at 127.0.0.1:{port}: "
+        "the connection was refused (3 attempts)"
+    ) in page
+    assert "fix the source" not in page
+    assert escape("Check the kubeconfig's server address") in page
 
 
 def test_the_kubernetes_backend_requires_a_usable_kubeconfig(make_app, insert_task):

@@ -10,10 +10,18 @@ import yaml
 
 from engine.core.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import (
+    AdmissionDenied,
     AppliedResource,
     ApplyError,
+    ClusterUnavailable,
+    ClusterUnreachable,
+    CredentialsRefused,
+    Forbidden,
     IntegrationError,
+    InvalidManifest,
+    NamespaceMissing,
     NotFound,
+    OwnershipConflict,
     ResourceRef,
     UnknownKind,
 )
@@ -149,23 +157,92 @@ def test_a_kind_installed_after_discovery_is_found_by_one_refresh(kube, mock):
 
 
 @pytest.mark.parametrize(
-    "code, message",
+    "code, body, error, words",
     [
-        (422, 'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1'),
-        (403, 'deployments.apps "web" is forbidden: User "dev" cannot patch resource'),
-        (404, 'namespaces "demo" not found'),
+        (
+            422,
+            {
+                **status(422, 'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1'),
+                "reason": "Invalid",
+                "details": {
+                    "name": "web",
+                    "kind": "deployments",
+                    "causes": [{"reason": "FieldValueInvalid", "field": "spec.replicas"}],
+                },
+            },
+            InvalidManifest,
+            "the cluster rejects it as invalid (field spec.replicas): "
+            'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1 (HTTP 422)',
+        ),
+        (
+            403,
+            status(403, 'deployments.apps "web" is forbidden: User "dev" cannot patch resource'),
+            Forbidden,
+            "the credential may not patch deployments.apps in namespace demo: "
+            'deployments.apps "web" is forbidden: User "dev" cannot patch resource (HTTP 403)',
+        ),
+        (
+            404,
+            {
+                **status(404, 'namespaces "demo" not found'),
+                "details": {"name": "demo", "kind": "namespaces"},
+            },
+            NamespaceMissing,
+            'namespace demo does not exist: namespaces "demo" not found (HTTP 404)',
+        ),
+        (
+            401,
+            status(401, "Unauthorized"),
+            CredentialsRefused,
+            "the cluster does not accept the kubeconfig's credentials (token or client "
+            "certificate): Unauthorized (HTTP 401)",
+        ),
+        (
+            409,
+            status(409, 'Apply failed with 1 conflict: conflict with "helm": .spec.replicas'),
+            OwnershipConflict,
+            "the object exists and is held by another owner or manager: Apply failed with 1 "
+            'conflict: conflict with "helm": .spec.replicas (HTTP 409)',
+        ),
+        (
+            400,
+            status(
+                400,
+                'admission webhook "validate.kyverno.svc" denied the request: images must '
+                "come from registry.example.com",
+            ),
+            AdmissionDenied,
+            "denied by the cluster's admission control: admission webhook "
+            '"validate.kyverno.svc" denied the request: images must come from '
+            "registry.example.com (HTTP 400)",
+        ),
     ],
 )
-def test_a_refused_document_is_an_apply_error_with_the_api_message(kube, mock, code, message):
-    mock[f"patch {DEPLOYMENT_PATH}"] << code << status(code, message)
+def test_a_refused_document_names_who_refused_what_in_the_apis_words(
+    kube, mock, code, body, error, words
+):
+    mock[f"patch {DEPLOYMENT_PATH}"] << code << body
 
     with pytest.raises(ApplyError) as caught:
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
-    assert type(caught.value) is ApplyError
-    assert str(caught.value) == f"{message} (HTTP {code})"
+    assert type(caught.value) is error
+    assert str(caught.value) == words
     assert caught.value.ref == ResourceRef.of(DEPLOYMENT)
     assert len(patches(mock)) == 1  # never retried
+
+
+def test_a_forbidden_read_names_the_verb_resource_and_namespace(kube, mock):
+    mock["get /api/v1/namespaces/demo/pods"] << 403 << status(403, "pods is forbidden")
+
+    with pytest.raises(Forbidden) as caught:
+        kube.pods("demo", {"app": "web"}, abort=AbortSignal())
+
+    assert (caught.value.verb, caught.value.resource, caught.value.namespace) == (
+        "list",
+        "pods",
+        "demo",
+    )
 
 
 def test_429_and_503_are_retried_then_the_apply_succeeds(kube, mock):
@@ -184,7 +261,7 @@ def test_429_and_503_are_retried_then_the_apply_succeeds(kube, mock):
 def test_the_apply_gives_up_after_the_retry_bound(kube, mock):
     mock[f"patch {DEPLOYMENT_PATH}"] << 503 << status(503, "apiserver overloaded")
 
-    with pytest.raises(ApplyError, match="gave up after 4 attempts.*apiserver overloaded"):
+    with pytest.raises(ClusterUnavailable, match="gave up after 4 attempts.*apiserver overloaded"):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
     assert len(patches(mock)) == FAST_RETRY.max_retries + 1
@@ -222,11 +299,16 @@ def test_a_read_timeout_is_retried(mock_server, mock):
 
 
 def test_an_unreachable_server_is_retried_then_reported(backend):
-    kube = backend.cluster(kubeconfig_for(f"http://127.0.0.1:{free_port()}"))
+    port = free_port()
+    kube = backend.cluster(kubeconfig_for(f"http://127.0.0.1:{port}"))
 
     started = time.monotonic()
-    with pytest.raises(ApplyError, match="gave up after 4 attempts.*did not answer"):
+    with pytest.raises(ClusterUnreachable) as caught:
         kube.apply(DEPLOYMENT, abort=AbortSignal())
+    assert str(caught.value) == (
+        f"cannot reach the cluster at 127.0.0.1:{port}: the connection was refused (4 attempts)"
+    )
+    assert caught.value.reason == "cluster_unreachable"
     assert time.monotonic() - started < 10.0  # short backoffs, no connect hang
 
 
@@ -236,7 +318,7 @@ def test_urllib3_does_not_retry_behind_the_policy(mock_server, mock):
     backend = KubeBackend(request_timeout_s=0.2, retry=RetryPolicy(max_retries=0), network=LOOPBACK)
     kube = backend.cluster(kubeconfig_for(mock_server.url))
 
-    with pytest.raises(ApplyError, match="gave up after 1 attempts"):
+    with pytest.raises(ClusterUnreachable, match="did not answer in time.*1 attempt"):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
     assert len(mock["get"]) == 1
@@ -358,3 +440,20 @@ def test_a_run_without_kubeconfig_fails_at_its_first_cluster_call(backend):
         kube.readiness(ResourceRef.of(DEPLOYMENT), abort=AbortSignal())
 
     assert caught.value.ref == ResourceRef.of(DEPLOYMENT)
+
+
+def test_a_server_name_that_stopped_resolving_is_an_unreachable_cluster(backend, monkeypatch):
+    import socket
+
+    def no_such_host(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    kube = backend.cluster(kubeconfig_for("https://kube.gone.example:6443"))
+
+    with pytest.raises(ClusterUnreachable) as caught:
+        kube.apply(DEPLOYMENT, abort=AbortSignal())
+
+    assert str(caught.value) == (
+        "cannot reach the cluster at kube.gone.example:6443: the host name does not resolve"
+    )

@@ -11,7 +11,7 @@ import gevent
 import pytest
 
 from engine.core.abort import CANCEL, Aborted, AbortSignal
-from engine.integrations.base import ApplyError
+from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kubeconfig import InvalidKubeconfig, check_kubeconfig, parse_kubeconfig
 from tests.contract.conftest import (
     TOKEN,
@@ -54,7 +54,7 @@ def test_tls_with_ca_and_client_certificate_data_works_from_memory(
 def test_without_the_client_certificate_the_tls_server_refuses(backend, tls_mock_server, tls_ca):
     kubeconfig = kubeconfig_for(tls_mock_server.url, ca_pem=tls_ca.cert_pem.bytes())
 
-    with backend.cluster(kubeconfig) as kube, pytest.raises(ApplyError):
+    with backend.cluster(kubeconfig) as kube, pytest.raises(ClusterUnreachable):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
     assert list(tls_mock_server.mock) == []
@@ -75,7 +75,9 @@ def test_a_server_certificate_from_another_ca_is_refused_without_retrying(
 
     with (
         backend.cluster(kubeconfig) as kube,
-        pytest.raises(ApplyError, match="CERTIFICATE_VERIFY_FAILED") as caught,
+        pytest.raises(
+            ClusterUnreachable, match="TLS handshake failed.*CERTIFICATE_VERIFY_FAILED"
+        ) as caught,
     ):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
@@ -103,7 +105,10 @@ def test_tls_server_name_is_what_the_certificate_is_checked_against(
 
     with backend.cluster(named) as kube:
         assert kube.apply(DEPLOYMENT, abort=AbortSignal()).action == "created"
-    with backend.cluster(unnamed) as kube, pytest.raises(ApplyError, match="Hostname mismatch"):
+    with (
+        backend.cluster(unnamed) as kube,
+        pytest.raises(ClusterUnreachable, match="Hostname mismatch"),
+    ):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
 

@@ -13,7 +13,7 @@ import pytest
 from gevent.server import StreamServer
 
 from engine.core.abort import AbortSignal
-from engine.integrations.base import ApplyError
+from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, check_kubeconfig
@@ -140,7 +140,7 @@ def test_a_refused_server_receives_zero_connections(make_app, insert_task, liste
     opted_in = KubeBackend(
         retry=RetryPolicy(max_retries=0), network=NetworkPolicy.parse("127.0.0.1/32")
     ).cluster(kubeconfig_for(f"https://127.0.0.1:{listener.port}"))
-    with pytest.raises(ApplyError):
+    with pytest.raises(ClusterUnreachable):
         opted_in.apply(DEPLOYMENT, abort=AbortSignal())
     wait_for(lambda: listener.accepted >= 1, message="the opted-in connection")
     assert listener.accepted == 1
@@ -189,6 +189,6 @@ def test_a_body_that_is_not_a_status_never_reaches_the_message(kube, mock):
         kube.apply(DEPLOYMENT, abort=AbortSignal())
 
     assert "hunter2" not in str(raw.value) and "html" not in str(raw.value)
-    assert str(raw.value) == "no Status message (HTTP 403)"
-    assert str(status.value).startswith("deployments.apps is forbidden: xxx")  # positive control
+    assert str(raw.value).endswith(": no Status message (HTTP 403)")
+    assert "deployments.apps is forbidden: xxx" in str(status.value)  # positive control
     assert len(str(status.value)) <= 520

@@ -10,7 +10,13 @@ import pytest
 import yaml
 
 from tests.contract.conftest import TOKEN, kubeconfig_for
-from tests.contract.helpers import DEPLOYMENT_PATH, SERVICE_PATH, echo, workload_status
+from tests.contract.helpers import (
+    DEPLOYMENT_PATH,
+    SERVICE_PATH,
+    echo,
+    serve_access,
+    workload_status,
+)
 from tests.contract.kmock_server import KMockServer
 from tests.e2e.conftest import NARROW, WIDE, open_pane
 from tests.helpers import dump_database
@@ -40,6 +46,7 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     mock[f"patch {DEPLOYMENT_PATH}"] << 201 << echo
     mock[f"patch {SERVICE_PATH}"] << 201 << echo
     mock[f"get {DEPLOYMENT_PATH}"] << READY
+    serve_access(mock)  # "Check" asks the cluster before the kubeconfig is kept
     srv = server(**KUBE_ENV)
     ui = open_page(srv, "demo")
     page = ui.page

@@ -252,16 +252,34 @@ def test_a_github_source_is_cloned_in_the_devbox_before_the_turn(
     assert cluster.applied() == ["Deployment/shop", "Service/shop"]
 
 
-def test_a_failed_clone_fails_the_task_and_pauses_the_devbox(
-    create_task, wait_status, devbox, gateway
+@pytest.mark.parametrize(
+    "stderr, reason, words",
+    [
+        ("fatal: repository not found\n", "repo_not_found", "octo/missing does not exist"),
+        (
+            "fatal: could not read Username for 'https://github.com': terminal prompts disabled",
+            "repo_no_access",
+            "octo/missing is private or needs credentials",
+        ),
+        (
+            "fatal: Remote branch v9 not found in upstream origin\n",
+            "repo_ref_not_found",
+            "v9 is not a branch or tag of octo/missing",
+        ),
+        ("fatal: early EOF\n", "clone_failed", "cloning octo/missing failed: fatal: early EOF"),
+    ],
+)
+def test_a_failed_clone_fails_the_task_saying_why_and_pauses_the_devbox(
+    create_task, wait_status, devbox, gateway, stderr, reason, words
 ):
-    devbox.exec_results["git clone"] = ExecResult(128, "", "fatal: repository not found\n")
+    devbox.exec_results["git clone"] = ExecResult(128, "", stderr)
 
-    task = create_task({"kind": "github", "repo": "octo/missing"})
+    task = create_task({"kind": "github", "repo": "octo/missing", "ref": "v9"})
     done = wait_status(task["id"], "failed", "completed")
 
-    assert done["failure"]["reason"] == "devbox_error"
-    assert "repository not found" in done["failure"]["message"]
+    assert done["failure"]["reason"] == reason
+    assert words in done["failure"]["message"]
+    assert stderr.strip().splitlines()[-1] in done["failure"]["message"]  # git's own words too
     assert gateway.requests == []
     assert paused(devbox) == ["create", "exec", "pause"]
 

@@ -1,0 +1,129 @@
+"""Contract: "Check" in the cluster access dialog asks the cluster (kmock) what a deploy needs,
+read-only, through the run's address guard, and answers what is missing in plain words."""
+
+from engine.integrations.kube_access import NEEDS
+from engine.integrations.kube_retry import RetryPolicy
+from tests.contract.conftest import TOKEN, kubeconfig_for
+from tests.contract.helpers import header, serve_access, status
+from tests.helpers import dump_database, free_port
+
+SSAR = "post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def check(client, server_url: str, project: str = "demo"):
+    with client.session_transaction() as session:
+        session["csrf"] = "t"
+    response = client.post(
+        "/cluster-access/check",
+        headers={**header(kubeconfig_for(server_url)), "X-CSRF-Token": "t"},
+        json={"projectId": project},
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json()
+
+
+def test_a_cluster_that_allows_everything_answers_with_its_version_and_user(
+    kube_app, mock_server, mock, sql_conn
+):
+    serve_access(mock)
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+
+    answer = check(client, mock_server.url)
+
+    assert answer["ok"] is True
+    assert answer["access"] == {
+        "reachable": True,
+        "version": "v1.31.2",
+        "user": "dev@example.com",
+        "namespace": "demo",
+        "namespaceExists": True,
+        "missing": [],
+        "problems": [],
+    }
+    asked = [r.data["spec"]["resourceAttributes"] for r in mock[SSAR]]
+    assert len(asked) == len(NEEDS) and {a["namespace"] for a in asked} == {"demo"}
+    assert {"verb": "patch", "group": "apps", "resource": "deployments", "namespace": "demo"} in (
+        asked
+    )
+    assert {"verb": "get", "resource": "pods", "subresource": "log"}.items() <= next(
+        a for a in asked if a.get("subresource") == "log"
+    ).items()
+    # Read-only: nothing but reviews (answered, never stored) and reads was sent.
+    assert {r.method for r in mock} <= {"GET", "POST"}
+    assert all(r.method == "GET" or "review" in r.url.path for r in mock)
+    assert TOKEN not in dump_database(sql_conn)
+
+
+def test_what_the_credential_may_not_do_is_listed_in_plain_words(kube_app, mock_server, mock):
+    serve_access(mock, denied={("patch", "secrets"), ("list", "events")})
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+
+    access = check(client, mock_server.url)["access"]
+
+    assert access["problems"] == [
+        "Not allowed to patch secrets in namespace demo (needed to deploy).",
+        "Not allowed to list events in namespace demo (needed to show why a workload is not "
+        "ready).",
+    ]
+
+
+def test_a_missing_namespace_and_an_unserved_self_subject_review_are_said(
+    kube_app, mock_server, mock
+):
+    mock["get /api/v1/namespaces/demo"][:1] << 404 << status(404, 'namespaces "demo" not found')
+    (
+        mock["post /apis/authentication.k8s.io/v1/selfsubjectreviews"][:1]
+        << 404
+        << status(404, "the server could not find the requested resource")
+    )
+    serve_access(mock)
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+
+    access = check(client, mock_server.url)["access"]
+
+    assert access["user"] is None and access["namespaceExists"] is False
+    assert access["problems"] == [
+        "Namespace demo does not exist on the cluster: create it before deploying."
+    ]
+
+
+def test_refused_credentials_are_named(kube_app, mock_server, mock):
+    mock["get /version"] << {"gitVersion": "v1.31.2"}
+    (
+        mock["post /apis/authentication.k8s.io/v1/selfsubjectreviews"]
+        << 401
+        << status(401, "Unauthorized")
+    )
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+
+    access = check(client, mock_server.url)["access"]
+
+    assert access["reachable"] is True
+    assert access["problems"] == [
+        "The cluster does not accept this kubeconfig's credentials (token or client "
+        "certificate): it may be expired or revoked."
+    ]
+
+
+def test_an_unreachable_cluster_is_said_before_any_deploy(kube_app):
+    port = free_port()
+    client = kube_app(RetryPolicy(max_retries=1, backoff_s=0.01)).test_client()
+
+    access = check(client, f"http://127.0.0.1:{port}")["access"]
+
+    assert access["reachable"] is False
+    assert access["problems"] == [
+        f"Cannot reach the cluster at 127.0.0.1:{port}: the connection was refused (2 "
+        "attempts). Check the kubeconfig's server address, that the cluster is up, and that "
+        "this server can reach it."
+    ]
+
+
+def test_the_check_goes_through_the_runs_address_guard(make_app, mock_server, mock):
+    # Default settings: loopback is not opted in, so the check refuses it unasked.
+    app = make_app(cluster_backend="kubernetes", overrides={"integrations": None})
+
+    answer = check(app.test_client(), mock_server.url.replace("http:", "https:"))
+
+    assert answer["ok"] is False and "cluster.server" in answer["message"]
+    assert list(mock) == []
