@@ -12,7 +12,7 @@ Frames: `status` {status, phase}; `turn_started` {turn, sessionId}; `delta` {tur
 from flask import Blueprint, current_app
 
 from blueprints.auth import current_identity
-from blueprints.streams import KEEPALIVE_S, sse, sse_response
+from blueprints.streams import KEEPALIVE_S, end_with_session, sse, sse_response
 from engine.core.status import TERMINAL, Status
 from engine.lifecycle import actions
 from engine.readside.listener import CLOSED, REBOOTSTRAP
@@ -105,6 +105,7 @@ def gateway_stream(task_id):
     def frames():
         view = GatewayView()
         current = row
+        stop_watching = end_with_session(subscription)
         try:
             while True:
                 for frame in view.catch_up(runtime, namespace, task_id):
@@ -134,6 +135,7 @@ def gateway_stream(task_id):
                     yield sse("end", {"status": None})
                     return
         finally:
+            stop_watching()
             close()
 
     return sse_response(frames())

@@ -12,7 +12,7 @@ import psycopg
 from flask import Blueprint, Response, stream_with_context
 from marshmallow import ValidationError
 
-from blueprints.auth import current_identity
+from blueprints.auth import current_identity, watch_session
 from blueprints.fragments import store_fragments
 from blueprints.request_helpers import runtime
 from blueprints.schemas import PROJECT_ID
@@ -69,6 +69,7 @@ def project_tasks_stream(project_id):
         return sse("upsert", dto.projection(row))
 
     def frames():
+        stop_watching = end_with_session(subscription)
         try:
             yield snapshot()
             # A re-read failed (the database unreachable): the viewer has missed a change, so the
@@ -93,6 +94,7 @@ def project_tasks_stream(project_id):
                 missed = False
                 yield frame
         finally:
+            stop_watching()
             subscription.close()
 
     return sse_response(frames())
@@ -113,6 +115,7 @@ def project_page_stream(project_id):
         return store_fragments(store, changes)
 
     def frames():
+        stop_watching = end_with_session(subscription)
         try:
             yield "retry: 2000\n\n"
             for part in bootstrap():
@@ -137,6 +140,7 @@ def project_page_stream(project_id):
                 for part in parts:
                     yield sse_html(part)
         finally:
+            stop_watching()
             subscription.close()
 
     return sse_response(frames())
@@ -156,6 +160,12 @@ def apply_notification(engine, store: TaskStore, namespace: str, payload: dict) 
     )
     changes = store.apply(event, now())
     return store_fragments(store, changes) if changes else []
+
+
+def end_with_session(subscription):
+    """Close this stream when its browser session ends (signed out, expired): blueprints/auth.py
+    `watch_session`. The stop function it returns goes in the stream's `finally`."""
+    return watch_session(lambda: subscription.queue.put(CLOSED))
 
 
 def sse_html(html: str) -> str:

@@ -14,7 +14,7 @@ from flask_sock import Sock
 from gevent.queue import Empty
 from simple_websocket import ConnectionClosed
 
-from blueprints.auth import current_identity
+from blueprints.auth import current_identity, watch_session
 from blueprints.edge import origin_allowed
 from blueprints.request_helpers import runtime
 from blueprints.timeline_hub import (
@@ -63,6 +63,8 @@ def timeline_socket(ws, task_id):
     raw = FrameSocket(ws)
     viewer = Viewer(raw)
     channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
+    # A session that ends (signed out, expired) gets "bye": the page reconnects and is refused.
+    stop_watching = watch_session(lambda: viewer.queue.put(BYE))
     try:
         viewer.sent = sent = bootstrap(raw, namespace, task_id)
         while ws.connected and not viewer.broken:
@@ -97,6 +99,7 @@ def timeline_socket(ws, task_id):
     except (ConnectionClosed, OSError):
         pass
     finally:
+        stop_watching()
         hub().leave(channel, viewer)
 
 

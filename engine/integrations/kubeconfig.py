@@ -38,6 +38,7 @@ from urllib3.util import connection as urllib3_connection
 from urllib3.util.ssl_ import create_urllib3_context
 
 from engine.integrations.base import IntegrationError
+from engine.trust.secrets import is_sensitive
 
 
 def _networks(*cidrs: str) -> tuple:
@@ -228,6 +229,48 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
         insecure_skip_tls_verify=cluster.get("insecure-skip-tls-verify") is True,
         tls_server_name=server_name or None,
     )
+
+
+def _is_credential(name: str) -> bool:
+    # Certificates are public ("certificate-authority" merely looks secret by name); keys are not.
+    return name == "client-key-data" or (is_sensitive(name) and "certificate" not in name)
+
+
+def credentials(kubeconfig) -> list[str]:
+    """Every credential a kubeconfig carries, in the forms a cluster could quote back: tokens,
+    passwords (and `user:password` for basic auth), client keys (as given, and decoded), and any
+    secret-named string of a user entry (auth-provider and exec settings). For the run's scrub
+    list; never raises, whatever shape the kubeconfig has."""
+    found: list[str] = []
+
+    def walk(value, name: str = "") -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, str(key))
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner, name)
+        elif isinstance(value, str) and value and _is_credential(name):
+            found.append(value)
+            if name.endswith("-data"):
+                try:
+                    pem = base64.b64decode(value, validate=True).decode("utf-8")
+                except (binascii.Error, ValueError, UnicodeError):
+                    return
+                # The PEM, its body and each of its lines: a quote need not keep the armour.
+                body = [line for line in pem.splitlines() if line and "-----" not in line]
+                found.extend([pem, "".join(body), *body])
+
+    users = kubeconfig.get("users") if isinstance(kubeconfig, dict) else None
+    for entry in users if isinstance(users, list) else []:
+        user = entry.get("user") if isinstance(entry, dict) else None
+        if not isinstance(user, dict):
+            continue
+        walk(user)
+        name, password = user.get("username"), user.get("password")
+        if isinstance(name, str) and isinstance(password, str) and password:
+            found.append(f"{name}:{password}")  # what an Authorization: Basic header encodes
+    return list(dict.fromkeys(found))
 
 
 # -- where the server may connect -----------------------------------------------------------------

@@ -65,6 +65,11 @@ class Settings:
     secret_key: str | None = field(default=None, repr=False)
     #: Absolute lifetime of a browser sign-in, however active the session is.
     session_lifetime_s: float = 8 * 3600.0
+    #: How often a long-lived stream (SSE, websocket) of a browser session re-checks that the
+    #: session was not signed out and has not expired; it closes once it has.
+    session_recheck_s: float = 30.0
+    #: An MCP session (Mcp-Session-Id) ends this long after its `initialize`.
+    mcp_session_ttl_s: float = 3600.0
     #: "sandbox" (local stand-in, the zero-setup default) or "kubernetes".
     cluster_backend: str = "sandbox"
     #: The template catalog: a directory of template YAML files (README "Templates").
