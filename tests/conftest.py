@@ -28,6 +28,7 @@ from tests.helpers import (  # noqa: E402,F401
     _with_db,
     dump_database,
     free_port,
+    oidc_settings,
     secret_forms,
     wait_for,
 )
@@ -279,16 +280,3 @@ def issuer():
     running = TokenIssuer()
     yield running
     running.stop()
-
-
-def oidc_settings(issuer_url: str) -> dict:
-    """Settings for AUTH_MODE=oidc against a test issuer (tests/issuer.py)."""
-    from tests.issuer import AUDIENCE
-
-    return {
-        "auth_mode": "oidc",
-        "oidc_issuer": issuer_url,
-        "oidc_client_id": AUDIENCE,
-        "oidc_client_secret": "test-client-secret",
-        "secret_key": "test-secret-key-" * 4,
-    }

@@ -117,6 +117,19 @@ def on_disk(sql_conn, values) -> list[str]:
     return found
 
 
+def oidc_settings(issuer_url: str) -> dict:
+    """Settings for AUTH_MODE=oidc against a test issuer (tests/issuer.py)."""
+    from tests.issuer import AUDIENCE
+
+    return {
+        "auth_mode": "oidc",
+        "oidc_issuer": issuer_url,
+        "oidc_client_id": AUDIENCE,
+        "oidc_client_secret": "test-client-secret",
+        "secret_key": "test-secret-key-" * 4,
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

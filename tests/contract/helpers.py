@@ -4,6 +4,7 @@ the deployment they apply, kmock responders, and how a test reads the outcome th
 import base64
 
 import yaml
+from gevent.server import StreamServer
 
 from tests.contract.conftest import kubeconfig_for
 from tests.helpers import wait_for
@@ -85,3 +86,20 @@ def wait_finished(client, task_id: str) -> dict:
     # Bounds a failure only: a prompt or github run (devbox, gateway, apply, verify) takes a few
     # seconds on an idle machine and well past ten on a loaded one.
     return wait_for(finished, timeout=90.0, interval=0.1, message=f"{task_id} to finish")
+
+
+class CountingListener:
+    """A TCP listener on 127.0.0.1 that counts the connections it receives."""
+
+    def __init__(self):
+        self.accepted = 0
+        self.server = StreamServer(("127.0.0.1", 0), self._handle)
+        self.server.start()
+        self.port = self.server.server_port
+
+    def _handle(self, sock, _address):
+        self.accepted += 1
+        sock.close()
+
+    def stop(self):
+        self.server.stop()

@@ -18,10 +18,9 @@ from engine.integrations.base import ApplyError
 from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, parse_kubeconfig
-from tests.conftest import IMAGE_SOURCE, wait_for
 from tests.contract.conftest import kubeconfig_for
-from tests.contract.helpers import DEPLOYMENT, header
-from tests.contract.test_kube_network import CountingListener
+from tests.contract.helpers import DEPLOYMENT, CountingListener, header
+from tests.helpers import IMAGE_SOURCE, wait_for
 
 #: The requests of the issue, verbatim.
 ISSUE_FORMS = [
