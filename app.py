@@ -56,6 +56,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     from engine.trust import secrets
 
     secrets.install_log_scrubber()
+    register_own_credentials(settings)
     auth_mode = auth.configure(settings)  # before anything starts: a bad setting stops boot
 
     app = Flask(__name__)
@@ -112,6 +113,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(gateway_stream.bp)
     # The UI: server-rendered pages (CSRF-checked htmx writes) and the timeline websocket.
     csrf.init_app(app, settings.data_dir, settings.secret_key)
+    secrets.register_server_secret(app.secret_key)  # SECRET_KEY, or the one kept in DATA_DIR
     auth.init_app(app, auth_mode)
     app.register_blueprint(pages.bp)
     app.register_blueprint(cluster_access.bp)
@@ -140,6 +142,34 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.config["KUBECONFIG_CHECK"] = lambda kubeconfig: check_kubeconfig(kubeconfig, network)
 
     return app
+
+
+def register_own_credentials(settings: Settings) -> None:
+    """Scrub this process's own credentials from every message and log line for its whole life:
+    the gateway key, the devbox signing key, the OIDC client secret, SECRET_KEY, METRICS_TOKEN
+    and the database passwords (decoded and as written in a URL)."""
+    from urllib.parse import quote
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    from engine.trust import secrets
+
+    values = [
+        settings.gateway_api_key,
+        settings.devbox_signing_key,
+        settings.oidc_client_secret,
+        settings.secret_key,
+        settings.metrics_token,
+    ]
+    for url in (settings.database_url, settings.listen_database_url):
+        try:
+            password = conninfo_to_dict(url).get("password") if url else None
+        except Exception:
+            password = None  # a malformed URL fails at connect, with its own message
+        if isinstance(password, str) and password:
+            values += [password, quote(password, safe="")]
+    for value in values:
+        secrets.register_server_secret(value)
 
 
 def invoked_as_operator_command() -> bool:

@@ -24,8 +24,11 @@ Modes (`AUTH_MODE`):
 
 import dataclasses
 import logging
+import re
 import time
+from collections.abc import Callable
 
+import gevent
 import requests
 from flask import (
     Blueprint,
@@ -50,6 +53,7 @@ from blueprints.oidc import (
     identity_from_claims,
     is_loopback_host,
 )
+from engine.lifecycle import sessions
 from engine.lifecycle.identity import Identity
 from engine.operations.config import Settings
 
@@ -76,6 +80,12 @@ MACHINE_PATHS = ("/api/", "/mcp")
 SCOPES = "openid profile email"
 #: A session signed in "in the future" by more than this is refused (clock skew between hosts).
 SESSION_SKEW_S = 60
+#: Where a sign-in may come back to: a path (and query) of this site, nothing else.
+SAME_ORIGIN_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*")
+MAX_NEXT_CHARS = 2048
+#: Sign-ins started and not finished that the session cookie keeps (Authlib's state entries,
+#: one per /login): a few tabs; older ones are dropped so the cookie stays small.
+MAX_PENDING_SIGN_INS = 3
 
 bp = Blueprint("auth", __name__)
 csrf.protect(bp)
@@ -159,17 +169,72 @@ def refusal():
     return redirect(url_for("auth.login", next=wanted))
 
 
-def safe_next(target: str | None) -> str:
-    """A same-site path to return to after sign-in (never another site)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return url_for("pages.index")
-    return target
+def safe_next(target) -> str:
+    """A same-origin path to return to after sign-in; anything else is the home page.
+
+    Only the characters of a URL path and query (RFC 3986), starting with one "/" not followed
+    by another or a backslash: browsers drop tabs and newlines and read "\\" as "/", so
+    "/<tab>/evil.example" and "/\\evil.example" would mean another site, and a newline could
+    not go into a Location header at all."""
+    if (
+        isinstance(target, str)
+        and len(target) <= MAX_NEXT_CHARS
+        and SAME_ORIGIN_PATH.fullmatch(target)
+    ):
+        return target
+    return url_for("pages.index")
+
+
+def forget_oldest_sign_ins(kept, *, keep: int) -> None:
+    """Drop all but the `keep` newest pending sign-ins (Authlib's `_state_*` entries, each with
+    its expiry) from the session."""
+    pending = sorted(
+        (key for key in kept if key.startswith("_state_")),
+        key=lambda key: (kept[key] or {}).get("exp", 0) if isinstance(kept[key], dict) else 0,
+    )
+    for key in pending[: max(0, len(pending) - keep)]:
+        kept.pop(key, None)
+
+
+def watch_session(on_end: Callable[[], None]) -> Callable[[], None]:
+    """Keep a long-lived stream (SSE, websocket) of this request to its sign-in: every
+    SESSION_RECHECK_S, re-check the browser session and call `on_end()` once it was signed out
+    or has expired (or cannot be checked). Call inside the request; returns the function that
+    stops watching, for the stream's own end. Bearer tokens and dev mode: nothing to watch."""
+    alive = current_app.extensions["auth"].session_check()
+    if alive is None:
+        return lambda: None
+    interval_s = current_app.extensions["engine"].settings.session_recheck_s
+
+    def watch():
+        while True:
+            gevent.sleep(interval_s)
+            try:
+                if alive():
+                    continue
+            except Exception as exc:  # the database unreachable: fail closed, the viewer retries
+                log.info("a stream's session could not be re-checked (%s)", type(exc).__name__)
+            on_end()
+            return
+
+    watcher = gevent.spawn(watch)
+    return lambda: watcher.kill(block=False)
+
+
+def _db():
+    return current_app.extensions["engine"].db
 
 
 class DevAuth:
     name = "dev"
 
     def init_app(self, app: Flask) -> None:
+        pass
+
+    def session_check(self):
+        return None
+
+    def sign_out(self) -> None:
         pass
 
     def identify(self) -> Identity:
@@ -235,14 +300,14 @@ class OidcAuth:
         scheme, _, token = header.partition(" ")
         try:
             if scheme.lower() != "bearer" or not token.strip():
-                raise InvalidToken(f"authorization scheme {scheme[:20]!r}")
+                raise InvalidToken("authorization scheme", repr(scheme[:20]))
             identity = identity_from_claims(
                 self.verifier.claims(token.strip()),
                 self.settings.tenant_claim,
                 self.settings.user_claim,
             )
         except InvalidToken as exc:
-            self.refusals.refused(str(exc).split(":")[0], str(exc))
+            self.refusals.refused(exc.kind, str(exc))
             raise Unauthenticated() from None
         wanted = request.headers.get("X-Workspace")
         if wanted:
@@ -252,11 +317,15 @@ class OidcAuth:
         return identity
 
     def session_identity(self) -> Identity:
-        user, signed_in_at = session.get("uid"), session.get("at")
-        if not user or not isinstance(signed_in_at, (int, float)):
-            raise Unauthenticated()
+        user, signed_in_at, session_id = session.get("uid"), session.get("at"), session.get("sid")
+        if not (user and isinstance(signed_in_at, (int, float)) and isinstance(session_id, str)):
+            raise Unauthenticated()  # (a cookie from before session ids: sign in again)
         age = time.time() - signed_in_at
         if age > self.settings.session_lifetime_s or age < -SESSION_SKEW_S:
+            session.clear()
+            raise Unauthenticated()
+        # Signed out on any process of any host (a copied cookie included): one key probe.
+        if sessions.is_revoked(_db(), session_id):
             session.clear()
             raise Unauthenticated()
         workspaces = tuple(session.get("wss") or ())
@@ -269,7 +338,27 @@ class OidcAuth:
             workspaces=workspaces,
         )
 
+    def session_check(self):
+        """For a long-lived stream of this request: a function telling whether its browser
+        session is still signed in (None for a bearer token: nothing to re-check)."""
+        if "Authorization" in request.headers:
+            return None
+        session_id, signed_in_at = session.get("sid"), session.get("at")
+        lifetime_s, db = self.settings.session_lifetime_s, _db()
+        return lambda: (
+            time.time() - signed_in_at <= lifetime_s and not sessions.is_revoked(db, session_id)
+        )
+
+    def sign_out(self) -> None:
+        """End this browser session on the server, so any copy of its cookie is refused too."""
+        session_id, signed_in_at = session.get("sid"), session.get("at")
+        if isinstance(session_id, str) and isinstance(signed_in_at, (int, float)):
+            sessions.revoke(
+                _db(), session_id, expires_at=signed_in_at + self.settings.session_lifetime_s
+            )
+
     def login(self):
+        forget_oldest_sign_ins(session, keep=MAX_PENDING_SIGN_INS - 1)
         session["next"] = safe_next(request.args.get("next"))
         return self.client.authorize_redirect(url_for("auth.callback", _external=True))
 
@@ -287,7 +376,7 @@ class OidcAuth:
         except (OAuthError, JoseError, InvalidToken, requests.RequestException) as exc:
             log.warning("sign-in refused: %s: %.200s", type(exc).__name__, exc)
             return render_template("signed_out.html", failed=True), 401
-        back = session.get("next") or url_for("pages.index")
+        back = safe_next(session.get("next"))
         session.clear()  # a fresh session: nothing from before sign-in carries over
         session.update(
             uid=identity.user,
@@ -295,6 +384,7 @@ class OidcAuth:
             wss=list(identity.workspaces),
             ws=identity.namespace,
             at=int(time.time()),
+            sid=sessions.new_session_id(),
         )
         return redirect(back)
 
@@ -313,7 +403,8 @@ def callback():
 
 @bp.post("/logout")
 def logout():
-    """Forget the sign-in (CSRF-checked, so another site cannot sign a user out)."""
+    """End the sign-in everywhere (CSRF-checked, so another site cannot sign a user out)."""
+    current_app.extensions["auth"].sign_out()
     session.clear()
     return redirect(url_for("auth.signed_out"), code=303)
 

@@ -4,17 +4,18 @@ JSON-RPC 2.0 over POST: `initialize` (protocol version negotiation), `ping`, `to
 `tools/call`; notifications and client responses are accepted with 202. Each request is answered
 with one JSON body, or one SSE event when the client accepts only `text/event-stream`. The
 server offers no server-initiated stream (GET is 405) and keeps no session state: the
-`Mcp-Session-Id` is a signed token naming the negotiated version and the caller, so any worker
-of any process can serve the next request. Tools, their input schemas, auth and namespace
-scoping are the ones of blueprints/toolbox.py; a failing tool is an MCP tool error (`isError`) whose
-text starts with the stable error code.
+`Mcp-Session-Id` is a signed, timestamped token naming the negotiated version and the caller, so
+any worker of any process can serve the next request. It expires MCP_SESSION_TTL_S after its
+`initialize` (404: the client initializes again, as the transport spec has it). Tools, their
+input schemas, auth and namespace scoping are the ones of blueprints/toolbox.py; a failing tool is
+an MCP tool error (`isError`) whose text starts with the stable error code.
 """
 
 import json
 import logging
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from itsdangerous import BadSignature, URLSafeSerializer
+from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from blueprints import toolbox
 from blueprints.auth import current_identity
@@ -48,8 +49,8 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _serializer() -> URLSafeSerializer:
-    return URLSafeSerializer(current_app.secret_key, salt="mcp-session")
+def _serializer() -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(current_app.secret_key, salt="mcp-session")
 
 
 def _rpc_error(message_id, code: int, message: str) -> dict:
@@ -133,7 +134,11 @@ def _check_session(identity) -> Response | None:
     if not sent:
         return _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required; initialize first")
     try:
-        session = _serializer().loads(sent)
+        session = _serializer().loads(
+            sent, max_age=current_app.extensions["engine"].settings.mcp_session_ttl_s
+        )
+    except SignatureExpired:
+        return _http_error(404, INVALID_REQUEST, "the session expired; initialize again")
     except BadSignature:
         return _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
     if session.get("ns") != identity.namespace or session.get("u") != identity.user:

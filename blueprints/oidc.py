@@ -14,8 +14,10 @@ All JOSE work is PyJWT's (PyJWKClient holds the issuer's key set); the browser l
 
 import ipaddress
 import logging
+import math
 import re
 import time
+from collections import OrderedDict
 from urllib.parse import urlsplit
 
 import jwt
@@ -38,12 +40,23 @@ JWKS_LIFESPAN_S = 300.0
 HTTP_TIMEOUT_S = 10.0
 #: Workspace names a claim may carry: they become namespaces in URLs, rows and cluster names.
 WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-#: Reasons for a refused token are logged at most once per interval each (attackers can send many).
+#: Reasons for a refused token are logged at most once per interval each (attackers can send
+#: many), and at most REFUSAL_LOG_MAX_LINES lines per interval in all.
 REFUSAL_LOG_INTERVAL_S = 60.0
+REFUSAL_LOG_MAX_LINES = 10
+#: Reasons remembered for the throttle (least recently seen forgotten first).
+REFUSAL_LOG_MAX_REASONS = 64
+#: Registered claims that are NumericDate values (RFC 7519 2): numbers, never strings.
+NUMERIC_DATE_CLAIMS = ("exp", "nbf", "iat")
 
 
 class InvalidToken(Exception):
-    """A bearer token we refuse. The message is the reason for the log, never for the client."""
+    """A bearer token we refuse. `kind` is one of a fixed set of reasons (never client text);
+    the message is for the log, never for the client."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -91,25 +104,50 @@ def discover(issuer: str) -> dict:
 
 
 class RefusalLog:
-    """Logs why tokens are refused, each reason at most once per interval with a count."""
+    """Logs why tokens are refused: each reason at most once per interval, at most `max_lines`
+    lines per interval in all, with the count of refusals left unlogged. Its memory is bounded
+    (`max_reasons` reasons, least recently seen forgotten first)."""
 
-    def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S):
+    def __init__(
+        self,
+        interval_s: float = REFUSAL_LOG_INTERVAL_S,
+        *,
+        max_lines: int = REFUSAL_LOG_MAX_LINES,
+        max_reasons: int = REFUSAL_LOG_MAX_REASONS,
+    ):
         self.interval_s = interval_s
-        self.last: dict[str, float] = {}
-        self.suppressed: dict[str, int] = {}
+        self.max_lines = max_lines
+        self.max_reasons = max_reasons
+        #: reason -> when it was last logged
+        self.last: OrderedDict[str, float] = OrderedDict()
+        #: refusals not logged since the last line
+        self.suppressed = 0
+        self._window_start = -math.inf
+        self._lines_in_window = 0
 
     def refused(self, kind: str, detail: str) -> None:
         now = time.monotonic()
-        if now - self.last.get(kind, -self.interval_s) < self.interval_s:
-            self.suppressed[kind] = self.suppressed.get(kind, 0) + 1
+        if now - self._window_start >= self.interval_s:
+            self._window_start, self._lines_in_window = now, 0
+        logged_at = self.last.get(kind)
+        if logged_at is not None:
+            self.last.move_to_end(kind)
+        if (
+            logged_at is not None and now - logged_at < self.interval_s
+        ) or self._lines_in_window >= self.max_lines:
+            self.suppressed += 1
             return
         self.last[kind] = now
-        more = self.suppressed.pop(kind, 0)
+        self.last.move_to_end(kind)
+        while len(self.last) > self.max_reasons:
+            self.last.popitem(last=False)
+        self._lines_in_window += 1
+        more, self.suppressed = self.suppressed, 0
         log.warning(
             "bearer token refused: %s: %.200r%s",
             kind,
             detail,
-            f" ({more} more since last logged)" if more else "",
+            f" ({more} more refusals not logged)" if more else "",
         )
 
 
@@ -128,22 +166,22 @@ class BearerVerifier:
     def claims(self, token: str) -> dict:
         """The verified claims of `token`; InvalidToken (with the reason) otherwise."""
         if len(token) > MAX_TOKEN_BYTES:
-            raise InvalidToken(f"token of {len(token)} bytes")
+            raise InvalidToken("oversized", f"{len(token)} bytes")
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
-            raise InvalidToken(f"malformed: {exc}") from None
+            raise InvalidToken("malformed", str(exc)) from None
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
             raise InvalidToken("no kid")
         if header.get("alg") not in ALGORITHMS:
-            raise InvalidToken(f"algorithm {header.get('alg')!r}")
+            raise InvalidToken("algorithm", repr(header.get("alg")))
         try:
             # Only the key the kid names; PyJWK binds the algorithm to that key, so the header's
             # alg cannot switch an RSA key to another family.
             key = self.keys.get_signing_key(kid)
         except jwt.PyJWKClientError as exc:
-            raise InvalidToken(f"key: {exc}") from None
+            raise InvalidToken("key", str(exc)) from None
         try:
             return jwt.decode(
                 token,
@@ -155,15 +193,26 @@ class BearerVerifier:
                 options={"require": ["exp", "iss", "aud"]},
             )
         except jwt.PyJWTError as exc:
-            raise InvalidToken(f"{type(exc).__name__}: {exc}") from None
+            raise InvalidToken(type(exc).__name__, str(exc)) from None
+        except (ValueError, TypeError, OverflowError) as exc:  # e.g. an `exp` of Infinity
+            raise InvalidToken("claims", type(exc).__name__) from None
 
 
 def identity_from_claims(claims: dict, tenant_claim: str, user_claim: str) -> Identity:
     """The Identity signed claims describe, in their first workspace; InvalidToken without a user
-    or a workspace (a token that states no workspace is refused, never given a default)."""
+    or a workspace (a token that states no workspace is refused, never given a default), or with
+    a date claim that is not a number (bearer tokens and ID tokens alike)."""
+    for name in NUMERIC_DATE_CLAIMS:
+        value = claims.get(name)
+        if name in claims and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise InvalidToken("date claim not a number", name)
     user = claims.get(user_claim)
     if not isinstance(user, str) or not user.strip():
-        raise InvalidToken(f"no {user_claim} claim")
+        raise InvalidToken("no user claim", user_claim)
     raw = claims.get(tenant_claim)
     names = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
     workspaces = tuple(
@@ -172,7 +221,7 @@ def identity_from_claims(claims: dict, tenant_claim: str, user_claim: str) -> Id
         )
     )
     if not workspaces:
-        raise InvalidToken(f"no usable workspace in the {tenant_claim} claim")
+        raise InvalidToken("no usable workspace", tenant_claim)
     display = next(
         (
             claims[key]

@@ -21,10 +21,11 @@ from engine.runners.kinds import KINDS
 
 bp = Blueprint("openapi", __name__)
 
-#: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL and
-#: its attribution logo comes from Redocly's CDN (an image only; scripts stay 'self').
+#: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL. Its
+#: attribution logo came from Redocly's CDN; the vendored copy shows an empty data: image instead
+#: (static/vendor/README.md), so no page fetches anything from outside.
 DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
-    "img-src 'self' data:;", "img-src 'self' data: https://cdn.redoc.ly; font-src 'self' data:;"
+    "img-src 'self' data:;", "img-src 'self' data:; font-src 'self' data:;"
 )
 #: Codes the API gives HTTP errors itself (blueprints/api.py http_error), idempotency's and
 #: the auth gate's.

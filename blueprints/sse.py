@@ -4,6 +4,7 @@ import json
 
 from flask import Response, stream_with_context
 
+from blueprints.auth import watch_session
 from engine.readside.follow import Follow
 
 #: The SSE comment a stream sends on every `Idle` (proxies keep the stream open).
@@ -17,11 +18,14 @@ def sse(event: str, data: dict) -> str:
 def sse_response(frames, follow: Follow) -> Response:
     """A streamed SSE response of `frames` (strings), in the request's context, kept out of
     caches and proxy buffers so each frame reaches the viewer at once; `follow` is closed with
-    it (even when the viewer left before the first frame)."""
+    it (even when the viewer left before the first frame), and ended when the viewer's browser
+    session ends (signed out, expired: blueprints/auth.py `watch_session`)."""
+    stop_watching = watch_session(follow.end)
     response = Response(
         stream_with_context(frames),
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
     response.call_on_close(follow.close)
+    response.call_on_close(stop_watching)
     return response

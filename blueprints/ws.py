@@ -15,7 +15,7 @@ from flask_sock import Sock
 from gevent.queue import Empty
 from simple_websocket import ConnectionClosed
 
-from blueprints.auth import current_identity
+from blueprints.auth import current_identity, watch_session
 from blueprints.edge import origin_allowed
 from blueprints.request_helpers import runtime
 from blueprints.timeline_hub import (
@@ -58,7 +58,9 @@ def timeline_socket(ws, task_id):
     keepalive_s = runtime().settings.stream_keepalive_s
     raw = FrameSocket(ws)
     viewer = Viewer(raw)
-    channel = hub().join(namespace, task_id, viewer)
+    channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
+    # A session that ends (signed out, expired) gets "bye": the page reconnects and is refused.
+    stop_watching = watch_session(lambda: viewer.queue.put(BYE))
     try:
         viewer.sent = sent = bootstrap(raw, channel)
         while ws.connected and not viewer.broken:
@@ -93,6 +95,7 @@ def timeline_socket(ws, task_id):
     except (ConnectionClosed, OSError):
         pass
     finally:
+        stop_watching()
         hub().leave(channel, viewer)
 
 

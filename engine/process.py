@@ -29,6 +29,7 @@ from engine.core.status import LEASED, Status
 from engine.core.transitions import Fence, Move, transition
 from engine.db import Database
 from engine.integrations import Integrations
+from engine.integrations.kubeconfig import credentials as kubeconfig_credentials
 from engine.operations import logs, metrics
 from engine.operations.config import Settings
 from engine.operations.observed import observe_cluster, observe_integrations
@@ -174,11 +175,14 @@ class EngineRuntime:
     def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None) -> None:
         """Run a freshly claimed task in this process, its secrets held only in memory."""
         declared = set(row["sensitive_keys"])
+        # The run's scrub list, for its whole life: its secret inputs, the credentials of the
+        # kubeconfig it runs with (a hostile cluster may quote them back), and (run_scope in
+        # _run) every token it mints.
         secret_values = [
             v
             for k, v in inputs.items()
             if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)
-        ]
+        ] + kubeconfig_credentials(kubeconfig)
         handle = TaskHandle(
             self.db,
             row["id"],
@@ -219,8 +223,14 @@ class EngineRuntime:
 
     def _run(self, run: _Run, run_fn, ctx: RunContext, kubeconfig: dict | None) -> None:
         handle = run.handle
-        # This greenlet's log lines name the task (engine/operations/logs.py).
+        # This greenlet's log lines name the task (engine/operations/logs.py) and are scrubbed of
+        # its secrets; tokens minted here join its scrub list.
         logs.TASK.set((str(ctx.task_id), ctx.namespace))
+        with secrets.run_scope(handle.secret_values):
+            self._run_scoped(run, run_fn, ctx, kubeconfig)
+
+    def _run_scoped(self, run: _Run, run_fn, ctx: RunContext, kubeconfig: dict | None) -> None:
+        handle = run.handle
         try:
             try:
                 ctx.cluster = observe_cluster(

@@ -107,6 +107,30 @@ def dump_database(sql_conn) -> str:
     )
 
 
+def on_disk(sql_conn, values) -> list[str]:
+    """Which of `values` (in any form secret_forms gives) PostgreSQL wrote to its files: this
+    database's directory (tables, indexes, TOAST, pg_statistic) and the WAL, after a checkpoint
+    so nothing is only in shared buffers. Empty: none."""
+    sql_conn.execute("CHECKPOINT")
+    data_dir = Path(sql_conn.execute("SHOW data_directory").fetchone()["data_directory"])
+    oid = sql_conn.execute(
+        "SELECT oid FROM pg_database WHERE datname = current_database()"
+    ).fetchone()["oid"]
+    files = [
+        *(data_dir / "base" / str(oid)).iterdir(),
+        *(data_dir / "pg_wal").iterdir(),
+        *(data_dir / "global").iterdir(),
+    ]
+    found = []
+    forms = {form.encode(): value for value in values for form in secret_forms(value)}
+    for path in files:
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        found += [f"{forms[form]!r} in {path.name}" for form in forms if form in data]
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -84,7 +84,7 @@ class DevboxClient:
             "exp": now + TOKEN_TTL_S,
         }
         token = jwt.encode(claims, self._signing_key, algorithm=TOKEN_ALGORITHM)
-        secrets.register_server_secret(token)  # a bearer credential while it lives
+        secrets.register_minted_token(token)  # a bearer credential while it lives
         return token
 
     # -- the API -------------------------------------------------------------------------------

@@ -38,9 +38,56 @@ from urllib3.util import connection as urllib3_connection
 from urllib3.util.ssl_ import create_urllib3_context
 
 from engine.integrations.base import IntegrationError
+from engine.trust.secrets import is_sensitive
 
-#: Not globally routable yet not flagged by `ipaddress.is_global` in every Python version.
-_ALWAYS_REFUSED = (ipaddress.ip_network("100.64.0.0/10"),)
+
+def _networks(*cidrs: str) -> tuple:
+    return tuple(ipaddress.ip_network(c) for c in cidrs)
+
+
+#: Where a publicly routable cluster can be at all: IPv4 unicast (no multicast, no 240/4) and
+#: IPv6 global unicast (RFC 4291). Anything outside is refused whatever `is_global` says.
+_GLOBAL_UNICAST = _networks("0.0.0.0/1", "128.0.0.0/2", "192.0.0.0/3", "2000::/3")
+#: Inside those, the IANA special-purpose registries' entries that are not globally reachable
+#: (IPv4 and IPv6 Special-Purpose Address Registries; Python's `is_global` misses some of them
+#: and differs between versions).
+_NOT_GLOBAL = _networks(
+    "0.0.0.0/8",  # "this network"
+    "10.0.0.0/8",  # private
+    "100.64.0.0/10",  # carrier-grade NAT
+    "127.0.0.0/8",  # loopback
+    "169.254.0.0/16",  # link-local (cloud metadata)
+    "172.16.0.0/12",  # private
+    "192.0.0.0/24",  # IETF protocol assignments (DS-Lite, NAT64 discovery, dummy address)
+    "192.0.2.0/24",  # documentation
+    "192.88.99.0/24",  # 6to4 relay anycast: forwards into 6to4
+    "192.168.0.0/16",  # private
+    "198.18.0.0/15",  # benchmarking
+    "198.51.100.0/24",  # documentation
+    "203.0.113.0/24",  # documentation
+    "2001::/23",  # IETF protocol assignments (Teredo, benchmarking, ORCHID)
+    "2001:db8::/32",  # documentation
+    "3fff::/20",  # documentation
+)
+#: IPv6 forms whose packets end at the IPv4 address in their last 32 bits: NAT64's well-known
+#: prefix (RFC 6052), IPv4-compatible (RFC 4291, deprecated), IPv4-mapped (RFC 4291) and
+#: IPv4-translated (RFC 2765). Decided by that IPv4 address.
+_LOW_32_EMBEDS_IPV4 = _networks("64:ff9b::/96", "::/96", "::ffff:0:0/96", "::ffff:0:0:0/96")
+#: Always refused: NAT64 local-use (RFC 8215; the operator's own translator, where the IPv4
+#: address sits depends on the prefix length it chose) and Teredo (RFC 4380, a tunnel).
+_TUNNELS_REFUSED = _networks("64:ff9b:1::/48", "2001::/32")
+
+
+def _embedded_ipv4(ip) -> "ipaddress.IPv4Address | None":
+    """The IPv4 address an IPv6 address carries to (6to4, NAT64, compatible, mapped,
+    translated), or None."""
+    if ip.version != 6:
+        return None
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in net for net in _LOW_32_EMBEDS_IPV4):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 class InvalidKubeconfig(IntegrationError):
@@ -206,6 +253,48 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
     )
 
 
+def _is_credential(name: str) -> bool:
+    # Certificates are public ("certificate-authority" merely looks secret by name); keys are not.
+    return name == "client-key-data" or (is_sensitive(name) and "certificate" not in name)
+
+
+def credentials(kubeconfig) -> list[str]:
+    """Every credential a kubeconfig carries, in the forms a cluster could quote back: tokens,
+    passwords (and `user:password` for basic auth), client keys (as given, and decoded), and any
+    secret-named string of a user entry (auth-provider and exec settings). For the run's scrub
+    list; never raises, whatever shape the kubeconfig has."""
+    found: list[str] = []
+
+    def walk(value, name: str = "") -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, str(key))
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner, name)
+        elif isinstance(value, str) and value and _is_credential(name):
+            found.append(value)
+            if name.endswith("-data"):
+                try:
+                    pem = base64.b64decode(value, validate=True).decode("utf-8")
+                except (binascii.Error, ValueError, UnicodeError):
+                    return
+                # The PEM, its body and each of its lines: a quote need not keep the armour.
+                body = [line for line in pem.splitlines() if line and "-----" not in line]
+                found.extend([pem, "".join(body), *body])
+
+    users = kubeconfig.get("users") if isinstance(kubeconfig, dict) else None
+    for entry in users if isinstance(users, list) else []:
+        user = entry.get("user") if isinstance(entry, dict) else None
+        if not isinstance(user, dict):
+            continue
+        walk(user)
+        name, password = user.get("username"), user.get("password")
+        if isinstance(name, str) and isinstance(password, str) and password:
+            found.append(f"{name}:{password}")  # what an Authorization: Basic header encodes
+    return list(dict.fromkeys(found))
+
+
 # -- where the server may connect -----------------------------------------------------------------
 
 
@@ -234,17 +323,24 @@ class NetworkPolicy:
         return cls(tuple(parsed), allow_http)
 
     def allows(self, address: str) -> bool:
-        """Publicly routable, or inside an operator-allowed network."""
+        """Publicly routable, or inside an operator-allowed network. An IPv6 address carrying an
+        IPv4 address is judged by that IPv4 address (the one its packets reach)."""
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if any(ip in net for net in self.allowed_networks if net.version == ip.version):
+        if self._opted_in(ip):
             return True
-        if ip.version == 6 and ip.ipv4_mapped is not None:
-            return self.allows(str(ip.ipv4_mapped))
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            return self.allows(str(embedded))
         return (
-            ip.is_global
-            and not ip.is_multicast
-            and not any(ip in net for net in _ALWAYS_REFUSED if net.version == ip.version)
+            any(ip in net for net in _GLOBAL_UNICAST if net.version == ip.version)
+            and not any(
+                ip in net for net in _NOT_GLOBAL + _TUNNELS_REFUSED if net.version == ip.version
+            )
+            and ip.is_global  # belt and braces: whatever this Python also knows to be internal
         )
+
+    def _opted_in(self, ip) -> bool:
+        return any(ip in net for net in self.allowed_networks if net.version == ip.version)
 
     def resolve(self, target: KubeTarget) -> tuple[str, ...]:
         """The addresses of the target's host, each one checked; InvalidKubeconfig otherwise.
@@ -401,16 +497,25 @@ class _PinnedHTTPSConnection(_PinnedConnectionMixin, HTTPSConnection):
     pass
 
 
+def _host_key(host: str) -> str:
+    """A host as one spelling: urllib3 brackets an IPv6 literal that urlsplit gives bare."""
+    host = host.strip("[]").lower()
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
 class PinnedPoolManager(urllib3.PoolManager):
     """A pool manager that reaches one checked server and nothing else."""
 
     def __init__(self, target: KubeTarget, addresses: tuple[str, ...], **kwargs):
         super().__init__(**kwargs)
-        self._origin = (target.scheme, target.hostname.lower(), target.port)
+        self._origin = (target.scheme, _host_key(target.hostname), target.port)
         self._addresses = addresses
 
     def _new_pool(self, scheme, host, port, request_context=None):
-        if (scheme, host.lower(), port) != self._origin:
+        if (scheme, _host_key(host), port) != self._origin:
             raise urllib3.exceptions.HTTPError("refusing a request to another server")
         pool = super()._new_pool(scheme, host, port, request_context)
         pool.ConnectionCls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection

@@ -363,6 +363,19 @@ class Settings:
         AUTH,
         above=0,
     )
+    session_recheck_s: float = setting(
+        30.0,
+        "how often a long-lived stream (SSE, websocket) of a browser session re-checks that the "
+        "session was not signed out and has not expired; it closes once it has",
+        AUTH,
+        above=0,
+    )
+    mcp_session_ttl_s: float = setting(
+        3600.0,
+        "an MCP session (`Mcp-Session-Id`) ends this long after its `initialize`",
+        AUTH,
+        above=0,
+    )
 
     # -- operating (README "Operating") -------------------------------------------------------
     metrics_token: str | None = setting(

@@ -65,14 +65,44 @@ class QuietAccessFilter(logging.Filter):
         return atoms.get("U") not in QUIET_PATHS
 
 
+#: Characters that could end a log line or forge one, as a reader (a terminal, a log shipper,
+#: `str.splitlines`) sees them: C0 and C1 controls, DEL, and the Unicode line and paragraph
+#: separators. A client's value (a query parameter, a token's claim) is written escaped.
+_CONTROL_ESCAPES = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    **{0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"},
+}
+#: JSON already escapes C0 controls; these it leaves raw (ensure_ascii=False).
+_JSON_LINE_BREAKS = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), 0x2028, 0x2029)}
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line: every control character and line separator written as an escape."""
+    return text.translate(_CONTROL_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
+    """One line per record, whatever its values hold (control characters escaped); a traceback
+    follows on indented lines, so a line that starts at column 0 always starts a record."""
+
     def __init__(self):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
         known = [(k, getattr(record, k, None)) for k in ("request_id", "task_id", "namespace")]
-        record.context = "".join(f" {k}={v}" for k, v in known if v)
-        return secrets.redact_credentials(super().format(record))
+        record.context = "".join(f" {k}={escape_controls(str(v))}" for k, v in known if v)
+        record.message = escape_controls(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        blocks = [record.exc_text] if record.exc_text else []
+        if record.stack_info:
+            blocks.append(self.formatStack(record.stack_info))
+        for block in blocks:
+            line += "".join(f"\n    {escape_controls(part)}" for part in block.split("\n"))
+        return secrets.redact_credentials(line)
 
 
 class JsonFormatter(logging.Formatter):
@@ -92,7 +122,8 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return secrets.redact_credentials(json.dumps(line, default=str, ensure_ascii=False))
+        text = json.dumps(line, default=str, ensure_ascii=False).translate(_JSON_LINE_BREAKS)
+        return secrets.redact_credentials(text)
 
 
 def logging_config(log_format: str | None = None, level: str | None = None) -> dict:

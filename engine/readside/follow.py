@@ -111,6 +111,10 @@ class Follow:
         if self._live is not None:
             self._live.watch(self.task, self.subscription)
 
+    def end(self) -> None:
+        """End the iteration at its next wait (the viewer's session ended)."""
+        self.subscription.end()
+
     def close(self) -> None:
         """Unsubscribe (idempotent)."""
         if self._live is not None:

@@ -59,6 +59,13 @@ class Subscription:
         except Empty:
             return None
 
+    def end(self) -> None:
+        """Deliver CLOSED next, whatever is queued: the subscriber's stream is over (its
+        viewer's session ended)."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(CLOSED)
+
     def close(self) -> None:
         self.fanout.unsubscribe(self)
 

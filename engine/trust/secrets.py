@@ -5,9 +5,12 @@ never disagree about what a secret is.
 """
 
 import base64
+import contextvars
 import json
 import logging
 import re
+from collections import deque
+from contextlib import contextmanager
 
 _SENSITIVE_NAME = re.compile(
     r"(pass(word|wd|phrase)?|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential"
@@ -21,10 +24,19 @@ MIN_SECRET_CHARS = 8
 #: A cut-off piece of a secret this long at the edge of a text is redacted too.
 MIN_PARTIAL_CHARS = 4
 
-#: The server's own credentials (gateway API key, devbox signing key and the tokens it mints):
-#: scrubbed from every message and log line, whatever run it belongs to.
-_server_secrets: list[str] = []
-_SERVER_SECRETS_MAX = 256
+#: The process's own credentials (gateway API key, devbox signing key, OIDC client secret,
+#: SECRET_KEY, METRICS_TOKEN, the database password): scrubbed from every message and log line
+#: for the life of the process. A handful, never evicted: nothing registered later pushes them out.
+_process_credentials: list[str] = []
+#: Tokens this process minted lately, for text written outside any run (a cleanup job's devbox
+#: pause). A run keeps the tokens it minted itself for its whole life (RUN_SECRETS).
+_recent_tokens: deque[str] = deque(maxlen=256)
+#: The scrub list of the run this greenlet serves (its handle's secret values, kubeconfig
+#: credentials included): a token minted here joins it, and log lines written here are scrubbed
+#: of it.
+RUN_SECRETS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "run_secrets", default=None
+)
 
 
 def is_sensitive(
@@ -58,10 +70,36 @@ def split(
 
 
 def register_server_secret(value: str | None) -> None:
-    """Scrub `value` (a credential of this server) everywhere from now on."""
-    if isinstance(value, str) and value and value not in _server_secrets:
-        _server_secrets.append(value)
-        del _server_secrets[:-_SERVER_SECRETS_MAX]  # minted tokens: keep the recent ones
+    """Scrub `value` (a credential of this process) everywhere, for the life of the process."""
+    if isinstance(value, str) and value and value not in _process_credentials:
+        _process_credentials.append(value)
+
+
+def register_minted_token(token: str) -> None:
+    """Scrub a bearer token this process minted: for the life of the run minting it (if any),
+    and everywhere while it is among the recent ones."""
+    run = RUN_SECRETS.get()
+    if run is not None and token not in run:
+        run.append(token)
+    if token not in _recent_tokens:
+        _recent_tokens.append(token)
+
+
+@contextmanager
+def run_scope(secret_values: list[str]):
+    """While inside, this greenlet serves a run whose scrub list is `secret_values` (the very
+    list: tokens minted meanwhile are appended to it)."""
+    reset = RUN_SECRETS.set(secret_values)
+    try:
+        yield secret_values
+    finally:
+        RUN_SECRETS.reset(reset)
+
+
+def _always_scrubbed() -> list[str]:
+    """What every scrub covers besides the values a caller passes: the process's credentials,
+    the recent minted tokens and the current run's scrub list."""
+    return _process_credentials + list(_recent_tokens) + (RUN_SECRETS.get() or [])
 
 
 def too_short(values: dict, sensitive: set[str]) -> list[str]:
@@ -77,7 +115,7 @@ def scrub(obj, secret_values: list[str] = ()):
     """Replace every known secret value (raw, JSON-escaped, base64) anywhere inside obj, and the
     server's own credentials. A text cut off inside a secret (truncated elsewhere) loses the
     piece at its end too."""
-    needles = _needles(list(secret_values) + _server_secrets)
+    needles = _needles(list(secret_values) + _always_scrubbed())
     if not needles:
         return obj
     return _scrub(obj, needles)
@@ -113,9 +151,15 @@ def _scrub_edges(text: str, needles: list[str]) -> str:
     cut made elsewhere (an upstream message bounded before it reached us) leaves behind."""
     body, ellipsis = (text[:-3], "...") if text.endswith("...") else (text, "")
     for needle in needles:
-        for size in range(min(len(needle), len(body)) - 1, MIN_PARTIAL_CHARS - 1, -1):
-            if body.endswith(needle[:size]):
-                return body[:-size] + REDACTED + ellipsis
+        # Where the needle's start occurs in the body's last len(needle)-1 characters, earliest
+        # first (the longest piece): linear, however long the secret (a client key).
+        tail_start = max(0, len(body) - len(needle) + 1)
+        head = needle[:MIN_PARTIAL_CHARS]
+        at = body.find(head, tail_start)
+        while at != -1:
+            if needle.startswith(body[at:]):
+                return body[:at] + REDACTED + ellipsis
+            at = body.find(head, at + 1)
     return text
 
 
@@ -151,7 +195,7 @@ class StreamScrubber:
     """
 
     def __init__(self, secret_values: list[str]):
-        self._needles = _needles(list(secret_values) + _server_secrets)
+        self._needles = _needles(list(secret_values) + _always_scrubbed())
         self._pending = ""
 
     def feed(self, piece: str) -> str:
@@ -185,15 +229,16 @@ class StreamScrubber:
 
 
 def install_log_scrubber() -> None:
-    """Scrub the server's own credentials from every log record this process creates (message,
-    arguments and traceback), whatever logger or handler writes it. Idempotent."""
+    """Scrub the process's own credentials, recent minted tokens and (in a run's greenlet) the
+    run's secrets from every log record this process creates (message, arguments and
+    traceback), whatever logger or handler writes it. Idempotent."""
     previous = logging.getLogRecordFactory()
     if getattr(previous, "scrubs_server_secrets", False):
         return
 
     def factory(*args, **kwargs):
         record = previous(*args, **kwargs)
-        if not _server_secrets:
+        if not _always_scrubbed():
             return record
         try:
             message = record.getMessage()

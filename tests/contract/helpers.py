@@ -4,6 +4,7 @@ the deployment they apply, kmock responders, and how a test reads the outcome th
 import base64
 
 import yaml
+from gevent.server import StreamServer
 
 from tests.contract.conftest import kubeconfig_for
 from tests.helpers import wait_for_status
@@ -100,3 +101,20 @@ def serve_access(mock, *, denied=(), user="dev@example.com", version="v1.31.2"):
     )
     mock["get /api/v1/namespaces/demo"] << {"metadata": {"name": "demo"}}
     mock["post /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"] << 201 << review
+
+
+class CountingListener:
+    """A TCP listener on 127.0.0.1 that counts the connections it receives."""
+
+    def __init__(self):
+        self.accepted = 0
+        self.server = StreamServer(("127.0.0.1", 0), self._handle)
+        self.server.start()
+        self.port = self.server.server_port
+
+    def _handle(self, sock, _address):
+        self.accepted += 1
+        sock.close()
+
+    def stop(self):
+        self.server.stop()

@@ -10,7 +10,6 @@ import re
 import socket
 
 import pytest
-from gevent.server import StreamServer
 
 from engine.core.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
@@ -18,7 +17,14 @@ from engine.integrations.kube import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, check_kubeconfig
 from tests.contract.conftest import FAST_RETRY, LOOPBACK, kubeconfig_for
-from tests.contract.helpers import DEPLOYMENT, DEPLOYMENT_PATH, echo, header, patches
+from tests.contract.helpers import (
+    DEPLOYMENT,
+    DEPLOYMENT_PATH,
+    CountingListener,
+    echo,
+    header,
+    patches,
+)
 from tests.helpers import IMAGE_SOURCE, wait_for
 
 STRICT = NetworkPolicy()
@@ -78,23 +84,6 @@ def test_a_public_address_passes_and_operator_networks_opt_back_in():
         check_kubeconfig(kubeconfig_for("https://192.168.1.1"), lab)
     with pytest.raises(ValueError, match="not a CIDR"):
         NetworkPolicy.parse("10.0.0.0/8,nonsense")
-
-
-class CountingListener:
-    """A TCP listener on 127.0.0.1 that counts the connections it receives."""
-
-    def __init__(self):
-        self.accepted = 0
-        self.server = StreamServer(("127.0.0.1", 0), self._handle)
-        self.server.start()
-        self.port = self.server.server_port
-
-    def _handle(self, sock, _address):
-        self.accepted += 1
-        sock.close()
-
-    def stop(self):
-        self.server.stop()
 
 
 @pytest.fixture

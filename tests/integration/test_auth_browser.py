@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import oidc_settings
 from tests.issuer import AUDIENCE, new_key
 
-SESSION_KEYS = {"uid", "name", "wss", "ws", "at"}
+SESSION_KEYS = {"uid", "name", "wss", "ws", "at", "sid"}
 
 
 @pytest.fixture

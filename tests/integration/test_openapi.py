@@ -80,6 +80,11 @@ def test_docs_page_renders_the_document_with_the_vendored_renderer(client):
     assert "https://" not in html and "http://" not in html
     script = client.get("/static/vendor/redoc-3.0.1/redoc.standalone.js")
     assert script.status_code == 200 and len(script.get_data()) > 1_000_000
+    # No outside fetch: the attribution logo is not Redocly's CDN, and the policy allows no
+    # other origin for anything (static/vendor/README.md).
+    assert b"cdn.redoc.ly" not in script.get_data()
+    policy = page.headers["Content-Security-Policy"]
+    assert "https:" not in policy and "http:" not in policy and "img-src 'self' data:;" in policy
 
 
 def waiting_on(runtime, task_id) -> bool:

@@ -1,13 +1,21 @@
 """The row-level secrets contract: a canary submitted anywhere is found nowhere afterwards."""
 
+import base64
+import json
 import logging
 import uuid
 
 import gevent
+import psycopg
 import pytest
+import yaml
+from gevent.event import Event
 
-from engine.operations.logs import JsonFormatter
-from tests.helpers import assert_nowhere, canary, dump_database, wait_for
+from engine.integrations import Integrations
+from engine.integrations.devbox import DevboxClient
+from engine.operations.logs import JsonFormatter, TextFormatter
+from engine.trust import secrets
+from tests.helpers import assert_nowhere, canary, dump_database, on_disk, wait_for
 
 
 class StreamTap:
@@ -242,3 +250,103 @@ def test_snapshot_redacts_sensitive_named_fields_as_defence_in_depth(client, ins
     )
     snap = client.get(f"/api/v1/tasks/{row['id']}").get_json()
     assert snap["source"]["env"]["SECRET_KEY"] == "[redacted]"
+
+
+def test_scrubbing_never_forgets_the_process_or_the_run_secrets(
+    make_app, cluster, database_url, sql_conn, wait_status, caplog
+):
+    """1,000 tokens minted, then a cluster error quoting every kind of secret: the process's own
+    credentials, the run's input, the token the run minted and its kubeconfig's credentials."""
+    caplog.set_level(logging.DEBUG)
+    own = {k: canary(k) for k in ("gateway", "signing", "oidc", "secret_key", "metrics", "db")}
+    run = {k: canary(k) for k in ("input", "token", "password", "key", "provider")}
+    client_key = f"-----BEGIN PRIVATE KEY-----\n{run['key']}\n-----END PRIVATE KEY-----\n"
+    kubeconfig = {
+        "current-context": "ctx",
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": {"server": "https://cluster.example"}}],
+        "users": [
+            {
+                "name": "u",
+                "user": {
+                    "token": run["token"],
+                    "client-key-data": base64.b64encode(client_key.encode()).decode(),
+                    "username": "admin",
+                    "password": run["password"],
+                    "auth-provider": {"config": {"id-token": run["provider"]}},
+                },
+            }
+        ],
+    }
+    # The database password: trust authentication ignores it, the settings still carry it.
+    with_password = psycopg.conninfo.make_conninfo(database_url, password=own["db"])
+    devbox = DevboxClient("http://127.0.0.1:9", own["signing"])
+    kubeconfigs_seen = []
+
+    def cluster_for(kubeconfig):
+        kubeconfigs_seen.append(kubeconfig)
+        return cluster
+
+    app = make_app(
+        database_url=with_password,
+        gateway_api_key=own["gateway"],
+        devbox_signing_key=own["signing"],
+        oidc_client_secret=own["oidc"],
+        secret_key=own["secret_key"],
+        metrics_token=own["metrics"],
+        overrides={
+            "integrations": Integrations(cluster=cluster_for, cluster_label="fake", devbox=devbox)
+        },
+    )
+    client = app.test_client()
+    minted_by_the_run, in_apply, go_on = [], Event(), Event()
+
+    def quoting_apply(manifest, *, abort):
+        minted_by_the_run.append(devbox.token("default"))  # as a devbox call of the run would
+        in_apply.set()
+        go_on.wait(30)
+        every = [*own.values(), *run.values(), client_key, f"admin:{run['password']}"]
+        raise RuntimeError("the cluster rejected " + " and ".join(every + minted_by_the_run))
+
+    cluster.apply = quoting_apply
+    created = client.post(
+        "/api/v1/tasks",
+        headers={"X-Kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()},
+        json={
+            "projectId": "demo",
+            "source": {"kind": "image", "image": "nginx", "name": "web"},
+            "inputs": {"DB_PASSWORD": run["input"]},
+        },
+    ).get_json()
+    assert in_apply.wait(30)
+    for i in range(1000):  # other runs, cleanup jobs: the recent ones no longer hold the run's
+        devbox.token(f"workspace-{i}")
+    assert minted_by_the_run[0] not in secrets._recent_tokens  # control: it did fall off there
+    logging.getLogger("test.upstream").warning(
+        "outside any run: %s", " ".join(own.values())
+    )  # the process's credentials, quoted after the 1,000 tokens
+    go_on.set()
+    failed = wait_status(created["id"], "failed")
+
+    assert kubeconfigs_seen == [kubeconfig]  # control: the run had the kubeconfig
+    message = failed["failure"]["message"]
+    assert message.startswith("RuntimeError: the cluster rejected [redacted] and [redacted]")
+    answers = "\n".join(
+        client.get(path).get_data(as_text=True)
+        for path in (
+            f"/api/v1/tasks/{created['id']}",
+            f"/api/v1/tasks/{created['id']}/events",
+            "/api/v1/admin/streaks",
+        )
+    )
+    assert "runner crashed" in "\n".join(r.getMessage() for r in caplog.records)
+    log_lines = "\n".join(
+        formatter.format(record)
+        for record in caplog.records
+        for formatter in (TextFormatter(), JsonFormatter())
+    )
+    everything = [*own.values(), *run.values(), minted_by_the_run[0], client_key]
+    assert_nowhere(everything, dump_database(sql_conn), answers, log_lines, json.dumps(failed))
+    assert on_disk(sql_conn, everything) == []
+    # Positive control of the disk search: text that is stored is found.
+    assert on_disk(sql_conn, ["the cluster rejected [redacted] and [redacted]"])

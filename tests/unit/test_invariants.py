@@ -584,8 +584,11 @@ def route_modules() -> set[str]:
 
 
 #: Route-module imports that stay: the auth seam is where identity comes from (see
-#: test_identity_comes_only_from_the_auth_seam).
-ROUTE_IMPORTS_ALLOWED = {("*", "blueprints.auth.current_identity")}
+#: test_identity_comes_only_from_the_auth_seam), and where a stream learns its session ended.
+ROUTE_IMPORTS_ALLOWED = {
+    ("*", "blueprints.auth.current_identity"),
+    ("*", "blueprints.auth.watch_session"),
+}
 
 
 def route_helpers_imported(path: Path, routes: set[str]) -> set[str]:

@@ -1,0 +1,37 @@
+"""Browser sessions ended on the server: a sign-out any process of any host honours.
+
+The session cookie is signed, so a copy of it stays valid until its lifetime ends unless the
+server itself remembers that it was signed out. Each sign-in gets a random session id; a
+sign-out records it in `session_revocations` until the moment the session would have expired
+anyway; every request of a signed-in browser session checks it (one primary-key probe). Bearer
+tokens and dev mode never reach this module.
+"""
+
+import secrets
+from datetime import UTC, datetime
+
+from engine.db import Database
+
+#: Expired revocations one sign-out purges at most.
+PURGE_BATCH = 100
+
+
+def new_session_id() -> str:
+    """A random id for a fresh sign-in (names nobody)."""
+    return secrets.token_urlsafe(18)
+
+
+def revoke(db: Database, session_id: str, *, expires_at: float, now: datetime | None = None):
+    """Sign `session_id` out everywhere until `expires_at` (epoch seconds)."""
+    db.execute(
+        "session_revocation_insert",
+        session_id=session_id,
+        expires_at=datetime.fromtimestamp(expires_at, UTC),
+        now=now,
+        purge_limit=PURGE_BATCH,
+    )
+
+
+def is_revoked(db: Database, session_id: str) -> bool:
+    """Whether `session_id` was signed out."""
+    return bool(db.one("session_revocation_exists", session_id=session_id)["revoked"])
