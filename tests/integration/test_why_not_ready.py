@@ -6,7 +6,7 @@ import pytest
 
 from engine.integrations import Integrations
 from engine.integrations.sandbox import SandboxCluster
-from tests.helpers import assert_nowhere, canary, dump_database, events, wait
+from tests.helpers import assert_nowhere, canary, dump_database, events, wait_for_status
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_a_cause_waiting_cannot_heal_fails_the_run_at_once(sandbox_app, marker, 
     client, _ = sandbox_app(readiness_timeout_s=PATIENT)
 
     task = deploy(client, f"nginx:{marker}")
-    done = wait(client, task["id"], "failed", "completed", timeout=60)
+    done = wait_for_status(client, task["id"], "failed", "completed", timeout=60)
 
     assert done["failure"]["reason"] == reason
     assert done["failure"]["message"].startswith(f"Deployment/web cannot become ready: {words}")
@@ -79,7 +79,7 @@ def test_the_fail_fast_setting_decides_which_causes_end_the_run_early(sandbox_ap
     client, _ = sandbox_app(readiness_timeout_s=0.5, readiness_fail_fast="")
 
     task = deploy(client, "nginx:sandbox-image-not-found")
-    done = wait(client, task["id"], "failed", "completed")
+    done = wait_for_status(client, task["id"], "failed", "completed")
 
     # Waited the whole (short) timeout, then named the cause all the same.
     assert done["failure"]["reason"] == "image_not_found"
@@ -121,7 +121,7 @@ def test_a_readiness_timeout_names_its_cause(sandbox_app, marker, reason, words)
     client, _ = sandbox_app(readiness_timeout_s=0.5)
 
     task = deploy(client, f"nginx:{marker}")
-    done = wait(client, task["id"], "failed", "completed")
+    done = wait_for_status(client, task["id"], "failed", "completed")
     page = client.get(f"/tasks/{task['id']}/timeline", follow_redirects=True).get_data(as_text=True)
 
     assert done["failure"]["reason"] == reason
@@ -134,7 +134,7 @@ def test_each_finding_is_said_once_while_the_run_waits(sandbox_app):
     client, _ = sandbox_app(readiness_timeout_s=0.5)
 
     task = deploy(client, "nginx:sandbox-probe-failing")
-    wait(client, task["id"], "failed", "completed")
+    wait_for_status(client, task["id"], "failed", "completed")
 
     # Dozens of polls (every 20 ms), one line.
     assert said_while_waiting(client, task["id"]) == [
@@ -153,7 +153,7 @@ def test_a_crash_quotes_the_containers_last_log_lines_scrubbed_of_the_tasks_secr
         "nginx:sandbox-crash-loop",
         inputs={"DB_PASSWORD": password},
     )
-    done = wait(client, task["id"], "failed", "completed")
+    done = wait_for_status(client, task["id"], "failed", "completed")
     explained = client.post(
         "/api/v1/tools/explain_deployment", json={"taskId": task["id"]}
     ).get_json()
@@ -173,7 +173,7 @@ def test_no_permission_to_read_pods_degrades_to_a_plain_line_not_a_failure(sandb
     client, _ = sandbox_app(readiness_timeout_s=0.5)
 
     task = deploy(client, "nginx:sandbox-never-ready-sandbox-no-pod-access")
-    done = wait(client, task["id"], "failed", "completed")
+    done = wait_for_status(client, task["id"], "failed", "completed")
 
     assert done["failure"]["reason"] == "readiness_timeout"
     assert said_while_waiting(client, task["id"]) == [
@@ -185,6 +185,6 @@ def test_a_ready_workload_completes_without_a_word_of_diagnosis(sandbox_app):
     client, _ = sandbox_app()
 
     task = deploy(client, "nginx:1.27")
-    wait(client, task["id"], "completed", "failed")
+    wait_for_status(client, task["id"], "completed", "failed")
 
     assert said_while_waiting(client, task["id"]) == []
