@@ -129,3 +129,9 @@ class OperatorOnly(DomainError):
     """Only an operator may see this."""
 
     code = "operator_only"
+
+
+class DatabaseUnavailable(DomainError):
+    """The database is unavailable right now; retry shortly."""
+
+    code = "database_unavailable"

@@ -136,6 +136,10 @@ class Settings:
     admin_users: str = ""
     #: How long /readyz waits for a database connection before it answers 503.
     ready_probe_db_timeout_s: float = 2.0
+    #: How long a request's statement is retried through a database blip (connection lost or
+    #: refused, a restart, a failover) before the request answers 503 database_unavailable. A
+    #: runner's writes and renewals are retried until its lease would expire instead.
+    db_retry_budget_s: float = 5.0
     #: Extra objects (fakes for tests) by name; never from the environment.
     overrides: dict = field(default_factory=dict, compare=False)
 
