@@ -46,6 +46,12 @@ _TRANSACTION: contextvars.ContextVar["Transaction | None"] = contextvars.Context
 )
 
 
+class Unavailable(DatabaseUnavailable, psycopg.OperationalError):
+    """DatabaseUnavailable as the database layer raises it: the domain error for the engine and
+    the API (503), and still the driver's OperationalError for code written against that (a
+    stream's re-read after a failed read)."""
+
+
 def transient(exc: BaseException) -> bool:
     """Whether `exc` is a database fault worth retrying (connection lost or refused, a server
     restarting, a failover, a deadlock or serialization failure)."""
@@ -295,6 +301,8 @@ def _translated(abort: AbortSignal | None):
     fault DatabaseUnavailable, a named constraint its domain error; the rest as they are."""
     try:
         yield
+    except DatabaseUnavailable:
+        raise  # translated already (a statement inside a transaction)
     except psycopg.errors.QueryCanceled as exc:
         if abort is not None and abort.aborted:
             raise Aborted(abort.reason) from exc
@@ -306,7 +314,7 @@ def _translated(abort: AbortSignal | None):
         raise mapped() from exc
     except (psycopg.Error, PoolTimeout) as exc:
         if transient(exc):
-            raise DatabaseUnavailable(f"database unavailable: {describe(exc)}") from exc
+            raise Unavailable(f"database unavailable: {describe(exc)}") from exc
         raise
 
 
