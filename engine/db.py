@@ -2,6 +2,7 @@
 
 import collections
 import contextvars
+import itertools
 import logging
 import os
 import random
@@ -44,6 +45,18 @@ RETRY_MAX_S = 1.0
 _TRANSACTION: contextvars.ContextVar["Transaction | None"] = contextvars.ContextVar(
     "transaction", default=None
 )
+
+
+#: This process's part of every write key: random, so no two processes share one.
+_KEY_PREFIX = os.urandom(8).hex()
+_key_counter = itertools.count()
+
+
+def write_key() -> str:
+    """A key naming one write, unique in the whole service (this process's random prefix and a
+    counter): sent again after a lost connection, the write finds what its first attempt made
+    under it. A uuid4 costs 5 µs a call here; this a tenth of that."""
+    return f"{_KEY_PREFIX}.{next(_key_counter)}"
 
 
 class Unavailable(DatabaseUnavailable, psycopg.OperationalError):

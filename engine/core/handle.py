@@ -2,7 +2,6 @@
 
 import logging
 import time
-import uuid
 from contextlib import contextmanager
 from uuid import UUID
 
@@ -14,7 +13,7 @@ from engine.core.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
 from engine.core.errors import DatabaseUnavailable, LeaseLost
 from engine.core.status import Status
 from engine.core.transitions import Guard, transition
-from engine.db import Database, Leased
+from engine.db import Database, Leased, write_key
 from engine.trust import secrets
 
 log = logging.getLogger(__name__)
@@ -261,7 +260,7 @@ class TaskHandle:
                 "task_write_if_held",
                 events=Jsonb(self._scrub(list(events))),  # a JSON array, not a SQL one
                 # Names this write's events: sent again after a lost connection, it adds none.
-                write_key=uuid.uuid4().hex,
+                write_key=write_key(),
                 patch=None if patch is None else self._scrub(patch),
                 phase=phase,
                 abort=self._live_abort(),

@@ -1,7 +1,6 @@
 """The one guarded transition: the only code that writes a task's status."""
 
 import json
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -10,7 +9,7 @@ from uuid import UUID
 from engine.core.abort import AbortSignal
 from engine.core.errors import IllegalTransition
 from engine.core.status import LEASED, TERMINAL, TRANSITIONS, Status, sources_of
-from engine.db import Database
+from engine.db import Database, write_key
 from engine.operations import metrics
 
 
@@ -77,7 +76,7 @@ def transition(
         raise IllegalTransition(f"a move to {to} is a lease holder's write")
     ids = [task_ids] if isinstance(task_ids, (UUID, str)) else task_ids
     sources, verdicts, verdicts_json = _verdicts(to, tuple(from_statuses))
-    move_key = uuid.uuid4().hex
+    move_key = write_key()
     moved = db.all(
         "task_transition" if whole_rows else "task_transition_moved",
         abort=abort,
