@@ -75,6 +75,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         listen_url=settings.listen_database_url,
         pooler=settings.db_pooler,
         link_timeout_s=settings.db_link_timeout_s,
+        retry_budget_s=settings.db_retry_budget_s,
     )
     db.open()
     integrations = settings.overrides.get("integrations")
@@ -124,6 +125,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         if request.path.startswith("/api/"):
             return errors.http_error(exc)
         return exc
+
+    app.after_request(errors.retry_later)
 
     @app.after_request
     def served_by(response):

@@ -169,11 +169,18 @@ CREATE TABLE deploy_task_events (
     kind       text NOT NULL,
     -- Scrubbed: never a submitted secret.
     payload    jsonb NOT NULL DEFAULT '{}',
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- The write that made the event (migrations/0009): "<write id>.<n>" for a runner's write, the
+    -- move id for a status move; NULL where no retry can repeat the insert. A statement sent
+    -- again after a lost connection (engine/db.py) inserts nothing twice and finds its own move.
+    key        text
 ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000);
 
 -- event_list_for_task / event_list_tail_for_task: a task's timeline in order, from a seq on.
 CREATE INDEX deploy_task_events_by_task ON deploy_task_events (task_id, seq);
+-- task_write_if_held's ON CONFLICT DO NOTHING; task_list_moved_by_key.
+CREATE UNIQUE INDEX deploy_task_events_by_key
+    ON deploy_task_events (task_id, key) WHERE key IS NOT NULL;
 
 -- ---------------------------------------------------------------------------------------------
 -- deploy_task_messages: one row per chat turn of a task. Deleted with the task. No code writes it
@@ -351,6 +358,42 @@ CREATE TABLE projects (
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (namespace, project_id)
 );
+
+-- ---------------------------------------------------------------------------------------------
+-- dock_dismissals: one row per user and finished task they dismissed from a project's dock, kept
+-- on the server so a dismissal lasts on every browser, however many there are. project_id is
+-- the task's own, copied so the dock reads a project's dismissals by the primary key. Deleted
+-- with its task (retention's purge cascades here).
+--
+-- Written by: dock_dismissal_insert_if_finished (engine/lifecycle/dismissals.py).
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE dock_dismissals (
+    namespace    text NOT NULL,
+    user_id      text NOT NULL,
+    project_id   text NOT NULL,
+    task_id      uuid NOT NULL REFERENCES deploy_tasks (id) ON DELETE CASCADE,
+    dismissed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (namespace, user_id, project_id, task_id)
+);
+
+-- The cascade finds a purged task's rows by this index, not by a scan per deleted task.
+CREATE INDEX dock_dismissals_task_id ON dock_dismissals (task_id);
+
+-- ---------------------------------------------------------------------------------------------
+-- session_revocations: browser sign-ins ended on the server (POST /logout), by the random session
+-- id a session cookie carries (`sid`). Every request of a signed-in browser session looks its id
+-- up here, so a sign-out on any process of any host ends the session everywhere, a copied cookie
+-- included. Kept until the session would have ended anyway; purged by a later sign-out.
+--
+-- Written by: engine/lifecycle/sessions.py (engine/sql/session_revocations.sql).
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE session_revocations (
+    session_id  text PRIMARY KEY,
+    expires_at  timestamptz NOT NULL
+);
+
+-- The purge of expired revocations.
+CREATE INDEX session_revocations_by_expiry ON session_revocations (expires_at);
 
 -- ---------------------------------------------------------------------------------------------
 -- schema_migrations: the ledger, one row per migration a database has (migrations/NNNN_name.sql).

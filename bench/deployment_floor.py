@@ -23,7 +23,7 @@ from bench.common import fresh_database, median  # noqa: I001  (patches first)
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from uuid import UUID  # noqa: E402
+from uuid import UUID, uuid4  # noqa: E402
 
 import gevent  # noqa: E402
 
@@ -55,9 +55,9 @@ def record(admin: str | None = None) -> list[tuple[str, dict]]:
         calls: list[tuple[str, dict]] = []
         run = runtime.db._run
 
-        def recording(name, params, result, abort):
+        def recording(name, params, result, abort, retry_until):
             calls.append((name, dict(params)))
-            return run(name, params, result, abort)
+            return run(name, params, result, abort, retry_until)
 
         # Observed, not changed: the wrapper hands every call on as it came.
         runtime.db._run = recording
@@ -100,7 +100,7 @@ def replay(db: Database, notices: RunnerNotices, script, clients: int, count: in
     left = [count]
 
     def deploy():
-        row = db.one("task_insert", **insert)
+        row = db.one("task_insert", **{**insert, "id": uuid4()})  # each replay its own task
         for name, params in rest:
             moved = db.all(name, **_as_task(params, row["id"]))
             assert moved, f"{name} wrote nothing: the replay is not the deployment"

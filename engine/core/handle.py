@@ -1,6 +1,8 @@
 """TaskHandle: the runner's only capability surface. Every write is fenced on the lease epoch."""
 
 import logging
+import time
+from contextlib import contextmanager
 from uuid import UUID
 
 from gevent.lock import BoundedSemaphore
@@ -8,10 +10,10 @@ from psycopg.types.json import Jsonb
 
 from engine.cleanup import task_runtimes as runtimes
 from engine.core.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
-from engine.core.errors import LeaseLost
+from engine.core.errors import DatabaseUnavailable, LeaseLost
 from engine.core.status import Status
 from engine.core.transitions import Fence, Move, transition
-from engine.db import Database, Slotted
+from engine.db import Database, Leased, write_key
 from engine.trust import secrets
 
 log = logging.getLogger(__name__)
@@ -42,10 +44,17 @@ class TaskHandle:
         notices=None,
         runtime_stop_timeout_s: float = 5.0,
         slots: BoundedSemaphore | None = None,
+        lease_deadline: float | None = None,
     ):
+        #: When this run's lease expires at the latest, by this process's clock
+        #: (time.monotonic()): the time before the statement that claimed or last renewed it,
+        #: plus the TTL. Every write is retried through a database blip until then and none is
+        #: sent after it: the lease is this run's only right to write. None: no lease clock
+        #: (a bare handle), statements retry for the database's default budget.
+        self.lease_deadline = lease_deadline
         #: With `slots` (EngineRuntime.runner_slots), every statement of this run waits for one:
         #: runs in flight never hold every pool connection the requests need.
-        self.db = db if slots is None else Slotted(db, slots)
+        self.db = Leased(db, slots, lambda: self.lease_deadline)
         self.task_id = task_id
         self.epoch = epoch
         self.owner = owner
@@ -90,9 +99,9 @@ class TaskHandle:
         Needed only where no fenced write came just before: every write answers the same
         question under the row lock (see `_confirmed`)."""
         self.abort.raise_if_aborted()
-        self._confirmed(
-            self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
-        )
+        with self._leased():
+            row = self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
+        self._confirmed(row)
 
     # -- fenced writes -----------------------------------------------------------------------
     def emit_event(self, kind: str, payload: dict | None = None) -> None:
@@ -145,16 +154,15 @@ class TaskHandle:
     def strip_source_keys(self, field: str, names: list[str]) -> None:
         """Remove these keys from the persisted source's `field` map and record their names on
         sensitive_keys, so clones re-ask them (a runner's re-scrub: it can only remove)."""
-        if (
-            self.db.one(
+        with self._leased():
+            row = self.db.one(
                 "task_strip_source_keys_if_held",
                 field=field,
                 names=sorted(names),
                 abort=self._live_abort(),
                 **self._fence(),
             )
-            is None
-        ):
+        if row is None:
             self._lost()
 
     def start_local_process(
@@ -187,15 +195,14 @@ class TaskHandle:
 
     def record_devbox(self, devbox_id: str) -> None:
         """Record the task's devbox before using it, so the engine can pause it if this run dies."""
-        if (
-            self.db.one(
+        with self._leased():
+            row = self.db.one(
                 "task_set_devbox_if_held",
                 devbox_id=devbox_id,
                 abort=self._live_abort(),
                 **self._fence(),
             )
-            is None
-        ):
+        if row is None:
             self._lost()
 
     def devbox_paused(self, devbox_id: str) -> None:
@@ -248,14 +255,17 @@ class TaskHandle:
                 self.planned = list(patch["plannedResources"])
             if "appliedResources" in patch:
                 self.applied = list(patch["appliedResources"])
-        row = self.db.one(
-            "task_write_if_held",
-            events=Jsonb(self._scrub(list(events))),  # a JSON array, not a SQL one
-            patch=None if patch is None else self._scrub(patch),
-            phase=phase,
-            abort=self._live_abort(),
-            **self._fence(),
-        )
+        with self._leased():
+            row = self.db.one(
+                "task_write_if_held",
+                events=Jsonb(self._scrub(list(events))),  # a JSON array, not a SQL one
+                # Names this write's events: sent again after a lost connection, it adds none.
+                write_key=write_key(),
+                patch=None if patch is None else self._scrub(patch),
+                phase=phase,
+                abort=self._live_abort(),
+                **self._fence(),
+            )
         if row is not None and self._notices is not None:
             self._notices.changed(row["namespace"], row["project_id"], self.task_id)
         self._confirmed(row)
@@ -291,7 +301,8 @@ class TaskHandle:
             phase=phase,
             actor="runner",
         )
-        moved = transition(self.db, move, abort=self._live_abort(), notices=self._notices)
+        with self._leased():
+            moved = transition(self.db, move, abort=self._live_abort(), notices=self._notices)
         if not moved:
             if to is Status.COMPLETED:
                 self.ending = None
@@ -304,6 +315,22 @@ class TaskHandle:
             self._confirmed({"cancel_pending": moved[0]["cancel_requested_at"] is not None})
         else:
             self.outcome = to
+
+    @contextmanager
+    def _leased(self):
+        """Around each fenced statement: none is sent once the lease may have expired, and a
+        database that stayed unavailable until then (the statement retried meanwhile) means the
+        same: the lease is as good as lost. The run stops and writes nothing more; the reaper
+        resolves the task once the database is back (failed: interrupted)."""
+        if self.lease_deadline is not None and time.monotonic() >= self.lease_deadline:
+            self._lost()
+        try:
+            yield
+        except DatabaseUnavailable:
+            if self.lease_deadline is None:
+                raise
+            log.warning("task %s: the database stayed unavailable past the lease", self.task_id)
+            self._lost()
 
     def _live_abort(self) -> AbortSignal | None:
         # Statements before the abort are cancelled by it; the outcome writes after it must land.

@@ -38,14 +38,23 @@ def claim(
 
 
 def renew_all(
-    db: Database, held: dict[UUID, int], *, owner: str, lease_ttl_s: float
+    db: Database,
+    held: dict[UUID, int],
+    *,
+    owner: str,
+    lease_ttl_s: float,
+    retry_until: float | None = None,
 ) -> dict[UUID, bool]:
-    """Renew every held lease in one statement: {task id still held: cancel pending}."""
+    """Renew every held lease in one statement: {task id still held: cancel pending}. Through a
+    database blip it is retried until `retry_until` (time.monotonic())."""
     if not held:
         return {}
-    ids = list(held)
+    # In id order, like every multi-row write of tasks: two statements locking rows in one
+    # order can never wait on each other in a cycle.
+    ids = sorted(held, key=str)
     rows = db.all(
         "task_renew_leases_if_held",
+        retry_until=retry_until,
         task_ids=ids,
         epochs=[held[i] for i in ids],
         owner=owner,

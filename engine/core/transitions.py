@@ -10,7 +10,7 @@ from uuid import UUID
 from engine.core.abort import AbortSignal
 from engine.core.errors import IllegalTransition
 from engine.core.status import LEASED, TERMINAL, TRANSITIONS, Status, sources_of
-from engine.db import Database
+from engine.db import Database, write_key
 from engine.operations import metrics
 
 
@@ -96,11 +96,17 @@ def transition(
     claim, its status moves): the statement does not notify, and the process's runner notices
     (engine/core/notices.py) announce the moved rows with their next tick.
     """
+    move_key = write_key()
+    params = statement_params(move, notify=notices is None)
     moved = db.all(
         "task_transition" if whole_rows else "task_transition_moved",
         abort=abort,
-        **statement_params(move, notify=notices is None),
+        move_key=move_key,
+        **params,
     )
+    ids = [move.task_ids] if isinstance(move.task_ids, (UUID, str)) else move.task_ids
+    if len(moved) < len(ids):  # a statement sent again: had its first attempt moved them?
+        moved += own_moves_already_made(db, ids, moved, move_key)
     if notices is not None:
         for row in moved:
             notices.changed(row["namespace"], row["project_id"], row["id"])
@@ -147,6 +153,15 @@ def _sources(to: Status, from_statuses: tuple[Status, ...] | None) -> tuple[Stat
     if illegal or not sources:
         raise IllegalTransition(f"{', '.join(illegal) or 'nothing'} -> {to} is not a transition")
     return sources
+
+
+def own_moves_already_made(db: Database, ids, moved: list[dict], move_key: str) -> list[dict]:
+    """The tasks this move left out that it moved after all: its statement was sent again after
+    a lost connection (engine/db.py), and the first attempt had committed. Its status event,
+    recorded under `move_key`, says so; the rows are read back whole. A task that merely was not
+    allowed to move has no such event: nothing comes back for it."""
+    missing = {str(i) for i in ids} - {str(row["id"]) for row in moved}
+    return db.all("task_list_moved_by_key", task_ids=_uuid_array(sorted(missing)), key=move_key)
 
 
 @lru_cache(maxsize=64)

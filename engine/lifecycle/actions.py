@@ -1,6 +1,7 @@
 """The use cases every surface calls (JSON API, pages, chat tools), so they can never disagree."""
 
 import logging
+import uuid
 from uuid import UUID
 
 from engine.core import leases
@@ -219,28 +220,35 @@ def _create_task(
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
     refuse_short_secrets(memory, set(stripped), source=source, inputs=inputs)
     runner_name, _ = runner_for(persisted["kind"])
-    try:
-        row = runtime.db.one(
-            "task_insert",
-            namespace=identity.namespace,
-            project_id=project_id,
-            created_by=identity.user,
-            source_kind=persisted["kind"],
-            runner=runner_name,
-            source=persisted,
-            sensitive_keys=stripped,
-            artifact_summary={"resultIdentities": identities} if identities else {},
-            retried_from_task_id=predecessor_task_id,
-        )
-    except RedeployAlreadyActive as exc:
+    # The id is chosen here, so an insert sent again after a lost connection finds its own row
+    # instead of making a second task.
+    task_id = uuid.uuid4()
+    row = runtime.db.one(
+        "task_insert",
+        id=task_id,
+        namespace=identity.namespace,
+        project_id=project_id,
+        created_by=identity.user,
+        source_kind=persisted["kind"],
+        runner=runner_name,
+        source=persisted,
+        sensitive_keys=stripped,
+        artifact_summary={"resultIdentities": identities} if identities else {},
+        retried_from_task_id=predecessor_task_id,
+    )
+    if row is None:  # this insert sent again after a lost connection: its first attempt's row?
+        row = read_task(runtime.db, identity.namespace, task_id)
+    if row is None:  # not ours: another clone of the predecessor is active (the one-clone rule)
+        exc = RedeployAlreadyActive()
         winner = runtime.db.one(
             "task_get_successor", task_id=predecessor_task_id, namespace=identity.namespace
         )
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
-        raise
+        raise exc
     # No notice of the insert of its own: the claim's (and the run's first writes') announce the
     # task in the process's next tick; a claim that loses to a cancel was notified by it.
+    leased_at = runtime.db.clock()
     claimed = leases.claim(
         runtime.db,
         row["id"],
@@ -254,7 +262,11 @@ def _create_task(
     if claimed is None:
         # Cancelled between insert and claim: report the truth.
         return get_task(runtime, identity, row["id"])
-    runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig)
+    # Inside a keyed request's transaction (engine/lifecycle/idempotency.py) the run starts only
+    # once the task, its claim and the key's answer are committed.
+    runtime.db.after_commit(
+        lambda: runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig, leased_at=leased_at)
+    )
     return claimed
 
 
@@ -300,6 +312,7 @@ def _submit_inputs(
         {}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]) + declared
     )
     refuse_short_secrets(memory, set(stripped), source=None, inputs=inputs)
+    leased_at = runtime.db.clock()
     claimed = leases.claim(
         runtime.db,
         task_id,
@@ -324,7 +337,9 @@ def _submit_inputs(
             owner=runtime.owner,
         )
         claimed = recorded or claimed
-    runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig)
+    runtime.db.after_commit(
+        lambda: runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig, leased_at=leased_at)
+    )
     return claimed
 
 

@@ -2,7 +2,11 @@
 
 A request carrying a key runs once per caller and key for TTL_S: the first one runs and its
 response is kept; a repeat with the same fingerprint gets that response again (replayed); a
-repeat with another fingerprint is IdempotencyKeyReused; a repeat while the first still runs is
+repeat with another fingerprint is IdempotencyKeyReused. The key, what the request wrote (the
+task it created and claimed) and its kept answer commit in ONE transaction, or none of them
+exists: a process killed mid-request leaves nothing behind, and a retry anywhere runs afresh. A
+repeat while the first is still open waits for it (at most IN_FLIGHT_WAIT_S), then replays its
+answer or, if it rolled back, runs itself; only a first request still open after that wait is
 IdempotencyKeyInFlight. The fingerprint is an HMAC of the request under a server key, so the
 table holds no submitted value; the kept response is what the API answered, which never carries
 a secret (snapshots are stripped and redacted).
@@ -15,13 +19,18 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psycopg
+
 from engine.core.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
 from engine.db import Database
 
 TTL_S = 24 * 3600
-#: A first request still unanswered after this long died with its process: the key is free again.
-#: Creates and inputs answer within seconds (the run itself goes on after the answer).
-ABANDONED_S = 300
+#: How long a repeat waits for the first request with its key to commit or roll back. Creates
+#: and inputs answer within seconds (the run itself goes on after the answer).
+IN_FLIGHT_WAIT_S = 10.0
+#: A request's transaction idle this long (its process stalled or cut off) is ended by the
+#: server, and the key with it.
+IDLE_LIMIT_S = 30.0
 PURGE_BATCH = 1000
 #: Printable ASCII without spaces, 1 to 255 characters (a UUID is the usual choice).
 KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -70,32 +79,37 @@ def run_once(
     db: Database, secret: bytes, key: str, request: Request, call: Callable[[], tuple[dict, int]]
 ) -> tuple[dict, int, bool]:
     """(body, status, replayed): `call` runs for the first request with `key`; a repeat gets
-    the kept answer. `call` turns domain errors into answers itself; anything it raises frees
-    the key (nothing worth replaying happened), and so does an answer of 500 or more."""
+    the kept answer. `call` turns domain errors into answers itself, and its statements join this
+    transaction (engine/db.py); anything it raises rolls them back with the key, and so does an
+    answer of 500 or more (nothing worth replaying happened)."""
     scope = {"namespace": request.namespace, "user": request.user, "key": key}
     fp = fingerprint(secret, request)
-    db.execute(
-        "idempotency_key_delete_if_expired", ttl_s=TTL_S, abandoned_s=ABANDONED_S, now=None, **scope
-    )
-    if db.one("idempotency_key_claim", fingerprint=fp, now=None, **scope) is None:
-        kept = db.one("idempotency_key_get", **scope)
-        if kept is None:  # released between our claim and read: the first one failed, go again
-            return run_once(db, secret, key, request, call)
-        if not hmac.compare_digest(kept["fingerprint"], fp):
-            raise IdempotencyKeyReused()
-        if kept["response_status"] is None:
-            raise IdempotencyKeyInFlight()
-        return kept["response_body"], kept["response_status"], True
     try:
-        body, status = call()
-    except BaseException:
-        db.execute("idempotency_key_release", **scope)
-        raise
-    if status >= 500:
-        db.execute("idempotency_key_release", **scope)
-    else:
-        db.execute("idempotency_key_record", status=status, body=body, **scope)
-    return body, status, False
+        with db.transaction():
+            taken = db.one(
+                "idempotency_key_claim",
+                fingerprint=fp,
+                ttl_s=TTL_S,
+                wait_ms=int(IN_FLIGHT_WAIT_S * 1000),
+                idle_ms=int(IDLE_LIMIT_S * 1000),
+                now=None,
+                **scope,
+            )
+            if taken is None:
+                kept = db.one("idempotency_key_get", **scope)
+                if not hmac.compare_digest(kept["fingerprint"], fp):
+                    raise IdempotencyKeyReused()
+                return kept["response_body"], kept["response_status"], True
+            body, status = call()
+            if status >= 500:
+                answer = body, status, False
+                raise psycopg.Rollback()
+            db.execute("idempotency_key_record", status=status, body=body, **scope)
+            return body, status, False
+    except psycopg.errors.LockNotAvailable:
+        raise IdempotencyKeyInFlight() from None
+    # Only a rollback on a 5xx answer gets here: that answer, nothing kept.
+    return answer
 
 
 def purge_expired(db: Database, *, now=None, limit: int = PURGE_BATCH) -> int:

@@ -129,6 +129,14 @@ class Settings:
         SERVER,
         above=0,
     )
+    db_retry_budget_s: float = setting(
+        5.0,
+        "how long a request's statement is retried through a database blip (connection lost or "
+        "refused, a restart, a failover) before the request answers 503 `database_unavailable`; "
+        "a runner's writes and renewals are retried until its lease would expire instead",
+        SERVER,
+        at_least=0,
+    )
     cluster_backend: str = setting(
         "sandbox",
         '`sandbox` (local stand-in) or `kubernetes` (see "Real cluster")',

@@ -48,13 +48,16 @@ WHERE namespace = %(namespace)s AND retried_from_task_id = %(task_id)s
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- task_insert --
--- Insert a queued task with its 'created' event. It does not notify: the process that inserts a
--- task claims it next, and the claim's runner notice announces both (engine/core/notices.py).
+-- Insert a queued task %(id)s with its 'created' event. It does not notify: the process that
+-- inserts a task claims it next, and the claim's runner notice announces both
+-- (engine/core/notices.py). No row back: that id exists already (this insert sent again after a
+-- lost connection), or another clone of the predecessor is active (the one-clone index).
 WITH created AS (
-    INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, source,
+    INSERT INTO deploy_tasks (id, namespace, project_id, created_by, source_kind, runner, source,
                               sensitive_keys, artifact_summary, retried_from_task_id)
-    VALUES (%(namespace)s, %(project_id)s, %(created_by)s, %(source_kind)s, %(runner)s,
+    VALUES (%(id)s, %(namespace)s, %(project_id)s, %(created_by)s, %(source_kind)s, %(runner)s,
             %(source)s, %(sensitive_keys)s, %(artifact_summary)s, %(retried_from_task_id)s)
+    ON CONFLICT DO NOTHING
     RETURNING *
 ), recorded AS (
     INSERT INTO deploy_task_events (task_id, kind, payload)
@@ -106,6 +109,13 @@ SELECT id FROM deploy_tasks
 WHERE status IN ('running', 'applying')
   AND lease_claimed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(deadline_s)s)
 ORDER BY lease_claimed_at LIMIT %(limit)s;
+
+-- task_list_moved_by_key --
+-- The tasks among %(task_ids)s that a status move recorded under %(key)s moved: a transition
+-- sent again after a lost connection finds here that its first attempt already committed.
+SELECT t.* FROM deploy_tasks t
+WHERE t.id = ANY(%(task_ids)s::uuid[])
+  AND EXISTS (SELECT 1 FROM deploy_task_events e WHERE e.task_id = t.id AND e.key = %(key)s);
 
 -- task_list_page --
 -- One page of a namespace's tasks, newest first, after the (created_at, id) cursor.
@@ -235,10 +245,11 @@ FROM changed c;
 
 -- task_transition --
 -- THE status write (engine/core/transitions.py, a Move): move tasks to %(to)s from one of
--- %(from_statuses)s where every precondition asked holds, record the verdict event and notify
--- (unless %(notify)s is false: a runner's own move, which its process announces with its runner
--- notices), in one statement, returning the whole moved rows. No row back: not allowed from here,
--- or fenced off. Each optional precondition is NULL (or false) when not asked.
+-- %(from_statuses)s where every precondition asked holds, record the verdict event under
+-- %(move_key)s (a statement sent again after a lost connection finds its own move by it) and
+-- notify (unless %(notify)s is false: a runner's own move, which its process announces with its
+-- runner notices), in one statement, returning the whole moved rows. No row back: not allowed
+-- from here, or fenced off. Each optional precondition is NULL (or false) when not asked.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (
@@ -288,11 +299,12 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
-    INSERT INTO deploy_task_events (task_id, kind, payload)
+    INSERT INTO deploy_task_events (task_id, kind, payload, key)
     SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
         'from', m.previous_status, 'to', m.status,
         'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
+        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
+        %(move_key)s::text
     FROM moved m
 )
 SELECT m.*, CASE WHEN %(notify)s::bool THEN
@@ -356,11 +368,12 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
-    INSERT INTO deploy_task_events (task_id, kind, payload)
+    INSERT INTO deploy_task_events (task_id, kind, payload, key)
     SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
         'from', m.previous_status, 'to', m.status,
         'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text))
+        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
+        %(move_key)s::text
     FROM moved m
 )
 SELECT m.id, m.namespace, m.project_id, m.status, m.previous_status, m.lease_epoch, m.lease_owner,
@@ -372,8 +385,8 @@ FROM moved m;
 
 -- task_write_if_held --
 -- A runner's write, for the holder of the lease, in one statement: append events in order
--- (%(events)s, a JSON array of {kind, payload}), merge keys into the artifact summary (when
--- %(patch)s is given) and set the phase (when %(phase)s is); say whether a cancel is pending,
+-- (%(events)s, a JSON array of {kind, payload}; %(write_key)s names them), merge keys into the
+-- artifact summary (when %(patch)s is given) and set the phase (when %(phase)s is); say whether a cancel is pending,
 -- which is what a checkpoint right after it would read. No row back: the lease is lost. It does
 -- not notify: the writing process announces it with its runner notices (tasks_notify_runner).
 -- FOR NO KEY UPDATE: the check and the writes see the same task. Without the row lock a
@@ -393,12 +406,14 @@ WITH holder AS (
     FROM holder h
     WHERE t.id = h.id AND (%(patch)s::jsonb IS NOT NULL OR %(phase)s::text IS NOT NULL)
 ), appended AS (
-    -- ORDER BY: the sequence numbers follow the array's order.
-    INSERT INTO deploy_task_events (task_id, kind, payload)
-    SELECT h.id, e.event ->> 'kind', e.event -> 'payload'
+    -- ORDER BY: the sequence numbers follow the array's order. Each event's key is the write's
+    -- key and its place in it: the same write sent again (after a lost connection) adds nothing.
+    INSERT INTO deploy_task_events (task_id, kind, payload, key)
+    SELECT h.id, e.event ->> 'kind', e.event -> 'payload', %(write_key)s::text || '.' || e.n
     FROM holder h
     CROSS JOIN jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS e(event, n)
     ORDER BY e.n
+    ON CONFLICT (task_id, key) WHERE key IS NOT NULL DO NOTHING
 )
 SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending, h.namespace, h.project_id
 FROM holder h;

@@ -2,8 +2,12 @@
 
 import uuid
 
+import gevent
+import psycopg
+from psycopg.types.json import Jsonb
+
 from engine.lifecycle import idempotency
-from tests.helpers import IMAGE_SOURCE
+from tests.helpers import IMAGE_SOURCE, wait_for
 
 BODY = {"projectId": "demo", "source": IMAGE_SOURCE}
 
@@ -40,21 +44,87 @@ def test_the_same_key_for_another_request_is_422(client, sql_conn):
     assert task_count(sql_conn) == 1
 
 
-def test_a_duplicate_while_the_first_is_in_flight_is_409(app, client, sql_conn):
+def _first_request_open(database_url, app, key):
+    """A connection holding `key` the way a first request does: taken in its transaction,
+    not committed yet."""
+    holder = psycopg.connect(database_url)
+    asked = idempotency.Request("default", "dev", "POST", "/api/v1/tasks", BODY)
+    holder.execute(
+        "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
+        "VALUES ('default', 'dev', %s, %s)",
+        (key, idempotency.fingerprint(app.secret_key.encode(), asked)),
+    )
+    return holder
+
+
+def _waiting_on_a_lock(sql_conn) -> bool:
+    return sql_conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchone()["n"]
+
+
+def test_a_duplicate_waits_for_the_open_first_request_and_replays_its_answer(
+    app, client, sql_conn, database_url
+):
+    key = str(uuid.uuid4())
+    holder = _first_request_open(database_url, app, key)
+    duplicate = gevent.spawn(post, client, "/api/v1/tasks", BODY, key)
+    wait_for(lambda: _waiting_on_a_lock(sql_conn), message="the duplicate to wait for the key")
+    kept = {"id": "the-first-answer"}
+    holder.execute(
+        "UPDATE idempotency_keys SET response_status = 201, response_body = %s WHERE key = %s",
+        (Jsonb(kept), key),
+    )
+    holder.commit()
+    holder.close()
+    answer = duplicate.get(timeout=30)
+    assert answer.status_code == 201 and answer.headers["Idempotent-Replayed"] == "true"
+    assert answer.get_json() == kept
+    assert task_count(sql_conn) == 0
+
+
+def test_a_first_request_that_dies_leaves_nothing_and_the_duplicate_runs_at_once(
+    app, client, sql_conn, database_url
+):
+    key = str(uuid.uuid4())
+    holder = _first_request_open(database_url, app, key)
+    duplicate = gevent.spawn(post, client, "/api/v1/tasks", BODY, key)
+    wait_for(lambda: _waiting_on_a_lock(sql_conn), message="the duplicate to wait for the key")
+    holder.close()  # the first request's process died: its transaction is gone with it
+    answer = duplicate.get(timeout=30)
+    assert answer.status_code == 201 and "Idempotent-Replayed" not in answer.headers
+    assert task_count(sql_conn) == 1
+
+
+def test_a_first_request_open_past_the_wait_is_409_in_flight(
+    app, client, sql_conn, database_url, monkeypatch
+):
+    monkeypatch.setattr(idempotency, "IN_FLIGHT_WAIT_S", 0.2)
+    key = str(uuid.uuid4())
+    holder = _first_request_open(database_url, app, key)
+    try:
+        busy = post(client, "/api/v1/tasks", BODY, key)
+        assert busy.status_code == 409 and busy.get_json()["code"] == "idempotency_key_in_flight"
+        assert task_count(sql_conn) == 0
+    finally:
+        holder.close()
+    # Positive control: with the holder gone, the same request runs.
+    assert post(client, "/api/v1/tasks", BODY, key).status_code == 201
+    assert task_count(sql_conn) == 1
+
+
+def test_a_key_left_unanswered_by_an_older_release_is_taken_over(app, client, sql_conn):
     key = str(uuid.uuid4())
     asked = idempotency.Request("default", "dev", "POST", "/api/v1/tasks", BODY)
-    # The first request has taken the key and not answered yet.
     sql_conn.execute(
         "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
         "VALUES ('default', 'dev', %s, %s)",
         (key, idempotency.fingerprint(app.secret_key.encode(), asked)),
     )
-    busy = post(client, "/api/v1/tasks", BODY, key)
-    assert busy.status_code == 409 and busy.get_json()["code"] == "idempotency_key_in_flight"
-    assert task_count(sql_conn) == 0
-    # A first request that never answered (its process died) frees the key after a while.
-    sql_conn.execute("UPDATE idempotency_keys SET created_at = now() - interval '6 minutes'")
-    assert post(client, "/api/v1/tasks", BODY, key).status_code == 201
+    answer = post(client, "/api/v1/tasks", BODY, key)
+    assert answer.status_code == 201 and "Idempotent-Replayed" not in answer.headers
+    assert post(client, "/api/v1/tasks", BODY, key).headers["Idempotent-Replayed"] == "true"
     assert task_count(sql_conn) == 1
 
 

@@ -116,7 +116,7 @@ def test_readyz_is_503_when_the_database_is_unreachable(make_app, cut_database):
     response = wait_for(
         lambda: (r := client.get("/readyz")).status_code == 503 and r, message="not ready"
     )
-    assert response.get_json()["reason"].startswith("database unreachable")
+    assert response.get_json()["reason"].startswith("database unavailable")
     assert client.get("/healthz").status_code == 200  # never asks the database
     cut_database(True)
     assert wait_for(

@@ -124,7 +124,9 @@ def test_a_listener_reconnect_rebootstraps_the_stream(make_app, serve, insert_ta
 def test_a_re_read_that_fails_keeps_the_stream_and_the_next_snapshot_has_the_change(
     make_app, serve, insert_task, sql_conn
 ):
-    base = serve(make_app())
+    # No retry budget: the statement on a dead connection fails at once (with one, engine/db.py
+    # would retry it and the stream would never see the failure this test is about).
+    base = serve(make_app(db_retry_budget_s=0.0))
     stream = serve.stream(base)
     assert stream.next() == ("snapshot", {"items": []})
 
