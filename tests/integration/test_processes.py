@@ -125,7 +125,9 @@ def test_a_killed_servers_orphan_is_reaped_by_the_next_server(start_server, sql_
     orphan = stored(sql_conn, task_id)
     assert (orphan["status"], orphan["lease_owner"]) == ("applying", owner)  # nobody drained it
 
-    second = start_server("app", env={"LEASE_TTL_S": "2", "REAPER_INTERVAL_S": "0.5"})
+    second = start_server(
+        "app", env={"LEASE_TTL_S": "2", "LEASE_RENEW_INTERVAL_S": "0.5", "REAPER_INTERVAL_S": "0.5"}
+    )
 
     # The reaper resolves the orphan: it leaves applying.
     snap = poll_status(
