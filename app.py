@@ -31,6 +31,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     import commands
     from blueprints import (
         api,
+        app_pages,
         auth,
         cluster_access,
         csrf,
@@ -119,6 +120,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     csrf.init_app(app, settings.data_dir, settings.secret_key)
     auth.init_app(app, auth_mode)
     app.register_blueprint(pages.bp)
+    app.register_blueprint(app_pages.bp)
     app.register_blueprint(cluster_access.bp)
     ws.init_app(app, runtime)
 

@@ -27,6 +27,7 @@ from blueprints.views import dismissed_ids, editable, now, valid_project, view_f
 from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskNotFound
 from engine.lifecycle import actions
 from engine.readside import dto
+from engine.readside.apps import read_apps
 from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task_row
 from engine.runners.kinds import KINDS
 
@@ -91,6 +92,7 @@ def project(project_id):
         kinds=KINDS,
         older=older,
         cluster_label=runtime().integrations.cluster_label,
+        apps=read_apps(runtime().db, current_identity().namespace, project_id),
     )
 
 

@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from engine.core.abort import Aborted, AbortSignal
-from engine.core.errors import DomainError, RedeployAlreadyActive
+from engine.core.errors import AppDeployAlreadyActive, DomainError, RedeployAlreadyActive
 from engine.sql import queries
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ POOLERS = {"", "pgbouncer"}
 #: Constraint violations that are domain outcomes, keyed on the constraint name.
 CONSTRAINT_ERRORS: dict[str, type[DomainError]] = {
     "deploy_tasks_one_active_clone": RedeployAlreadyActive,
+    "deploy_tasks_one_active_rollback": AppDeployAlreadyActive,
 }
 
 

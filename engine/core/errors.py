@@ -129,3 +129,21 @@ class OperatorOnly(DomainError):
     """Only an operator may see this."""
 
     code = "operator_only"
+
+
+class NotRollbackable(DomainError):
+    """Only a completed deployment of an app can be rolled back to."""
+
+    code = "task_not_rollbackable"
+
+
+class AppDeployAlreadyActive(DomainError):
+    """A deployment of this app is already active; wait for it or cancel it first."""
+
+    code = "app_deploy_active"
+
+
+class AppNotFound(DomainError):
+    """No such app in this project."""
+
+    code = "app_not_found"

@@ -223,6 +223,7 @@ def _create_task(
             sensitive_keys=stripped,
             artifact_summary={"resultIdentities": identities} if identities else {},
             retried_from_task_id=predecessor_task_id,
+            rolled_back_from_task_id=None,
         )
     except RedeployAlreadyActive as exc:
         winner = runtime.db.one(
