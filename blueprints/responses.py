@@ -76,25 +76,6 @@ class EventPage(Schema):
     nextCursor = fields.String(**Nullable)
 
 
-class AppResource(Schema):
-    kind = fields.String(**Nullable)
-    name = fields.String(**Nullable)
-    namespace = fields.String(**Nullable)
-    endpoint = fields.String(**Nullable)
-    status = fields.String(
-        **Nullable,
-        metadata={"enum": [*STATUSES, None], "description": "of the deployment that applied it"},
-    )
-
-
-class AppEndpoint(Schema):
-    address = fields.String(required=True)
-    url = fields.String(
-        **Nullable, metadata={"description": "a link to open; null for an in-cluster address"}
-    )
-    inCluster = fields.Boolean(required=True)
-
-
 class App(Schema):
     """An app: the deployments that converge on the same resources (a template instance, an
     image's or a database's object name)."""
@@ -108,12 +89,28 @@ class App(Schema):
     )
     active = fields.Boolean(required=True)
     latestTaskId = fields.UUID(required=True)
-    currentTaskId = fields.UUID(
-        **Nullable, metadata={"description": "the newest deployment that applied resources"}
-    )
-    resources = fields.List(fields.Nested(AppResource), required=True)
-    endpoints = fields.List(fields.Nested(AppEndpoint), required=True)
     updatedAt = fields.DateTime(**Nullable)
+
+
+class AppResource(Schema):
+    kind = fields.String(**Nullable)
+    name = fields.String(**Nullable)
+    namespace = fields.String(**Nullable)
+    endpoint = fields.String(**Nullable)
+    taskId = fields.UUID(
+        required=True, metadata={"description": "the deployment that last applied it"}
+    )
+    status = fields.String(
+        required=True, metadata={"enum": STATUSES, "description": "how that deployment ended"}
+    )
+
+
+class AppEndpoint(Schema):
+    address = fields.String(required=True)
+    url = fields.String(
+        **Nullable, metadata={"description": "a link to open; null for an in-cluster address"}
+    )
+    inCluster = fields.Boolean(required=True)
 
 
 class AppList(Schema):
@@ -132,8 +129,10 @@ class AppHistoryPage(Schema):
 
 
 class AppDetail(App):
-    """An app with a page of its deployment history, newest first."""
+    """An app with what it runs now and a page of its deployment history, newest first."""
 
+    resources = fields.List(fields.Nested(AppResource), required=True)
+    endpoints = fields.List(fields.Nested(AppEndpoint), required=True)
     history = fields.Nested(AppHistoryPage, required=True)
 
 

@@ -1,9 +1,10 @@
 """Apps: the deployments of a project that converge on the same resources, read as one thing.
 
 An app's key is derived once, by the database (deploy_tasks.app_key in schema.sql): a template's
-instance name, an image's or a database's object name. An app's current resources are the ones
-its newest deployment that applied anything left in the cluster; its endpoints are read off
-them; its history is every task with its key, newest first, until retention purges it.
+instance name, an image's or a database's object name. An app's current resources are what its
+deployments left in the cluster, each as the newest deployment that applied it recorded it; its
+endpoints are read off them; its history is every task with its key, newest first, until
+retention purges it.
 Reads only: nothing here writes.
 """
 
@@ -18,7 +19,7 @@ HISTORY_PAGE = 20
 
 
 def read_apps(db, namespace: str, project_id: str) -> list[dict]:
-    """The project's apps, newest activity first (each: app_view)."""
+    """The project's apps, newest activity first (each: app_summary)."""
     rows = db.all(
         "task_list_apps_of_project",
         namespace=namespace,
@@ -26,11 +27,12 @@ def read_apps(db, namespace: str, project_id: str) -> list[dict]:
         app_key=None,
         limit=APPS_LIMIT,
     )
-    return [app_view(r) for r in rows]
+    return [app_summary(r) for r in rows]
 
 
 def read_app(db, namespace: str, project_id: str, app_key: str) -> dict:
-    """One app (app_view); AppNotFound when no task of the project has that key."""
+    """One app with its current resources and endpoints; AppNotFound when no task of the project
+    has that key."""
     row = db.one(
         "task_list_apps_of_project",
         namespace=namespace,
@@ -40,7 +42,28 @@ def read_app(db, namespace: str, project_id: str, app_key: str) -> dict:
     )
     if row is None:
         raise AppNotFound()
-    return app_view(row)
+    applied = db.all(
+        "task_list_app_resources", namespace=namespace, project_id=project_id, app_key=app_key
+    )
+    resources = [
+        {
+            "kind": a["resource"].get("kind"),
+            "name": a["resource"].get("name"),
+            "namespace": a["resource"].get("namespace"),
+            "endpoint": a["resource"].get("endpoint"),
+            # The deployment that last applied it, and how that one ended.
+            "taskId": str(a["task_id"]),
+            "status": a["status"],
+        }
+        for a in applied
+    ]
+    endpoints = [endpoint_view(r["endpoint"]) for r in resources if r["endpoint"]]
+    return {
+        **app_summary(row),
+        "resources": resources,
+        # Openable links first: the address a user wants is the one they can click.
+        "endpoints": sorted(endpoints, key=lambda e: e["inCluster"]),
+    }
 
 
 def read_app_history(
@@ -80,25 +103,9 @@ def endpoint_view(address: str) -> dict:
     return {"address": address, "url": address if opens else None, "inCluster": not opens}
 
 
-def app_view(row: dict) -> dict:
-    """The public view of one app from its newest task row (with the current_* columns of
-    task_list_apps_of_project)."""
+def app_summary(row: dict) -> dict:
+    """The public view of one app, from its newest task row."""
     kind, name = app_kind_and_name(row["app_key"])
-    applied = (row.get("current_summary") or {}).get("appliedResources") or []
-    current_status = row.get("current_status")
-    resources = [
-        {
-            "kind": r.get("kind"),
-            "name": r.get("name"),
-            "namespace": r.get("namespace"),
-            "endpoint": r.get("endpoint"),
-            # What the deployment that applied it found: ready when it completed.
-            "status": current_status,
-        }
-        for r in applied
-        if isinstance(r, dict)
-    ]
-    endpoints = [endpoint_view(r["endpoint"]) for r in resources if r["endpoint"]]
     return {
         "key": row["app_key"],
         "projectId": row["project_id"],
@@ -107,10 +114,6 @@ def app_view(row: dict) -> dict:
         "status": row["status"],
         "active": Status(row["status"]) in ACTIVE,
         "latestTaskId": str(row["id"]),
-        "currentTaskId": str(row["current_id"]) if row.get("current_id") else None,
-        "resources": resources,
-        # Openable links first: the address a user wants is the one they can click.
-        "endpoints": sorted(endpoints, key=lambda e: e["inCluster"]),
         "updatedAt": row["updated_at"].isoformat() if row.get("updated_at") else None,
     }
 

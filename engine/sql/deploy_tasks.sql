@@ -89,11 +89,26 @@ WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
+-- task_list_app_resources --
+-- What an app left in the cluster: each resource (kind, name) as the newest of the app's last 50
+-- deployments that applied anything recorded it, with that task's id and status.
+SELECT DISTINCT ON (r ->> 'kind', r ->> 'name') r AS resource, t.id AS task_id, t.status
+FROM (
+    SELECT id, status, created_at, artifact_summary -> 'appliedResources' AS applied
+    FROM deploy_tasks
+    WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+      AND jsonb_typeof(artifact_summary -> 'appliedResources') = 'array'
+      AND jsonb_array_length(artifact_summary -> 'appliedResources') > 0
+    ORDER BY created_at DESC, id DESC
+    LIMIT 50
+) t
+CROSS JOIN jsonb_array_elements(t.applied) AS r
+WHERE jsonb_typeof(r) = 'object'
+ORDER BY r ->> 'kind', r ->> 'name', t.created_at DESC, t.id DESC;
+
 -- task_list_apps_of_project --
--- A project's apps (optionally one, %(app_key)s), each as its newest task, with the newest task of
--- it that applied resources (what runs in the cluster now: `current_*`); newest app first.
-SELECT newest.*, cur.id AS current_id, cur.status AS current_status,
-       cur.artifact_summary AS current_summary
+-- A project's apps (optionally one, %(app_key)s), each as its newest task, newest first.
+SELECT newest.*
 FROM (
     SELECT DISTINCT ON (t.app_key) t.*
     FROM deploy_tasks t
@@ -101,15 +116,6 @@ FROM (
       AND (%(app_key)s::text IS NULL OR t.app_key = %(app_key)s::text)
     ORDER BY t.app_key, t.created_at DESC, t.id DESC
 ) newest
-LEFT JOIN LATERAL (
-    SELECT c.id, c.status, c.artifact_summary
-    FROM deploy_tasks c
-    WHERE c.namespace = newest.namespace AND c.project_id = newest.project_id
-      AND c.app_key = newest.app_key
-      AND jsonb_array_length(coalesce(c.artifact_summary -> 'appliedResources', '[]')) > 0
-    ORDER BY c.created_at DESC, c.id DESC
-    LIMIT 1
-) cur ON true
 ORDER BY newest.created_at DESC, newest.id DESC
 LIMIT %(limit)s;
 
