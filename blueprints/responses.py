@@ -82,7 +82,9 @@ class App(Schema):
 
     key = fields.String(required=True)
     projectId = fields.String(required=True)
-    kind = fields.String(required=True, metadata={"enum": ["template", "image", "database"]})
+    kind = fields.String(
+        required=True, metadata={"description": "the source kind its deployments share"}
+    )
     name = fields.String(required=True)
     status = fields.String(
         required=True, metadata={"enum": STATUSES, "description": "of its newest deployment"}

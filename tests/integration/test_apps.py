@@ -278,27 +278,31 @@ def test_another_workspaces_app_and_task_are_404(client, insert_task):
     assert client.get(APP).status_code == 200
 
 
-def test_the_chat_tool_and_mcp_roll_back(client, sql_conn):
-    from tests.integration.test_mcp import initialize, rpc
+def mcp(client, method: str, params: dict | None = None, session: str | None = None):
+    """One JSON-RPC call to /mcp; the response."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    if session:
+        headers["Mcp-Session-Id"] = session
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+    return client.post(
+        "/mcp", data=json.dumps(message), headers=headers, content_type="application/json"
+    )
 
+
+def test_the_chat_tool_and_mcp_roll_back(client, sql_conn):
     v1 = completed(client, V1)
     by_tool = client.post("/api/v1/tools/rollback_deployment", json={"taskId": v1["id"]})
     assert by_tool.status_code == 201
     assert by_tool.get_json()["rolledBackFromTaskId"] == v1["id"]
     assert wait(client, by_tool.get_json()["id"], "completed", "failed")["status"] == "completed"
 
-    session = initialize(client).headers["Mcp-Session-Id"]
-    listed = rpc(client, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
+    session = mcp(client, "initialize", hello).headers["Mcp-Session-Id"]
+    listed = mcp(client, "tools/list", session=session)
     assert "rollback_deployment" in {t["name"] for t in listed.get_json()["result"]["tools"]}
-    called = rpc(
-        client,
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "rollback_deployment", "arguments": {"taskId": v1["id"]}},
-        },
-        session,
+    arguments = {"taskId": v1["id"]}
+    called = mcp(
+        client, "tools/call", {"name": "rollback_deployment", "arguments": arguments}, session
     ).get_json()["result"]
     assert called["isError"] is False
     assert called["structuredContent"]["rolledBackFromTaskId"] == v1["id"]
