@@ -163,6 +163,10 @@ OPERATIONS = {
                             "parameters": {"task_id": "$response.body#/id"},
                         },
                         "Redeploy": REDEPLOY_LINK,
+                        "Rollback": {
+                            "operationId": "rollbackTask",
+                            "parameters": {"task_id": "$response.body#/id"},
+                        },
                     },
                 },
                 **_errors(400, 404),
@@ -225,7 +229,7 @@ OPERATIONS = {
                     **_json("Task", "the new task, claimed and running (or blocked on secrets)"),
                     "links": SNAPSHOT_LINKS,
                 },
-                **_errors(404, 409, 422, 503),
+                **_errors(400, 404, 409, 422, 503),
             },
         }
     },
@@ -235,7 +239,21 @@ OPERATIONS = {
             "tags": ["apps"],
             "summary": "The project's apps: deployments converging on the same resources",
             "parameters": [PROJECT_ID],
-            "responses": {"200": _json("AppList", "the apps"), **_errors(400)},
+            "responses": {
+                "200": {
+                    **_json("AppList", "the apps"),
+                    "links": {
+                        "GetApp": {
+                            "operationId": "getApp",
+                            "parameters": {
+                                "project_id": "$request.path.project_id",
+                                "app_key": "$response.body#/items/0/key",
+                            },
+                        }
+                    },
+                },
+                **_errors(400),
+            },
         }
     },
     "api.get_app": {
