@@ -351,6 +351,11 @@ def test_the_app_page_shows_history_and_offers_rollback_only_on_completed_entrie
     assert posted.status_code == 303
     new_id = re.search(r"task=([0-9a-f-]+)", posted.headers["Location"]).group(1)
     assert wait(client, new_id, "completed", "failed")["status"] == "completed"
+    # Its timeline says what it rolls back to and leads to the app's history.
+    opened = client.get(posted.headers["Location"]).get_data(as_text=True)
+    head = re.search(rf'<header id="tl-head-{new_id}".*?</header>', opened, re.S).group(0)
+    assert f'data-open-for="{v1["id"]}"' in head and "rollback to" in head
+    assert 'data-app-link="image:web"' in head
     # htmx follows the same answer as HX-Redirect; a refusal renders the pages' error message.
     refused = client.post(
         f"/tasks/{v2['id']}/rollback",
