@@ -31,6 +31,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     import commands
     from blueprints import (
         api,
+        app_pages,
         auth,
         cluster_access,
         csrf,
@@ -117,6 +118,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     secrets.register_server_secret(app.secret_key)  # SECRET_KEY, or the one kept in DATA_DIR
     auth.init_app(app, auth_mode)
     app.register_blueprint(pages.bp)
+    app.register_blueprint(app_pages.bp)
     app.register_blueprint(cluster_access.bp)
     ws.init_app(app, runtime)
 

@@ -100,7 +100,20 @@ CREATE TABLE deploy_tasks (
     updated_at           timestamptz NOT NULL DEFAULT now(),
     finished_at          timestamptz,
     -- The status the last transition moved the task from (written by task_transition only).
-    previous_status      task_status
+    previous_status      task_status,
+    -- The completed task this one rolls back to (a rollback, engine/lifecycle/rollback.py). No
+    -- foreign key, like retried_from_task_id.
+    rolled_back_from_task_id uuid,
+    -- The app the task belongs to: the identity its deployments converge on (a template's instance
+    -- name, an image's or a database's object name), NULL until known (a fresh template run
+    -- allocates its instance name) and for sources with no identity (github, prompt). Derived
+    -- here, once, whenever the row's source or recorded identities change.
+    app_key              text GENERATED ALWAYS AS (
+        CASE source_kind
+            WHEN 'template' THEN 'template:' || (artifact_summary -> 'resultIdentities' ->> 'templateInstanceName')
+            WHEN 'image' THEN 'image:' || (source ->> 'name')
+            WHEN 'database' THEN 'database:' || (source ->> 'name')
+        END) STORED
 ) WITH (
     -- Lease renewal rewrites lease_expires_at of every held lease each tick. That column has no
     -- index, and 30% free space per page lets the new row versions stay on their page: the
@@ -150,6 +163,17 @@ CREATE INDEX deploy_tasks_by_namespace
 CREATE UNIQUE INDEX deploy_tasks_one_active_clone
     ON deploy_tasks (namespace, retried_from_task_id)
     WHERE retried_from_task_id IS NOT NULL AND status IN ('queued', 'running', 'blocked', 'applying');
+-- An app's history newest first (task_list_app_page) and each app's newest task
+-- (task_list_apps_of_project), both in the (created_at, id) cursor order.
+CREATE INDEX deploy_tasks_by_app
+    ON deploy_tasks (namespace, project_id, app_key, created_at DESC, id DESC)
+    WHERE app_key IS NOT NULL;
+-- At most one active rollback per app: the loser of a rollback race loses the insert itself
+-- (engine/db.py maps this index's violation to AppDeployAlreadyActive).
+CREATE UNIQUE INDEX deploy_tasks_one_active_rollback
+    ON deploy_tasks (namespace, project_id, app_key)
+    WHERE rolled_back_from_task_id IS NOT NULL
+      AND status IN ('queued', 'running', 'blocked', 'applying');
 -- task_get_successor and the board's "has it been redeployed?": every clone, active or not. The
 -- board keeps every failed task that was not redeployed, however old, so this must not scan.
 CREATE INDEX deploy_tasks_by_predecessor

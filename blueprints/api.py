@@ -2,13 +2,15 @@
 (blueprints/errors.py)."""
 
 from flask import Blueprint, Response, jsonify, request
+from marshmallow import ValidationError
 
 from blueprints import schemas
-from blueprints.api_calls import answer_once, create_from, json_answer
+from blueprints.api_calls import answer_once, create_from, json_answer, rollback_from
 from blueprints.auth import current_identity
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
+from engine.core.errors import AppNotFound, InvalidRequest
 from engine.lifecycle import actions
-from engine.readside import dto
+from engine.readside import apps, dto
 from engine.readside.store import read_task_page
 from engine.readside.timeline import read_events
 from engine.trust.untrusted import load_json
@@ -148,3 +150,50 @@ def patch_canvas(task_id):
     """Save the placeholder's canvas placement (never touches status)."""
     body = load(schemas.CanvasPatch, json_body())
     return jsonify(dto.snapshot(actions.set_canvas(runtime(), current_identity(), task_id, body)))
+
+
+@bp.post("/tasks/<uuid:task_id>/rollback")
+def rollback_task(task_id):
+    """Roll the task's app back to this completed task's plan: a new task; 201 with it."""
+    return idempotent(lambda: rollback_from(task_id))
+
+
+@bp.get("/projects/<project_id>/apps")
+def list_apps(project_id):
+    """The project's apps (deployments converging on the same resources), newest first."""
+    load_project_id(project_id)
+    items = apps.read_apps(runtime().db, current_identity().namespace, project_id)
+    return jsonify({"items": items})
+
+
+@bp.get("/projects/<project_id>/apps/<app_key>")
+def get_app(project_id, app_key):
+    """One app: its current resources, endpoints and a page of its history, newest first."""
+    load_project_id(project_id)
+    args = load(schemas.AppHistory, request.args.to_dict())
+    namespace = current_identity().namespace
+    try:
+        schemas.APP_KEY(app_key)
+    except ValidationError:
+        raise AppNotFound() from None
+    app = apps.read_app(runtime().db, namespace, project_id, app_key)
+    rows, next_cursor = apps.read_app_history(
+        runtime().db,
+        namespace,
+        project_id,
+        app_key,
+        cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
+        limit=args["limit"],
+    )
+    history = {"items": [apps.history_entry(r) for r in rows], "nextCursor": next_cursor}
+    return jsonify({**app, "history": history})
+
+
+def load_project_id(project_id: str) -> None:
+    """InvalidRequest unless `project_id` is a project id (the create's rule)."""
+    try:
+        schemas.PROJECT_ID(project_id)
+    except ValidationError:
+        raise InvalidRequest(
+            "projectId is not valid", fields={"projectId": ["not a project id"]}
+        ) from None

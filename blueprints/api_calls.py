@@ -9,7 +9,7 @@ from blueprints.auth import current_identity
 from blueprints.errors import error_body, http_status
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from engine.core.errors import DomainError
-from engine.lifecycle import actions, idempotency
+from engine.lifecycle import actions, idempotency, rollback
 from engine.readside import dto
 
 #: A call's answer: (JSON body, HTTP status).
@@ -28,6 +28,14 @@ def create_from(fields: dict, *, predecessor_task_id=None) -> tuple[dict, int]:
         sensitive_keys=fields.get("sensitiveKeys"),
         kubeconfig=kubeconfig_from_header(),
         predecessor_task_id=predecessor_task_id,
+    )
+    return dto.snapshot(row), 201
+
+
+def rollback_from(task_id) -> tuple[dict, int]:
+    """The rollback use case on a task id and the request's kubeconfig; 201 with the new task."""
+    row = rollback.rollback_task(
+        runtime(), current_identity(), task_id, kubeconfig=kubeconfig_from_header()
     )
     return dto.snapshot(row), 201
 

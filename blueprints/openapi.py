@@ -53,6 +53,13 @@ PROJECT_ID = {
     "required": True,
     "schema": {"type": "string", "pattern": schemas.PROJECT_ID.regex.pattern},
 }
+APP_KEY = {
+    "in": "path",
+    "name": "app_key",
+    "required": True,
+    "schema": {"type": "string", "pattern": schemas.APP_KEY.regex.pattern},
+    "description": "the app: `template:<instance>`, `image:<name>` or `database:<name>`",
+}
 TOOL_NAME = {"in": "path", "name": "name", "required": True, "schema": {"type": "string"}}
 KUBECONFIG = {
     "in": "header",
@@ -157,6 +164,10 @@ OPERATIONS = {
                             "parameters": {"task_id": "$response.body#/id"},
                         },
                         "Redeploy": REDEPLOY_LINK,
+                        "Rollback": {
+                            "operationId": "rollbackTask",
+                            "parameters": {"task_id": "$response.body#/id"},
+                        },
                     },
                 },
                 **_errors(400, 404),
@@ -205,6 +216,54 @@ OPERATIONS = {
             "parameters": [TASK_ID],
             "requestBody": _body(schemas.CanvasPatch),
             "responses": {"200": _json("Task", "the task"), **_errors(400, 404, 413, 415)},
+        }
+    },
+    "api.rollback_task": {
+        "post": {
+            "operationId": "rollbackTask",
+            "tags": ["apps"],
+            "summary": "Roll the task's app back to this completed task's plan (a new task); "
+            "409 when it did not complete or the app has an active deployment",
+            "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
+            "responses": {
+                "201": {
+                    **_json("Task", "the new task, claimed and running (or blocked on secrets)"),
+                    "links": SNAPSHOT_LINKS,
+                },
+                **_errors(400, 404, 409, 422, 503),
+            },
+        }
+    },
+    "api.list_apps": {
+        "get": {
+            "operationId": "listApps",
+            "tags": ["apps"],
+            "summary": "The project's apps: deployments converging on the same resources",
+            "parameters": [PROJECT_ID],
+            "responses": {
+                "200": {
+                    **_json("AppList", "the apps"),
+                    "links": {
+                        "GetApp": {
+                            "operationId": "getApp",
+                            "parameters": {
+                                "project_id": "$request.path.project_id",
+                                "app_key": "$response.body#/items/0/key",
+                            },
+                        }
+                    },
+                },
+                **_errors(400),
+            },
+        }
+    },
+    "api.get_app": {
+        "get": {
+            "operationId": "getApp",
+            "tags": ["apps"],
+            "summary": "One app: current resources, endpoints, and its history newest first",
+            "parameters": [PROJECT_ID, APP_KEY, {"in": "query", "schema": schemas.AppHistory}],
+            "responses": {"200": _json("AppDetail", "the app"), **_errors(400, 404)},
         }
     },
     "api.list_templates": {
@@ -388,6 +447,10 @@ def build(app) -> dict:
         "EventPage",
         "TemplateList",
         "ToolList",
+        "App",
+        "AppList",
+        "HistoryEntry",
+        "AppDetail",
     ):
         spec.components.schema(name, schema=getattr(responses, name))
     spec.components.schema("Error", schema=responses.Error)

@@ -14,7 +14,6 @@ from marshmallow import ValidationError
 
 from blueprints import csrf, presentation, schemas
 from blueprints.auth import current_identity
-from blueprints.errors import http_status
 from blueprints.forms import (
     flatten_errors,
     input_fields,
@@ -29,10 +28,18 @@ from blueprints.fragments import (
     timeline_context,
 )
 from blueprints.request_helpers import kubeconfig_from_header, runtime
-from blueprints.views import dismissed_ids, editable, now, valid_project, view_from_store
+from blueprints.views import (
+    dismissed_ids,
+    editable,
+    now,
+    page_error,
+    valid_project,
+    view_from_store,
+)
 from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskConflict
 from engine.lifecycle import actions, dismissals
 from engine.readside import dto
+from engine.readside.apps import read_apps
 from engine.readside.store import BOARD_LIMIT, TaskStore, read_board, read_projects, read_task
 from engine.runners.kinds import KINDS
 
@@ -97,6 +104,7 @@ def project(project_id):
         kinds=KINDS,
         older=older,
         cluster_label=runtime().integrations.cluster_label,
+        apps=read_apps(runtime().db, current_identity().namespace, project_id),
     )
 
 
@@ -355,7 +363,4 @@ def _shown(value) -> str:
     return "" if value is None else str(value)
 
 
-@bp.errorhandler(DomainError)
-def domain_error(exc: DomainError):
-    """Domain errors on pages render as a small HTML message with their status."""
-    return render_template("error.html", message=exc.message, code=exc.code), http_status(exc)
+bp.register_error_handler(DomainError, page_error)

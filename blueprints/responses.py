@@ -32,6 +32,13 @@ class Task(Schema):
     failure = fields.Nested(Failure, **Nullable)
     cancelRequestedAt = fields.DateTime(**Nullable)
     retriedFromTaskId = fields.UUID(**Nullable)
+    rolledBackFromTaskId = fields.UUID(
+        **Nullable, metadata={"description": "the completed task this one rolls back to"}
+    )
+    appKey = fields.String(
+        **Nullable,
+        metadata={"description": "the app: what its deployments converge on (null: none yet)"},
+    )
     resultIdentities = fields.Dict(required=True)
     plannedResources = fields.List(fields.Dict(), required=True)
     appliedResources = fields.List(fields.Dict(), required=True)
@@ -67,6 +74,68 @@ class Event(Schema):
 class EventPage(Schema):
     items = fields.List(fields.Nested(Event), required=True)
     nextCursor = fields.String(**Nullable)
+
+
+class App(Schema):
+    """An app: the deployments that converge on the same resources (a template instance, an
+    image's or a database's object name)."""
+
+    key = fields.String(required=True)
+    projectId = fields.String(required=True)
+    kind = fields.String(
+        required=True, metadata={"description": "the source kind its deployments share"}
+    )
+    name = fields.String(required=True)
+    status = fields.String(
+        required=True, metadata={"enum": STATUSES, "description": "of its newest deployment"}
+    )
+    active = fields.Boolean(required=True)
+    latestTaskId = fields.UUID(required=True)
+    updatedAt = fields.DateTime(**Nullable)
+
+
+class AppResource(Schema):
+    kind = fields.String(**Nullable)
+    name = fields.String(**Nullable)
+    namespace = fields.String(**Nullable)
+    endpoint = fields.String(**Nullable)
+    taskId = fields.UUID(
+        required=True, metadata={"description": "the deployment that last applied it"}
+    )
+    status = fields.String(
+        required=True, metadata={"enum": STATUSES, "description": "how that deployment ended"}
+    )
+
+
+class AppEndpoint(Schema):
+    address = fields.String(required=True)
+    url = fields.String(
+        **Nullable, metadata={"description": "a link to open; null for an in-cluster address"}
+    )
+    inCluster = fields.Boolean(required=True)
+
+
+class AppList(Schema):
+    items = fields.List(fields.Nested(App), required=True)
+
+
+class HistoryEntry(Task):
+    """A deployment of an app: its snapshot, and whether it can be rolled back to."""
+
+    rollbackable = fields.Boolean(required=True)
+
+
+class AppHistoryPage(Schema):
+    items = fields.List(fields.Nested(HistoryEntry), required=True)
+    nextCursor = fields.String(**Nullable)
+
+
+class AppDetail(App):
+    """An app with what it runs now and a page of its deployment history, newest first."""
+
+    resources = fields.List(fields.Nested(AppResource), required=True)
+    endpoints = fields.List(fields.Nested(AppEndpoint), required=True)
+    history = fields.Nested(AppHistoryPage, required=True)
 
 
 class TemplateList(Schema):

@@ -74,6 +74,19 @@ class SubmitInputs(RequestSchema):
     )
 
 
+#: An app key (deploy_tasks.app_key): its kind, then the instance or object name.
+APP_KEY = validate.Regexp(
+    r"^(template|image|database):[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", error="not an app key"
+)
+
+
+class AppHistory(RequestSchema):
+    """Query parameters of an app: a page of its deployment history."""
+
+    cursor = fields.String(validate=validate.Length(max=200))
+    limit = fields.Integer(validate=validate.Range(1, 200), load_default=20)
+
+
 class CanvasPatch(RequestSchema):
     """Where a task's placeholder sits on the canvas."""
 

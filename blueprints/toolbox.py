@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from marshmallow import fields, validate
 
 from blueprints import schemas
-from blueprints.api_calls import answer_once, create_from
+from blueprints.api_calls import answer_once, create_from, rollback_from
 from blueprints.auth import current_identity
 from blueprints.request_helpers import kubeconfig_from_header, load, runtime
 from engine.core.errors import InvalidRequest
@@ -53,6 +53,13 @@ class RedeployDeployment(schemas.RequestSchema):
     idempotencyKey = IdempotencyKey
 
 
+class RollbackDeployment(schemas.RequestSchema):
+    """Roll an app back to one of its completed deployments."""
+
+    taskId = fields.UUID(required=True)
+    idempotencyKey = IdempotencyKey
+
+
 class SubmitDeploymentInputs(schemas.RequestSchema):
     """Answer the inputs a blocked deployment asks for; it resumes at once."""
 
@@ -85,6 +92,10 @@ def _cancel(args):
 
 def _redeploy(args):
     return create_from(args, predecessor_task_id=args["taskId"])
+
+
+def _rollback(args):
+    return rollback_from(args["taskId"])
 
 
 def _submit(args):
@@ -126,6 +137,15 @@ TOOLS = {
             _cancel,
         ),
         Tool("redeploy_deployment", RedeployDeployment.__doc__, RedeployDeployment, _redeploy),
+        Tool(
+            "rollback_deployment",
+            "Roll an app back to one of its completed deployments: a new deployment with that "
+            "one's recorded plan (image, settings, template instance), converging on the same "
+            "resources. Secret values are never stored: a plan that needs them blocks and asks "
+            "for them again (submit_deployment_inputs).",
+            RollbackDeployment,
+            _rollback,
+        ),
         Tool(
             "submit_deployment_inputs",
             SubmitDeploymentInputs.__doc__,

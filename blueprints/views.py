@@ -4,12 +4,14 @@ page-request state those views depend on: the clock, the project id, the user's 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from flask import abort, request
+from flask import abort, render_template, request
 from marshmallow import ValidationError
 
 from blueprints import presentation, schemas
 from blueprints.auth import current_identity
+from blueprints.errors import http_status
 from blueprints.request_helpers import runtime
+from engine.core.errors import DomainError
 from engine.core.status import ACTIVE, Status
 from engine.lifecycle import actions, dismissals
 from engine.readside import dto
@@ -136,3 +138,9 @@ def view_from_row(row: dict, dismissed: set[str] = frozenset()) -> TaskView:
             attention(item, superseded=bool(successor), dismissed=item["id"] in dismissed)
         ),
     )
+
+
+def page_error(exc: DomainError):
+    """A domain error on a page: a small HTML message with its status (every page blueprint
+    registers it)."""
+    return render_template("error.html", message=exc.message, code=exc.code), http_status(exc)

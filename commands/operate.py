@@ -32,6 +32,7 @@ EXIT_CODES: dict[type[DomainError], int] = {
     errors.TaskNotFound: EXIT_NOT_FOUND,
     errors.PredecessorNotFound: EXIT_NOT_FOUND,
     errors.UnknownTemplate: EXIT_NOT_FOUND,
+    errors.AppNotFound: EXIT_NOT_FOUND,
     operations.CleanupJobNotFound: EXIT_NOT_FOUND,
 }
 

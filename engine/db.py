@@ -17,7 +17,12 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from engine.core.abort import Aborted, AbortSignal
-from engine.core.errors import DatabaseUnavailable, DomainError, RedeployAlreadyActive
+from engine.core.errors import (
+    AppDeployAlreadyActive,
+    DatabaseUnavailable,
+    DomainError,
+    RedeployAlreadyActive,
+)
 from engine.sql import queries
 
 log = logging.getLogger(__name__)
@@ -29,6 +34,7 @@ POOLERS = {"", "pgbouncer"}
 #: Constraint violations that are domain outcomes, keyed on the constraint name.
 CONSTRAINT_ERRORS: dict[str, type[DomainError]] = {
     "deploy_tasks_one_active_clone": RedeployAlreadyActive,
+    "deploy_tasks_one_active_rollback": AppDeployAlreadyActive,
 }
 
 #: SQLSTATEs that say "not now" rather than "not this": the server is shutting down or starting

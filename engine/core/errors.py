@@ -118,3 +118,21 @@ class DatabaseUnavailable(DomainError):
     """The database is unavailable right now; retry shortly."""
 
     code = "database_unavailable"
+
+
+class NotRollbackable(TaskConflict):
+    """Only a completed deployment of an app can be rolled back to."""
+
+    code = "task_not_rollbackable"
+
+
+class AppDeployAlreadyActive(TaskConflict):
+    """A deployment of this app is already active; wait for it or cancel it first."""
+
+    code = "app_deploy_active"
+
+
+class AppNotFound(DomainError):
+    """No such app in this project."""
+
+    code = "app_not_found"

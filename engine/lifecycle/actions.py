@@ -235,6 +235,7 @@ def _create_task(
         sensitive_keys=stripped,
         artifact_summary={"resultIdentities": identities} if identities else {},
         retried_from_task_id=predecessor_task_id,
+        rolled_back_from_task_id=None,
     )
     if row is None:  # this insert sent again after a lost connection: its first attempt's row?
         row = read_task(runtime.db, identity.namespace, task_id)

@@ -65,6 +65,8 @@ def snapshot(row: dict) -> dict:
         "failure": _failure(row),
         "cancelRequestedAt": _iso(row["cancel_requested_at"]),
         "retriedFromTaskId": _id(row["retried_from_task_id"]),
+        "rolledBackFromTaskId": _id(row.get("rolled_back_from_task_id")),
+        "appKey": row.get("app_key"),
         "resultIdentities": summary.get("resultIdentities") or {},
         "plannedResources": summary.get("plannedResources") or [],
         "appliedResources": applied,

@@ -23,6 +23,13 @@ SELECT t.*, (SELECT s.id FROM deploy_tasks s
              ORDER BY s.created_at DESC LIMIT 1) AS successor_id
 FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
 
+-- task_get_active_of_app --
+-- The newest active task of an app (a rollback waits for it: one deployment of an app at a time).
+SELECT * FROM deploy_tasks
+WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+  AND status IN ('queued', 'running', 'blocked', 'applying')
+ORDER BY created_at DESC, id DESC LIMIT 1;
+
 -- task_get_any_namespace --
 -- One task whatever its namespace (operator tools only; every request path is namespace-scoped).
 SELECT * FROM deploy_tasks WHERE id = %(task_id)s;
@@ -54,18 +61,62 @@ ORDER BY created_at DESC, id DESC LIMIT 1;
 -- lost connection), or another clone of the predecessor is active (the one-clone index).
 WITH created AS (
     INSERT INTO deploy_tasks (id, namespace, project_id, created_by, source_kind, runner, source,
-                              sensitive_keys, artifact_summary, retried_from_task_id)
+                              sensitive_keys, artifact_summary, retried_from_task_id,
+                              rolled_back_from_task_id)
     VALUES (%(id)s, %(namespace)s, %(project_id)s, %(created_by)s, %(source_kind)s, %(runner)s,
-            %(source)s, %(sensitive_keys)s, %(artifact_summary)s, %(retried_from_task_id)s)
+            %(source)s, %(sensitive_keys)s, %(artifact_summary)s, %(retried_from_task_id)s,
+            %(rolled_back_from_task_id)s)
     ON CONFLICT DO NOTHING
     RETURNING *
 ), recorded AS (
     INSERT INTO deploy_task_events (task_id, kind, payload)
     SELECT id, 'created', jsonb_build_object(
         'sourceKind', source_kind, 'retriedFromTaskId', retried_from_task_id)
+        || CASE WHEN rolled_back_from_task_id IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('rolledBackFromTaskId', rolled_back_from_task_id) END
     FROM created
 )
 SELECT * FROM created;
+
+-- task_list_app_page --
+-- One page of an app's history, newest first, after the (created_at, id) cursor: every task of
+-- the app whatever its status, until retention purges it.
+SELECT * FROM deploy_tasks
+WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+  AND (%(cursor_created_at)s::timestamptz IS NULL
+       OR (created_at, id) < (%(cursor_created_at)s::timestamptz, %(cursor_id)s::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- task_list_app_resources --
+-- What an app left in the cluster: each resource (kind, name) as the newest of the app's last 50
+-- deployments that applied anything recorded it, with that task's id and status.
+SELECT DISTINCT ON (r ->> 'kind', r ->> 'name') r AS resource, t.id AS task_id, t.status
+FROM (
+    SELECT id, status, created_at, artifact_summary -> 'appliedResources' AS applied
+    FROM deploy_tasks
+    WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+      AND jsonb_typeof(artifact_summary -> 'appliedResources') = 'array'
+      AND jsonb_array_length(artifact_summary -> 'appliedResources') > 0
+    ORDER BY created_at DESC, id DESC
+    LIMIT 50
+) t
+CROSS JOIN jsonb_array_elements(t.applied) AS r
+WHERE jsonb_typeof(r) = 'object'
+ORDER BY r ->> 'kind', r ->> 'name', t.created_at DESC, t.id DESC;
+
+-- task_list_apps_of_project --
+-- A project's apps (optionally one, %(app_key)s), each as its newest task, newest first.
+SELECT newest.*
+FROM (
+    SELECT DISTINCT ON (t.app_key) t.*
+    FROM deploy_tasks t
+    WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s AND t.app_key IS NOT NULL
+      AND (%(app_key)s::text IS NULL OR t.app_key = %(app_key)s::text)
+    ORDER BY t.app_key, t.created_at DESC, t.id DESC
+) newest
+ORDER BY newest.created_at DESC, newest.id DESC
+LIMIT %(limit)s;
 
 -- task_list_for_operator --
 -- The newest tasks across namespaces, optionally of one namespace, project or statuses.

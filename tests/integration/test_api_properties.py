@@ -40,6 +40,9 @@ STABLE_CODES = {
     "shutting_down",
     "idempotency_key_in_flight",
     "idempotency_key_reused",
+    "task_not_rollbackable",
+    "app_deploy_active",
+    "app_not_found",
 }
 #: Per endpoint: enough that a field losing the storable-text rule is found (measured: every
 #: endpoint's 500s on the code before the edge rules were found well within this).
@@ -174,7 +177,7 @@ def raw_bodies(schema, task_ids, valid: list[dict]):
     )
 
 
-def endpoints(blocked_id: str, failed_id: str):
+def endpoints(blocked_id: str, failed_id: str, completed_id: str):
     """(method, path, schema, valid bodies) of every JSON endpoint."""
     creates = [
         {"projectId": "demo", "source": dict(IMAGE_SOURCE, env={"MODE": "prod"})},
@@ -198,6 +201,7 @@ def endpoints(blocked_id: str, failed_id: str):
         "create_deployment": creates,
         "cancel_deployment": [{"taskId": str(uuid.uuid4())}],
         "redeploy_deployment": [{"taskId": failed_id, "source": dict(IMAGE_SOURCE)}],
+        "rollback_deployment": [{"taskId": completed_id}],
         "submit_deployment_inputs": [{"taskId": blocked_id, **inputs}],
         "explain_deployment": [{"taskId": failed_id}],
         "wait_for_deployment": [{"taskId": failed_id, "timeoutSeconds": 1}],
@@ -223,7 +227,8 @@ def test_no_json_endpoint_answers_5xx_and_refusals_write_nothing(
 ):
     blocked = insert_task(status="blocked")
     failed = insert_task(status="failed")
-    task_ids = [str(blocked["id"]), str(failed["id"])]
+    completed = insert_task(status="completed")
+    task_ids = [str(blocked["id"]), str(failed["id"]), str(completed["id"])]
     named = dict(zip(ENDPOINT_NAMES, endpoints(*task_ids), strict=True))
     method, path, schema, valid = named[endpoint]
     cases = st.tuples(
@@ -280,8 +285,86 @@ def test_no_json_endpoint_answers_5xx_and_refusals_write_nothing(
     assert seen["refused"] > 0, seen
     # Positive control: the valid bodies the generator mutates are accepted (on fresh tasks, as
     # an accepted example may have claimed or redeployed the ones above).
-    fresh = [str(insert_task(status="blocked")["id"]), str(insert_task(status="failed")["id"])]
+    # A rollback's fresh target is another app: one of the app above may still be active.
+    other_app = {"source": dict(IMAGE_SOURCE, name="web-control")}
+    fresh = [
+        str(insert_task(status="blocked")["id"]),
+        str(insert_task(status="failed")["id"]),
+        str(insert_task(status="completed", **other_app)["id"]),
+    ]
     method, path, _, valid = dict(zip(ENDPOINT_NAMES, endpoints(*fresh), strict=False))[endpoint]
     response = client.open(path, method=method, json=valid[0])
     expected = 404 if endpoint == "tool:cancel_deployment" else 200  # a random task id
     assert response.status_code // 100 == expected // 100, response.get_json()
+
+
+PATH_TEXT = st.one_of(
+    st.sampled_from(["image:web", "template:webapp-x7k2q1", "database:pg", "web", "image:", ":"]),
+    HOSTILE_TEXT,
+)
+
+
+def test_no_app_read_or_rollback_answers_5xx_whatever_its_path_and_query(
+    client, insert_task, sql_conn
+):
+    """The apps' reads and the rollback take no body: their path and query are what a caller
+    controls. No value answers 5xx; a refusal is JSON with a stable code and writes nothing."""
+    from urllib.parse import quote
+
+    completed = insert_task(status="completed")
+    task_ids = [str(completed["id"]), str(uuid.uuid4()), "not-a-uuid"]
+    seen = {"ok": 0, "refused": 0}
+
+    def task_count() -> int:
+        return sql_conn.execute("SELECT count(*) AS n FROM deploy_tasks").fetchone()["n"]
+
+    @settings(
+        max_examples=EXAMPLES_PER_ENDPOINT * 3,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(
+        project=st.one_of(st.just("demo"), PATH_TEXT),
+        app_key=PATH_TEXT,
+        query=st.dictionaries(
+            st.sampled_from(["cursor", "limit", "other"]),
+            st.one_of(PLAUSIBLE_TEXT, HOSTILE_TEXT, st.integers().map(str)),
+            max_size=3,
+        ),
+        task_id=st.sampled_from(task_ids),
+        which=st.sampled_from(["list", "app", "rollback"]),
+    )
+    def check(project, app_key, query, task_id, which):
+        def part(text):
+            return quote(text.encode("utf-8", "surrogatepass"), safe="")
+
+        before = task_count()
+        if which == "rollback":
+            response = client.post(f"/api/v1/tasks/{part(task_id)}/rollback")
+        else:
+            path = f"/api/v1/projects/{part(project)}/apps"
+            if which == "app":
+                path += f"/{part(app_key)}"
+            response = client.get(
+                path,
+                query_string={
+                    k: v.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+                    for k, v in query.items()
+                },
+            )
+        assert response.status_code < 500, (which, project, app_key, query)
+        if response.status_code >= 400:
+            seen["refused"] += 1
+            error = response.get_json()
+            assert isinstance(error, dict) and error.get("code") in STABLE_CODES, error
+            if which == "rollback":
+                assert task_count() == before
+        else:
+            seen["ok"] += 1
+
+    check()
+    assert seen["refused"] > 0 and seen["ok"] > 0, seen
+    # Positive control: the plausible request reads the app.
+    assert client.get("/api/v1/projects/demo/apps/image:web").status_code == 200

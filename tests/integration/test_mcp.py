@@ -54,6 +54,7 @@ def test_the_sdk_client_lists_creates_waits_cancels_and_explains(start_server):
         "create_deployment",
         "cancel_deployment",
         "redeploy_deployment",
+        "rollback_deployment",
         "submit_deployment_inputs",
         "explain_deployment",
         "wait_for_deployment",

@@ -72,6 +72,33 @@ def test_responses_match_the_documented_snapshot(client, create_task, wait_statu
     assert set(snapshot) == set(document["components"]["schemas"]["Task"]["properties"])
 
 
+def test_the_apps_and_the_rollback_answer_what_the_document_says(client, create_task, wait_status):
+    import jsonschema
+
+    document = client.get("/api/v1/openapi.json").get_json()
+    rollback = document["paths"]["/api/v1/tasks/{task_id}/rollback"]["post"]
+    assert {p["name"] for p in rollback["parameters"]} >= {"task_id", "Idempotency-Key"}
+    assert {"201", "404", "409"} <= set(rollback["responses"])
+    codes = document["components"]["schemas"]["Error"]["properties"]["code"]["enum"]
+    assert {"task_not_rollbackable", "app_deploy_active", "app_not_found"} <= set(codes)
+
+    def conforms(body, schema):
+        jsonschema.validate(body, {"$ref": f"#/components/schemas/{schema}", **document})
+
+    v1 = wait_status(create_task()["id"], "completed")
+    back = client.post(f"/api/v1/tasks/{v1['id']}/rollback")
+    assert back.status_code == 201
+    conforms(back.get_json(), "Task")
+    wait_status(back.get_json()["id"], "completed")
+    conforms(client.get("/api/v1/projects/demo/apps").get_json(), "AppList")
+    app = client.get("/api/v1/projects/demo/apps/image:web").get_json()
+    conforms(app, "AppDetail")
+    assert set(app) == set(document["components"]["schemas"]["AppDetail"]["properties"])
+    again = client.post(f"/api/v1/tasks/{app['history']['items'][0]['id']}/rollback")
+    assert again.status_code == 201  # the rollback completed: it can be rolled back to too
+    wait_status(again.get_json()["id"], "completed")
+
+
 def test_docs_page_renders_the_document_with_the_vendored_renderer(client):
     page = client.get("/api/docs")
     assert page.status_code == 200

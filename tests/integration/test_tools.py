@@ -29,6 +29,7 @@ def test_tools_are_listed_with_json_schema_parameters(client):
         "create_deployment",
         "cancel_deployment",
         "redeploy_deployment",
+        "rollback_deployment",
         "submit_deployment_inputs",
         "explain_deployment",
         "wait_for_deployment",
