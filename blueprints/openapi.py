@@ -387,6 +387,8 @@ def build(app) -> dict:
         "EventPage",
         "TemplateList",
         "ToolList",
+        "WaitOutcome",
+        "Explanation",
     ):
         spec.components.schema(name, schema=getattr(responses, name))
     spec.components.schema("Error", schema=responses.Error)
@@ -405,14 +407,15 @@ def build(app) -> dict:
 
 
 @lru_cache(maxsize=8)
-def _cached(app) -> dict:
+def cached_document(app) -> dict:
+    """The document of `app`, built once (the MCP tools' output schemas are its components)."""
     return build(app)
 
 
 @bp.get("/api/v1/openapi.json")
 def openapi_json():
     """The OpenAPI 3.1 document."""
-    return jsonify(_cached(current_app._get_current_object()))
+    return jsonify(cached_document(current_app._get_current_object()))
 
 
 DOCS_PAGE = """<!doctype html>
