@@ -1,7 +1,7 @@
 """The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx
 (blueprints/errors.py)."""
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request, url_for
 
 from blueprints import schemas
 from blueprints.auth import current_identity
@@ -64,8 +64,12 @@ def _body_or_none():
 
 @bp.post("/tasks")
 def create_task():
-    """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot."""
-    return idempotent(_create_task)
+    """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot and
+    its URL in Location."""
+    response = current_app.make_response(idempotent(_create_task))
+    if response.status_code == 201:
+        response.headers["Location"] = url_for("api.get_task", task_id=response.get_json()["id"])
+    return response
 
 
 def _create_task():
