@@ -20,6 +20,7 @@ from blueprints.jsonschema import schema_of
 from engine.core.errors import DomainError
 from engine.lifecycle import idempotency
 from engine.runners.kinds import KINDS
+from engine.trust.untrusted import STORABLE_TEXT_PATTERN
 
 bp = Blueprint("openapi", __name__)
 
@@ -217,6 +218,14 @@ OPERATIONS = {
                             "parameters": {"task_id": "$response.body#/id"},
                         },
                         "Redeploy": REDEPLOY_LINK,
+                        # The same source again into the same project, through the tool.
+                        "DeployAgain": {
+                            "operationId": "createDeployment",
+                            "requestBody": {
+                                "projectId": "$response.body#/projectId",
+                                "source": "$response.body#/source",
+                            },
+                        },
                     },
                 },
                 **_errors(400, 404),
@@ -254,7 +263,13 @@ OPERATIONS = {
             "responses": {
                 "200": {
                     **_json("Task", "the task"),
-                    "links": {"Redeploy": REDEPLOY_LINK},
+                    "links": {
+                        "Redeploy": REDEPLOY_LINK,
+                        "RedeployDeployment": {
+                            "operationId": "redeployDeployment",
+                            "requestBody": {"taskId": "$response.body#/id"},
+                        },
+                    },
                 },
                 **_errors(404, 409),
             },
@@ -461,6 +476,13 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
                     out[bound] = ret.pop(word)
             if field.key_field is not None and field.key_field.validators:
                 out["propertyNames"] = self.field2property(field.key_field)
+        if (
+            isinstance(field, fields.String)
+            and not isinstance(field, fields.UUID)
+            and not any(isinstance(v, validate.Regexp) for v in field.validators)
+            and "enum" not in ret
+        ):
+            out["pattern"] = STORABLE_TEXT_PATTERN  # the storable-text rule of RequestSchema
         if isinstance(field, schemas.SourceField):
             out["oneOf"] = [self.schema2jsonschema(KINDS[name].schema) for name in sorted(KINDS)]
         if getattr(field, "json_schema", None):

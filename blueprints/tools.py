@@ -23,6 +23,7 @@ from engine.readside import dto
 from engine.readside.explain import explain
 from engine.readside.timeline import read_event_tail, read_events
 from engine.readside.wait import wait_until_settled
+from engine.trust.untrusted import WholeNumber
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
 
@@ -78,7 +79,7 @@ class WaitForDeployment(schemas.RequestSchema):
     """Wait until a deployment finishes or blocks on inputs, at most timeoutSeconds."""
 
     taskId = fields.UUID(required=True)
-    timeoutSeconds = fields.Integer(
+    timeoutSeconds = WholeNumber(
         validate=validate.Range(1, MAX_TOOL_WAIT_S), load_default=60, strict=True
     )
 
