@@ -68,7 +68,8 @@ def create_task():
     its URL in Location."""
     response = current_app.make_response(idempotent(_create_task))
     if response.status_code == 201:
-        response.headers["Location"] = url_for("api.get_task", task_id=response.get_json()["id"])
+        created = load_json(response.get_data())
+        response.headers["Location"] = url_for("api.get_task", task_id=created["id"])
     return response
 
 
