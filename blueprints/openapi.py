@@ -79,6 +79,7 @@ IDEMPOTENCY_KEY = {
 HEADERS = {
     "X-Served-By": {
         "description": "which server process answered (every response)",
+        "required": True,
         "schema": {"type": "string"},
     },
     "Idempotent-Replayed": {

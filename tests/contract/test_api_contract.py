@@ -15,6 +15,8 @@ Checks that cannot fail against this API, and why (so they are named, not silent
   credentials to ignore or to swap); OIDC mode's refusals are tested in
   tests/integration/test_auth_bearer.py.
 - use_after_free: the API deletes nothing (tasks are purged by retention, not by a DELETE).
+- allow_header_conformance: schemathesis applies it to OPTIONS answers only, and none of its
+  phases sends OPTIONS here (a 405's Allow is unsupported_method's, which the control breaks).
 - missing_required_header: no operation requires a header (X-Kubeconfig is required only where
   the server deploys to real clusters, not in the sandbox this run uses).
 The positive control (test_each_check_catches_a_broken_response) proves every other check fails
@@ -35,10 +37,23 @@ from tests.conftest import IMAGE_SOURCE, ROOT
 
 #: Checks that cannot fail here (see the module docstring).
 INAPPLICABLE = {
+    "allow_header_conformance",
     "ignored_auth",
     "object_level_authorization",
     "use_after_free",
     "missing_required_header",
+}
+#: The checks broken_wsgi.py breaks, one response each (the positive control).
+BROKEN = {
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_schema_conformance",
+    "response_headers_conformance",
+    "negative_data_rejection",
+    "positive_data_acceptance",
+    "unsupported_method",
+    "ensure_resource_availability",
 }
 MIN_LINK_COVERAGE = 0.8
 #: A kubeconfig the sandbox accepts (it deploys nowhere real): creates then reach the engine
@@ -68,7 +83,7 @@ def schemathesis_run(base: str, tmp_path: Path, *extra: str, examples: str | Non
     assert existing.status_code == 201, existing.text
     task_id = existing.json()["id"]
     cancelled = requests.post(f"{base}/api/v1/tasks/{task_id}/cancel", timeout=30)
-    assert cancelled.status_code in (200, 409), cancelled.text
+    assert cancelled.status_code < 500, cancelled.text  # (the control server 404s it)
     given = (("submitInputs", "path.task_id"), ("redeployDeployment", "body.taskId"))
     for operation, parameter in given:
         config += (
@@ -148,6 +163,31 @@ def test_schemathesis_finds_nothing(start_server, tmp_path):
         assert report["phases"][phase]["status"] == "success", report["phases"]
     covered, total = link_coverage(events)
     assert total and covered / total >= MIN_LINK_COVERAGE, (covered, total, why)
+    # Every check ran (and passed) somewhere.
+    assert set(check_results(events)) >= set(BROKEN) | INAPPLICABLE, check_results(events)
+
+
+def test_each_check_catches_a_broken_response(start_server, tmp_path):
+    """Positive control: on an engine whose responses are broken one per check
+    (broken_wsgi.py), every applicable check fails."""
+    server = start_server(
+        kind="gunicorn", env=FAST_SANDBOX, workers=1, wsgi="tests.contract.broken_wsgi:app"
+    )
+    done, report, events = schemathesis_run(server.base, tmp_path, examples="5")
+    failed = {name for name, statuses in check_results(events).items() if "failure" in statuses}
+    assert set(BROKEN) <= failed, (set(BROKEN) - failed, done.stdout[-6000:])
+    assert done.returncode != 0
+
+
+def check_results(events: list[dict]) -> dict[str, set[str]]:
+    """check name -> the statuses it had (success, failure, ...) over the whole run."""
+    results: dict[str, set[str]] = {}
+    for event in events:
+        recorder = event.get("ScenarioFinished", {}).get("recorder", {})
+        for checks in (recorder.get("checks") or {}).values():
+            for check in checks:
+                results.setdefault(check["name"], set()).add(check["status"])
+    return results
 
 
 def link_coverage(events: list[dict]) -> tuple[int, int]:
