@@ -31,6 +31,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     import commands
     from blueprints import (
         api,
+        api_docs,
         app_pages,
         auth,
         cluster_access,
@@ -39,7 +40,6 @@ def create_app(test_config: dict | None = None) -> Flask:
         errors,
         gateway_stream,
         mcp,
-        openapi,
         ops,
         pages,
         streams,
@@ -108,7 +108,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     ops.init_app(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(tools.bp)
-    app.register_blueprint(openapi.bp)
+    app.register_blueprint(api_docs.bp)
     app.register_blueprint(mcp.bp)
     app.register_error_handler(DomainError, errors.domain_error)
     app.register_blueprint(streams.bp)

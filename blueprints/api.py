@@ -1,7 +1,7 @@
 """The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx
 (blueprints/errors.py)."""
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request, url_for
 from marshmallow import ValidationError
 
 from blueprints import schemas
@@ -42,8 +42,13 @@ def _body_or_none():
 
 @bp.post("/tasks")
 def create_task():
-    """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot."""
-    return idempotent(_create_task)
+    """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot and
+    its URL in Location."""
+    response = current_app.make_response(idempotent(_create_task))
+    if response.status_code == 201:
+        created = load_json(response.get_data())
+        response.headers["Location"] = url_for("api.get_task", task_id=created["id"])
+    return response
 
 
 def _create_task():

@@ -111,10 +111,16 @@ def domain_error(exc: DomainError):
 
 
 def http_error(exc: HTTPException):
-    """Every other HTTP error under /api as JSON with a stable code."""
-    return jsonify(
+    """Every other HTTP error under /api as JSON with a stable code, keeping Werkzeug's headers
+    (a 405's `Allow`, RFC 9110 15.5.6) but not its text/html content type."""
+    response = jsonify(
         {"code": HTTP_ERROR_CODES.get(exc.code, "http_error"), "message": exc.description}
-    ), exc.code
+    )
+    response.status_code = exc.code
+    for name, value in exc.get_headers():
+        if name.lower() != "content-type":
+            response.headers[name] = value
+    return response
 
 
 def retry_later(response):

@@ -4,6 +4,7 @@ from marshmallow import Schema, fields, validate
 
 from blueprints.schemas import SourceField
 from engine.runners.kinds import KINDS
+from engine.trust.untrusted import STORABLE_TEXT_PATTERN
 
 
 def schema_of(schema: Schema | type[Schema]) -> dict:
@@ -36,6 +37,8 @@ def field_schema(field: fields.Field) -> dict:
         out = {"type": "array", "items": field_schema(field.inner)}
     elif isinstance(field, fields.Dict):
         out = {"type": "object"}
+        if field.key_field is not None:
+            out["propertyNames"] = field_schema(field.key_field)
         if field.value_field is not None:
             out["additionalProperties"] = field_schema(field.value_field)
     elif isinstance(field, fields.UUID):
@@ -48,6 +51,8 @@ def field_schema(field: fields.Field) -> dict:
         out = {"type": "boolean"}
     else:
         out = {"type": "string"}
+        if not any(isinstance(v, validate.Regexp) for v in field.validators):
+            out["pattern"] = STORABLE_TEXT_PATTERN
     for validator in field.validators:
         out.update(_constraint(validator, out.get("type")))
     return out

@@ -1,26 +1,41 @@
 """The chat tools over the Model Context Protocol's Streamable HTTP transport, at /mcp.
 
-JSON-RPC 2.0 over POST: `initialize` (protocol version negotiation), `ping`, `tools/list`,
-`tools/call`; notifications and client responses are accepted with 202. Each request is answered
-with one JSON body, or one SSE event when the client accepts only `text/event-stream`. The
-server offers no server-initiated stream (GET is 405) and keeps no session state: the
-`Mcp-Session-Id` is a signed, timestamped token naming the negotiated version and the caller, so
-any worker of any process can serve the next request. It expires MCP_SESSION_TTL_S after its
-`initialize` (404: the client initializes again, as the transport spec has it). Tools, their
-input schemas, auth and namespace scoping are the ones of blueprints/toolbox.py; a failing tool is
-an MCP tool error (`isError`) whose text starts with the stable error code.
+Two eras of the protocol share the endpoint, told apart per request:
+
+- 2026-07-28, stateless: no handshake and no session; every request carries its own envelope in
+  `params._meta` (protocol version, client capabilities) echoed by the `MCP-Protocol-Version` and
+  `Mcp-Method` headers. `server/discover` says what we speak. create_deployment and
+  redeploy_deployment answer a task handle when the client speaks the Tasks extension
+  (io.modelcontextprotocol/tasks): `tasks/get` polls it, `tasks/cancel` cancels the deployment.
+  The handle is the deployment task's id, so any process of any host answers any request.
+- 2024-11-05 to 2025-11-25, the `initialize` handshake: each handshake gets a session id of its
+  own (signed, naming the version and the caller); later requests must carry it and a matching
+  version header. It expires MCP_SESSION_TTL_S after its `initialize` (404: the client
+  initializes again, as the transport spec has it).
+
+Each request is answered with one JSON body, or one SSE event when the client accepts only
+`text/event-stream`. The server offers no server-initiated stream (GET is 405). Tools, their input
+schemas, auth and namespace scoping are the ones of blueprints/toolbox.py; a failing tool is an MCP
+tool error (`isError`) whose text starts with the stable error code.
 """
 
 import json
 import logging
+import secrets
+import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
-from blueprints import toolbox
+from blueprints import openapi, toolbox
 from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.jsonschema import schema_of
+from blueprints.request_helpers import runtime
+from engine.core.errors import DomainError
+from engine.core.status import Status
+from engine.lifecycle import actions
+from engine.readside import dto
 from engine.trust.untrusted import load_json
 
 log = logging.getLogger(__name__)
@@ -28,25 +43,57 @@ log = logging.getLogger(__name__)
 bp = Blueprint("mcp", __name__)
 
 #: Handshake-era revisions we speak, oldest to newest; the newest is our counter-offer.
-PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+#: Stateless revisions: every request carries its envelope in `params._meta`.
+STATELESS_VERSIONS = ("2026-07-28",)
+#: The one handshake revision whose transport carries JSON-RPC batches (2025-06-18 removed them).
+BATCH_VERSION = "2025-03-26"
 #: What a request without the version header is assumed to speak (the transport spec's rule).
 DEFAULT_HEADER_VERSION = "2025-03-26"
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
+METHOD_HEADER = "Mcp-Method"
+NAME_HEADER = "Mcp-Name"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 SERVER_INFO = {"name": "deployment-task-engine", "version": "1"}
 INSTRUCTIONS = (
     "Deploy sources into projects and follow them: create_deployment starts one, "
     "wait_for_deployment waits until it ends or needs inputs, explain_deployment "
     "says what happened and what to do next."
 )
+#: How often an assistant following a deployment task should poll (tasks/get), and how long the
+#: task stays readable after it ends (the purge, 30 days).
+POLL_INTERVAL_MS = 2000
+TASK_TTL_MS = 30 * 24 * 3600 * 1000
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION = -32020, -32022
+#: Stateless results that carry caching directives (the 2026-07-28 CacheableResult).
+CACHEABLE = frozenset({"server/discover", "tools/list"})
+#: The HTTP status of a stateless request's error (the 2026-07-28 transport's table).
+STATELESS_ERROR_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
 
 
 class RpcError(Exception):
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int, message: str, data=None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.data = code, message, data
+
+    def body(self) -> dict:
+        error = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
 
 
 def _serializer() -> URLSafeTimedSerializer:
@@ -57,9 +104,16 @@ def _rpc_error(message_id, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": message_id, "error": {"code": code, "message": message}}
 
 
-def _http_error(status: int, code: int, message: str) -> Response:
-    response = jsonify(_rpc_error(None, code, message))
+def _http_error(status: int, code: int, message: str, message_id=None) -> Response:
+    response = jsonify(_rpc_error(message_id, code, message))
     response.status_code = status
+    return response
+
+
+def _accepted() -> Response:
+    """202 for a notification or a client's response: no body, so no content type either."""
+    response = Response(status=202)
+    del response.headers["Content-Type"]
     return response
 
 
@@ -78,18 +132,128 @@ def endpoint():
         message = load_json(request.get_data())  # depth-limited, like every JSON body
     except ValueError:
         return _http_error(400, PARSE_ERROR, "the body is not JSON")
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return _http_error(400, INVALID_REQUEST, "the body must be one JSON-RPC 2.0 message")
-
+    if isinstance(message, list):
+        return _batch(message)
+    refused = _malformed(message)
+    if refused is not None:
+        return _http_error(400, INVALID_REQUEST, refused, _id_of(message))
     if "method" not in message:  # a client's response to a server request: none are sent
-        return Response(status=202)
+        return _accepted()
+    if _is_stateless(message):
+        return _stateless(message)
+    return _handshake_era(message)
+
+
+def _id_of(message):
+    return message.get("id") if isinstance(message, dict) else None
+
+
+def _malformed(message) -> str | None:
+    """Why `message` is not a JSON-RPC 2.0 request, notification or response, or None."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return "the body must be a JSON-RPC 2.0 message"
+    if (
+        "id" in message
+        and not isinstance(message["id"], (str, int))
+        or isinstance(message.get("id"), bool)
+    ):
+        return "id must be a string or an integer"
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "method must be a string"
+        if "params" in message and not isinstance(message["params"], dict):
+            return "params must be an object"
+        return None
+    # No method: only a response (with result or error) may omit it.
+    if "id" not in message or ("result" in message) == ("error" in message):
+        return "a message without a method must be a response carrying result or error"
+    return None
+
+
+# -- 2026-07-28: stateless ---------------------------------------------------------------------
+
+
+def _is_stateless(message: dict) -> bool:
+    meta = (message.get("params") or {}).get("_meta")
+    return (
+        message["method"] == "server/discover"
+        or (isinstance(meta, dict) and META_VERSION in meta)
+        or request.headers.get(VERSION_HEADER) in STATELESS_VERSIONS
+    )
+
+
+def _stateless(message: dict) -> Response:
+    message_id = message.get("id")
+    if "id" not in message:  # the stateless core defines no client notifications
+        return _accepted()
+    try:
+        capabilities = _envelope(message)
+        result = _dispatch(message["method"], message.get("params") or {}, capabilities)
+    except RpcError as exc:
+        status = STATELESS_ERROR_STATUS.get(exc.code, 200)
+        return _answer(message_id, error=exc.body(), status=status)
+    result.setdefault("resultType", "complete")
+    if message["method"] in CACHEABLE:
+        # The same for every caller of this deployment; a client may keep it for a minute.
+        result.update(ttlMs=60_000, cacheScope="private")
+    result.setdefault("_meta", {})[META_SERVER_INFO] = SERVER_INFO
+    return _answer(message_id, result)
+
+
+def _envelope(message: dict) -> dict:
+    """The client's capabilities from a stateless request's `_meta`, once the envelope, its
+    headers and its version agree; RpcError otherwise."""
+    meta = message.get("params", {}).get("_meta")
+    if not isinstance(meta, dict) or META_VERSION not in meta or META_CAPABILITIES not in meta:
+        raise RpcError(
+            INVALID_PARAMS, f"params._meta must carry {META_VERSION} and {META_CAPABILITIES}"
+        )
+    version = meta[META_VERSION]
+    if request.headers.get(VERSION_HEADER) != version:
+        raise RpcError(HEADER_MISMATCH, f"{VERSION_HEADER} does not match params._meta")
+    if request.headers.get(METHOD_HEADER) != message["method"]:
+        raise RpcError(HEADER_MISMATCH, f"{METHOD_HEADER} does not match the method")
+    name = request.headers.get(NAME_HEADER)
+    if name is not None and message["method"] == "tools/call":
+        if name != message["params"].get("name"):
+            raise RpcError(HEADER_MISMATCH, f"{NAME_HEADER} does not match params.name")
+    if version not in STATELESS_VERSIONS:
+        raise RpcError(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "unsupported protocol version",
+            {"supported": list(STATELESS_VERSIONS), "requested": version},
+        )
+    capabilities = meta[META_CAPABILITIES]
+    if not isinstance(capabilities, dict):
+        raise RpcError(INVALID_PARAMS, f"{META_CAPABILITIES} must be an object")
+    return capabilities
+
+
+def _discover() -> dict:
+    return {
+        "supportedVersions": list(STATELESS_VERSIONS),
+        "capabilities": {
+            "tools": {"listChanged": False},
+            "extensions": {TASKS_EXTENSION: {}},
+        },
+        "instructions": INSTRUCTIONS,
+    }
+
+
+# -- the handshake era: 2024-11-05 .. 2025-11-25 ----------------------------------------------
+
+
+def _handshake_era(message: dict) -> Response:
     method, message_id = message["method"], message.get("id")
-    if not isinstance(method, str):
-        return _http_error(400, INVALID_REQUEST, "method must be a string")
     identity = current_identity()
     if method == "initialize":
+        if "id" not in message:
+            return _http_error(400, INVALID_REQUEST, "initialize is a request: it needs an id")
         version = _negotiate(message.get("params"))
-        session = _serializer().dumps({"v": version, "ns": identity.namespace, "u": identity.user})
+        # A session of its own per handshake: told apart in logs, never shared by two clients.
+        session = _serializer().dumps(
+            {"v": version, "ns": identity.namespace, "u": identity.user, "s": secrets.token_hex(8)}
+        )
         return _answer(
             message_id,
             {
@@ -100,17 +264,38 @@ def endpoint():
             },
             headers={SESSION_HEADER: session},
         )
-
-    refused = _check_session(identity)
+    session, refused = _session(identity)
     if refused is not None:
         return refused
     if "id" not in message:  # notifications (initialized, cancelled, ...): nothing to say
-        return Response(status=202)
+        return _accepted()
     try:
-        result = _dispatch(method, message.get("params") or {})
+        result = _dispatch(method, message.get("params") or {}, None)
     except RpcError as exc:
-        return _answer(message_id, error={"code": exc.code, "message": exc.message})
+        return _answer(message_id, error=exc.body())
     return _answer(message_id, result)
+
+
+def _batch(messages: list) -> Response:
+    """A JSON-RPC batch: served only in a 2025-03-26 session (its transport requires them);
+    every other revision's transport has one message per POST."""
+    session, refused = _session(current_identity())
+    if refused is not None:
+        return refused
+    if session["v"] != BATCH_VERSION or not messages:
+        return _http_error(400, INVALID_REQUEST, "batches are not supported in this revision")
+    answers = []
+    for message in messages:
+        why = _malformed(message)
+        if why is not None:
+            answers.append(_rpc_error(_id_of(message), INVALID_REQUEST, why))
+        elif "method" in message and "id" in message:
+            try:
+                result = _dispatch(message["method"], message.get("params") or {}, None)
+                answers.append({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            except RpcError as exc:
+                answers.append({"jsonrpc": "2.0", "id": message["id"], "error": exc.body()})
+    return jsonify(answers) if answers else _accepted()
 
 
 @bp.route("/mcp", methods=["GET", "DELETE"])
@@ -124,15 +309,17 @@ def no_stream():
 def _negotiate(params) -> str:
     """The client's version when we speak it, else our newest (the client then decides)."""
     requested = params.get("protocolVersion") if isinstance(params, dict) else None
-    return requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[-1]
+    return requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
 
 
-def _check_session(identity) -> Response | None:
-    """400 without a session or with an unsupported version header; 404 for a session that is
-    not ours (forged, another server's key, or another caller's), so the client starts anew."""
+def _session(identity) -> tuple[dict | None, Response | None]:
+    """(session, None), or (None, refusal): 400 without a session or with a version header other
+    than the session's; 404 for a session that is not ours (forged, another server's key, or
+    another caller's), so the client starts anew."""
     sent = request.headers.get(SESSION_HEADER)
     if not sent:
-        return _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required; initialize first")
+        refusal = _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required; initialize")
+        return None, refusal
     try:
         session = _serializer().loads(
             sent, max_age=current_app.extensions["engine"].settings.mcp_session_ttl_s
@@ -140,58 +327,150 @@ def _check_session(identity) -> Response | None:
     except SignatureExpired:
         return _http_error(404, INVALID_REQUEST, "the session expired; initialize again")
     except BadSignature:
-        return _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
+        return None, _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
     if session.get("ns") != identity.namespace or session.get("u") != identity.user:
-        return _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
-    version = request.headers.get(VERSION_HEADER, DEFAULT_HEADER_VERSION)
-    if version not in PROTOCOL_VERSIONS:
-        return _http_error(400, INVALID_REQUEST, f"unsupported {VERSION_HEADER}: {version}")
-    return None
+        return None, _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
+    version = request.headers.get(VERSION_HEADER)
+    # Before 2025-06-18 clients did not send the header; from then on it must be the session's.
+    if version is None and session["v"] in ("2024-11-05", "2025-03-26"):
+        version = session["v"]
+    if version != session["v"]:
+        message = f"{VERSION_HEADER} must be the session's ({session['v']})"
+        return None, _http_error(400, INVALID_REQUEST, message)
+    return session, None
 
 
-def _dispatch(method: str, params: dict) -> dict:
-    if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, "params must be an object")
+# -- methods, both eras -----------------------------------------------------------------------
+
+
+def _dispatch(method: str, params: dict, capabilities: dict | None) -> dict:
+    """The result of `method`; `capabilities` are a stateless request's (None in a session)."""
     if method == "ping":
         return {}
     if method == "tools/list":
-        return {
-            "tools": [
-                {
-                    "name": t.name,
-                    "description": t.description,
-                    "inputSchema": schema_of(t.arguments),
-                }
-                for t in toolbox.TOOLS.values()
-            ]
-        }
+        return {"tools": [_definition(t) for t in toolbox.TOOLS.values()]}
     if method == "tools/call":
-        return _call_tool(params)
+        return _call_tool(params, capabilities)
+    if capabilities is not None:
+        if method == "server/discover":
+            return _discover()
+        if method == "tasks/get":
+            return _task_state(_task_row(params))
+        if method == "tasks/cancel":
+            row = _task_row(params)
+            try:
+                actions.cancel_task(runtime(), current_identity(), row["id"])
+            except DomainError:
+                pass  # already finished: its state says how
+            return {}
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-def _call_tool(params: dict) -> dict:
-    name = params.get("name")
-    if not isinstance(name, str):  # any JSON value may come; a list is not even hashable
-        raise RpcError(INVALID_PARAMS, "params.name must be a string naming a tool")
-    tool = toolbox.TOOLS.get(name)
-    if tool is None:
-        raise RpcError(INVALID_PARAMS, f"unknown tool: {name}")
-    body, status, _ = toolbox.invoke(tool, params.get("arguments") or {})
-    if status >= 400:
-        # A tool error, not a protocol error: the model sees it and can correct its call.
-        return {
-            "content": [
-                {"type": "text", "text": f"{body['code']}: {body['message']}\n" + json.dumps(body)}
-            ],
-            "structuredContent": body,
-            "isError": True,
-        }
-    return {
-        "content": [{"type": "text", "text": json.dumps(body)}],
-        "structuredContent": body,
-        "isError": False,
+def _definition(tool: toolbox.Tool) -> dict:
+    """A tool as tools/list shows it: input and output schemas, and its annotations."""
+    components = openapi.cached_document(current_app._get_current_object())["components"]
+    definition = {
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": schema_of(tool.arguments),
+        "outputSchema": _inlined(components["schemas"][tool.output], components["schemas"]),
+        "annotations": tool.annotations,
     }
+    if tool.starts_task:
+        definition["execution"] = {"taskSupport": "optional"}
+    return definition
+
+
+def _inlined(schema, schemas: dict):
+    """`schema` with each `#/components/schemas/X` reference replaced by X: a tool's output
+    schema stands alone."""
+    if isinstance(schema, list):
+        return [_inlined(item, schemas) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/components/schemas/"):
+        return _inlined(schemas[ref.rsplit("/", 1)[1]], schemas)
+    return {key: _inlined(value, schemas) for key, value in schema.items()}
+
+
+def _call_tool(params: dict, capabilities: dict | None) -> dict:
+    name = params.get("name")
+    tool = toolbox.TOOLS.get(name) if isinstance(name, str) else None
+    if tool is None:
+        raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}"[:200])
+    body, status, _ = toolbox.invoke(tool, params.get("arguments") or {})
+    if status < 400 and tool.starts_task and _speaks_tasks(capabilities):
+        return _task_state(_task_row({"taskId": body["id"]}))
+    return _tool_result(body, is_error=status >= 400)
+
+
+def _tool_result(body: dict, *, is_error: bool) -> dict:
+    """A CallToolResult; an error one is for the model to read and correct its call."""
+    text = json.dumps(body)
+    if is_error:
+        text = f"{body['code']}: {body['message']}\n{text}"
+    return {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": body,
+        "isError": is_error,
+    }
+
+
+# -- the Tasks extension: a deployment task is the protocol's task ----------------------------
+
+#: Our status -> the Tasks extension's.
+TASK_STATUS = {
+    Status.QUEUED: "working",
+    Status.RUNNING: "working",
+    Status.APPLYING: "working",
+    Status.BLOCKED: "input_required",
+    Status.COMPLETED: "completed",
+    Status.FAILED: "failed",
+    Status.CANCELLED: "cancelled",
+}
+
+
+def _speaks_tasks(capabilities: dict | None) -> bool:
+    extensions = (capabilities or {}).get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def _task_row(params: dict) -> dict:
+    try:
+        task_id = uuid.UUID(str(params.get("taskId")))
+        return actions.get_task(runtime(), current_identity(), task_id)
+    except (ValueError, DomainError):
+        raise RpcError(INVALID_PARAMS, "unknown taskId") from None
+
+
+def _task_state(row: dict) -> dict:
+    """The extension's task (resultType "task") for a deployment task; once it ended, with the
+    result the tool gives without the extension (the task's snapshot)."""
+    snapshot = dto.snapshot(row)
+    status = TASK_STATUS[Status(row["status"])]
+    state = {
+        "resultType": "task",
+        "taskId": snapshot["id"],
+        "status": status,
+        "statusMessage": _status_message(snapshot),
+        "createdAt": snapshot["createdAt"],
+        "lastUpdatedAt": snapshot["updatedAt"],
+        "ttl": TASK_TTL_MS,
+        "pollInterval": POLL_INTERVAL_MS,
+    }
+    if status in ("completed", "failed", "cancelled"):
+        state["result"] = _tool_result(snapshot, is_error=False)
+    return state
+
+
+def _status_message(snapshot: dict) -> str:
+    if snapshot["status"] == Status.BLOCKED:
+        names = ", ".join(i["name"] for i in snapshot["pendingInputs"] or [])
+        return f"waiting for inputs ({names}): answer with submit_deployment_inputs"
+    if snapshot["status"] == Status.FAILED:
+        return (snapshot["failure"] or {}).get("message") or "failed"
+    return f"deployment {snapshot['status']}"
 
 
 def _answer(
@@ -200,6 +479,7 @@ def _answer(
     *,
     error: dict | None = None,
     headers: dict | None = None,
+    status: int = 200,
 ) -> Response:
     """One JSON-RPC response: JSON, or a one-event SSE stream for a client that accepts only
     that."""
@@ -213,5 +493,6 @@ def _answer(
             mimetype="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )
+    response.status_code = status
     response.headers.update(headers or {})
     return response

@@ -11,22 +11,15 @@ from functools import lru_cache
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
-from flask import Blueprint, current_app, jsonify, render_template_string, url_for
 from marshmallow import fields, validate
 
-from blueprints import responses, schemas
-from blueprints.edge import CONTENT_SECURITY_POLICY
+from blueprints import responses, schemas, toolbox
+from blueprints.jsonschema import schema_of
 from engine.core.errors import DomainError
+from engine.lifecycle import idempotency
 from engine.runners.kinds import KINDS
+from engine.trust.untrusted import STORABLE_TEXT_PATTERN
 
-bp = Blueprint("openapi", __name__)
-
-#: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL. Its
-#: attribution logo came from Redocly's CDN; the vendored copy shows an empty data: image instead
-#: (static/vendor/README.md), so no page fetches anything from outside.
-DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
-    "img-src 'self' data:;", "img-src 'self' data:; font-src 'self' data:;"
-)
 #: Codes the API gives HTTP errors itself (blueprints/api.py http_error), idempotency's and
 #: the auth gate's.
 EXTRA_CODES = [
@@ -65,7 +58,8 @@ KUBECONFIG = {
     "in": "header",
     "name": "X-Kubeconfig",
     "required": False,
-    "schema": {"type": "string"},
+    # What request_helpers.kubeconfig_from_header accepts: strict base64 (then YAML).
+    "schema": {"type": "string", "minLength": 1, "pattern": r"^[A-Za-z0-9+/]+={0,2}$"},
     "description": "base64 kubeconfig; required where the server deploys to real "
     "clusters (kept in memory only)",
 }
@@ -73,14 +67,41 @@ IDEMPOTENCY_KEY = {
     "in": "header",
     "name": "Idempotency-Key",
     "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[\x21-\x7e]+$"},
+    "schema": {"type": "string", "pattern": idempotency.KEY.pattern, "maxLength": 255},
     "description": "repeat the same request safely for 24 h: the first response "
     "is replayed with `Idempotent-Replayed: true`",
 }
 
 
-def _json(schema, description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+#: Response headers the server sends (components.headers), by name.
+HEADERS = {
+    "X-Served-By": {
+        "description": "which server process answered (every response)",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+    "Idempotent-Replayed": {
+        "description": "`true` when this is the stored answer to an earlier request with the "
+        "same Idempotency-Key",
+        "schema": {"type": "string", "enum": ["true"]},
+    },
+    "Location": {
+        "description": "the created task's URL",
+        "schema": {"type": "string", "format": "uri-reference"},
+    },
+}
+
+
+def _headers(*names: str) -> dict:
+    return {n: {"$ref": f"#/components/headers/{n}"} for n in ("X-Served-By", *names)}
+
+
+def _json(schema, description: str, *headers: str) -> dict:
+    return {
+        "description": description,
+        "headers": _headers(*headers),
+        "content": {"application/json": {"schema": schema}},
+    }
 
 
 def _errors(*statuses: int) -> dict:
@@ -95,7 +116,7 @@ def _errors(*statuses: int) -> dict:
         422: "idempotency key reused",
         503: "shutting down",
     }
-    return {str(s): _json("Error", words[s]) for s in statuses}
+    return {str(s): _json("Error", words[s], "Idempotent-Replayed") for s in statuses}
 
 
 def _body(schema) -> dict:
@@ -103,11 +124,38 @@ def _body(schema) -> dict:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-def _sse(description: str) -> dict:
+def _event(name: str, data: dict) -> dict:
+    """One server-sent event: its name and its JSON data (OpenAPI 3.1: `schema` of an event
+    stream describes each event)."""
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"const": name},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": data,
+            },
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+        },
+    }
+
+
+def _sse(description: str, events: dict[str, dict]) -> dict:
     return {
         "description": description,
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "headers": _headers(),
+        "content": {
+            "text/event-stream": {
+                "schema": {"oneOf": [_event(name, data) for name, data in events.items()]}
+            }
+        },
     }
+
+
+PROJECTION = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
 
 
 SNAPSHOT_LINKS = {
@@ -133,7 +181,12 @@ OPERATIONS = {
             "requestBody": _body(schemas.CreateTask),
             "responses": {
                 "201": {
-                    **_json("Task", "the task, already claimed and running"),
+                    **_json(
+                        "Task",
+                        "the task, already claimed and running",
+                        "Location",
+                        "Idempotent-Replayed",
+                    ),
                     "links": SNAPSHOT_LINKS,
                 },
                 **_errors(*WRITE_ERRORS, 422),
@@ -168,6 +221,14 @@ OPERATIONS = {
                             "operationId": "rollbackTask",
                             "parameters": {"task_id": "$response.body#/id"},
                         },
+                        # The same source again into the same project, through the tool.
+                        "DeployAgain": {
+                            "operationId": "createDeployment",
+                            "requestBody": {
+                                "projectId": "$response.body#/projectId",
+                                "source": "$response.body#/source",
+                            },
+                        },
                     },
                 },
                 **_errors(400, 404),
@@ -190,7 +251,10 @@ OPERATIONS = {
             "summary": "Answer a blocked task's inputs; it resumes at once",
             "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
             "requestBody": _body(schemas.SubmitInputs),
-            "responses": {"200": _json("Task", "the resumed task"), **_errors(*WRITE_ERRORS, 422)},
+            "responses": {
+                "200": _json("Task", "the resumed task", "Idempotent-Replayed"),
+                **_errors(*WRITE_ERRORS, 422),
+            },
         }
     },
     "api.cancel_task": {
@@ -202,7 +266,13 @@ OPERATIONS = {
             "responses": {
                 "200": {
                     **_json("Task", "the task"),
-                    "links": {"Redeploy": REDEPLOY_LINK},
+                    "links": {
+                        "Redeploy": REDEPLOY_LINK,
+                        "RedeployDeployment": {
+                            "operationId": "redeployDeployment",
+                            "requestBody": {"taskId": "$response.body#/id"},
+                        },
+                    },
                 },
                 **_errors(404, 409),
             },
@@ -282,20 +352,8 @@ OPERATIONS = {
             "responses": {"200": _json("ToolList", "the tools")},
         }
     },
-    "tools.call_tool": {
-        "post": {
-            "operationId": "callTool",
-            "tags": ["tools"],
-            "summary": "Call a chat tool with its arguments as the body",
-            "parameters": [TOOL_NAME, KUBECONFIG],
-            "requestBody": _body({"type": "object"}),
-            "responses": {
-                "200": _json({"type": "object"}, "the tool's result"),
-                "201": _json({"type": "object"}, "the created task"),
-                **_errors(*WRITE_ERRORS, 422),
-            },
-        }
-    },
+    # Documented once per tool (tool_operations): each has its own body and answer.
+    "tools.call_tool": {},
     "streams.project_tasks_stream": {
         "get": {
             "operationId": "streamProjectTasks",
@@ -306,7 +364,16 @@ OPERATIONS = {
                 "200": _sse(
                     "`event: snapshot` (data: {items: [projection]}) first, then "
                     "`upsert` (a projection) and `remove` ({id}) per change; "
-                    "comment keepalives every 15 s"
+                    "comment keepalives every 15 s",
+                    {
+                        "snapshot": {
+                            "type": "object",
+                            "required": ["items"],
+                            "properties": {"items": {"type": "array", "items": PROJECTION}},
+                        },
+                        "upsert": PROJECTION,
+                        "remove": PROJECTION,
+                    },
                 ),
                 **_errors(400),
             },
@@ -322,7 +389,17 @@ OPERATIONS = {
                 "200": _sse(
                     "`turn_started` ({turn, sessionId}), `delta` ({turn, offset, "
                     "text}) and `turn_done` ({turn, chars}) per model turn; "
-                    "`end` when the task finishes"
+                    "`end` when the task finishes",
+                    {
+                        "turn_started": {"type": "object", "required": ["turn"]},
+                        "delta": {"type": "object", "required": ["turn", "text"]},
+                        "turn_done": {"type": "object", "required": ["turn"]},
+                        "end": {
+                            "type": "object",
+                            "required": ["status"],
+                            "properties": {"status": {"type": ["string", "null"]}},
+                        },
+                    },
                 ),
                 **_errors(404),
             },
@@ -379,6 +456,54 @@ OPERATIONS = {
 }
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def tool_operations() -> dict[str, dict]:
+    """POST /api/v1/tools/<name> for each tool: its arguments as the body (the JSON Schema the
+    server validates with), its answer as the response, its links as the task's."""
+    paths = {}
+    for tool in toolbox.TOOLS.values():
+        status = "201" if tool.starts_task else "200"
+        answer = {**_json(tool.output, "the tool's result"), **_tool_links(tool)}
+        paths[f"/api/v1/tools/{tool.name}"] = {
+            "post": {
+                "operationId": _camel(tool.name),
+                "tags": ["tools"],
+                "summary": tool.description.split(". ")[0].rstrip("."),
+                "description": tool.description,
+                "parameters": [KUBECONFIG] if tool.annotations.get("openWorldHint") else [],
+                "requestBody": _body(schema_of(tool.arguments)),
+                "responses": {status: answer, **_errors(*WRITE_ERRORS, 422)},
+            }
+        }
+    return paths
+
+
+def _tool_links(tool) -> dict:
+    if tool.output != "Task":
+        return {}
+    return {
+        "links": {
+            "GetTask": {"operationId": "getTask", "parameters": {"task_id": "$response.body#/id"}},
+            "WaitForDeployment": {
+                "operationId": "waitForDeployment",
+                "requestBody": {"taskId": "$response.body#/id", "timeoutSeconds": 1},
+            },
+            "ExplainDeployment": {
+                "operationId": "explainDeployment",
+                "requestBody": {"taskId": "$response.body#/id"},
+            },
+            "CancelDeployment": {
+                "operationId": "cancelDeployment",
+                "requestBody": {"taskId": "$response.body#/id"},
+            },
+        }
+    }
+
+
 def error_codes() -> list[str]:
     """Every stable error code the API can answer with."""
     codes, pending = set(EXTRA_CODES), [DomainError]
@@ -402,6 +527,13 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
                     out[bound] = ret.pop(word)
             if field.key_field is not None and field.key_field.validators:
                 out["propertyNames"] = self.field2property(field.key_field)
+        if (
+            isinstance(field, fields.String)
+            and not isinstance(field, fields.UUID)
+            and not any(isinstance(v, validate.Regexp) for v in field.validators)
+            and "enum" not in ret
+        ):
+            out["pattern"] = STORABLE_TEXT_PATTERN  # the storable-text rule of RequestSchema
         if isinstance(field, schemas.SourceField):
             out["oneOf"] = [self.schema2jsonschema(KINDS[name].schema) for name in sorted(KINDS)]
         if getattr(field, "json_schema", None):
@@ -413,6 +545,15 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
 
     plugin.converter_extra = extras
     return plugin
+
+
+def _conditional_requirements(documented: dict, described: dict) -> None:
+    """A request schema's requirements that depend on other fields (its `json_schema_extra`:
+    anyOf/oneOf), which apispec cannot read from a marshmallow validator."""
+    body = described.get("requestBody", {}).get("content", {}).get("application/json", {})
+    extra = getattr(body.get("schema"), "json_schema_extra", None)
+    if extra:
+        documented["requestBody"]["content"]["application/json"]["schema"].update(extra)
 
 
 def openapi_path(rule: str) -> str:
@@ -451,12 +592,22 @@ def build(app) -> dict:
         "AppList",
         "HistoryEntry",
         "AppDetail",
+        "WaitOutcome",
+        "Explanation",
     ):
         spec.components.schema(name, schema=getattr(responses, name))
     spec.components.schema("Error", schema=responses.Error)
+    for name, header in HEADERS.items():
+        spec.components.header(name, header)
     oidc = app.extensions["engine"].settings.auth_mode == "oidc"
+    for path, operations in tool_operations().items():
+        if oidc:
+            operations["post"]["security"] = [{"bearer": []}]
+        spec.path(path=path, operations=operations)
     for rule in sorted(documented_rules(app), key=lambda r: r.rule):
         described = OPERATIONS[rule.endpoint]
+        if not described:
+            continue
         methods = {m.lower() for m in rule.methods} - {"head", "options"}
         operations = {m: dict(described[m]) for m in sorted(methods)}
         if oidc:
@@ -464,36 +615,14 @@ def build(app) -> dict:
                 op["security"] = [{"bearer": []}]
         spec.path(path=openapi_path(rule.rule), operations=operations)
     document = spec.to_dict()
+    for rule in documented_rules(app):
+        for method, operation in OPERATIONS[rule.endpoint].items():
+            _conditional_requirements(document["paths"][openapi_path(rule.rule)][method], operation)
     document["components"]["schemas"]["Error"]["properties"]["code"]["enum"] = error_codes()
     return document
 
 
 @lru_cache(maxsize=8)
-def _cached(app) -> dict:
+def cached_document(app) -> dict:
+    """The document of `app`, built once (the MCP tools' output schemas are its components)."""
     return build(app)
-
-
-@bp.get("/api/v1/openapi.json")
-def openapi_json():
-    """The OpenAPI 3.1 document."""
-    return jsonify(_cached(current_app._get_current_object()))
-
-
-DOCS_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Deployment task engine API</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,"></head>
-<body><div id="api-docs" data-spec-url="{{ spec }}"></div>
-<script type="module" src="{{ start }}"></script></body></html>
-"""
-
-
-@bp.get("/api/docs")
-def docs():
-    """The document rendered for people (Redoc, served from static/vendor: no CDN)."""
-    page = render_template_string(
-        DOCS_PAGE,
-        spec=url_for("openapi.openapi_json"),
-        start=url_for("static", filename="api-docs.js"),
-    )
-    return page, 200, {"Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}

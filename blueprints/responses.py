@@ -59,6 +59,26 @@ class WaitedTask(Task):
     waitOutcome = fields.String(metadata={"enum": ["terminal", "blocked", "timeout"]})
 
 
+class WaitOutcome(Schema):
+    """What wait_for_deployment answers: why the wait ended, and the task then."""
+
+    outcome = fields.String(required=True, metadata={"enum": ["terminal", "blocked", "timeout"]})
+    snapshot = fields.Nested(Task, required=True)
+
+
+class Explanation(Schema):
+    """explain_deployment's answer (engine/readside/explain.py)."""
+
+    taskId = fields.UUID(required=True)
+    status = fields.String(required=True, metadata={"enum": STATUSES})
+    summary = fields.String(required=True)
+    steps = fields.List(fields.String(), required=True)
+    applied = fields.List(fields.String(), required=True)
+    nextSteps = fields.List(fields.String(), required=True)
+    recent = fields.List(fields.String(), required=True)
+    logTail = fields.String(**Nullable)
+
+
 class TaskPage(Schema):
     items = fields.List(fields.Nested(Task), required=True)
     nextCursor = fields.String(**Nullable)

@@ -48,6 +48,11 @@ class CreateTask(RequestSchema):
     sensitiveKeys = SensitiveKeys
     predecessorTaskId = fields.UUID()
 
+    #: The rule below in JSON Schema, for the OpenAPI document.
+    json_schema_extra = {
+        "anyOf": [{"required": ["projectId", "source"]}, {"required": ["predecessorTaskId"]}]
+    }
+
     @validates_schema
     def _fresh_create_needs_target_and_source(self, data, **kwargs):
         if "predecessorTaskId" not in data:
@@ -99,7 +104,8 @@ class ListTasks(RequestSchema):
 
     projectId = fields.String(validate=PROJECT_ID)
     status = fields.List(fields.String(validate=validate.OneOf([s.value for s in Status])))
-    cursor = fields.String(validate=validate.Length(max=200))
+    #: What dto.encode_cursor writes: unpadded URL-safe base64 (decode_cursor checks the rest).
+    cursor = fields.String(validate=[validate.Length(1, 200), validate.Regexp(r"^[A-Za-z0-9_-]+$")])
     limit = fields.Integer(validate=validate.Range(1, 200), load_default=50)
 
 

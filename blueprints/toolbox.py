@@ -18,7 +18,12 @@ from engine.lifecycle import actions, idempotency
 from engine.readside import dto
 from engine.readside.explain import explain
 from engine.readside.timeline import read_event_tail, read_events
-from engine.readside.wait import MAX_WAIT_S
+from engine.trust.untrusted import WholeNumber
+
+#: wait_for_deployment's longest wait: a minute under the read timeouts assistants' HTTP clients
+#: use by default (300 s in the MCP SDK and most gateways), so the answer always arrives; a
+#: longer deployment answers `timeout` and the assistant calls again.
+MAX_TOOL_WAIT_S = 240
 
 #: Retrying a call with the same key within 24 h returns the first call's result.
 IdempotencyKey = fields.String(
@@ -73,9 +78,16 @@ class WaitForDeployment(schemas.RequestSchema):
     """Wait until a deployment finishes or blocks on inputs, at most timeoutSeconds."""
 
     taskId = fields.UUID(required=True)
-    timeoutSeconds = fields.Integer(
-        validate=validate.Range(1, MAX_WAIT_S), load_default=60, strict=True
+    timeoutSeconds = WholeNumber(
+        validate=validate.Range(1, MAX_TOOL_WAIT_S), load_default=60, strict=True
     )
+
+
+#: MCP tool annotations (hints an assistant shows or acts on). Unset hints default to the
+#: cautious side (destructive, open world), so every tool states each one.
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": False}
+#: Starts work on a cluster; adds resources, never deletes any.
+STARTS_WORK = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False}
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,12 @@ class Tool:
     description: str
     arguments: type[schemas.RequestSchema]
     call: Callable[[dict], tuple[dict, int]]
+    #: MCP annotations: readOnlyHint, destructiveHint, idempotentHint, openWorldHint.
+    annotations: dict
+    #: The response schema (blueprints/responses.py) its result matches.
+    output: str = "Task"
+    #: Its result is a deployment task an assistant can follow (the MCP Tasks extension).
+    starts_task: bool = False
 
 
 def _cancel(args):
@@ -128,15 +146,36 @@ def _wait(args):
 TOOLS = {
     t.name: t
     for t in [
-        Tool("create_deployment", CreateDeployment.__doc__, CreateDeployment, create_from),
+        Tool(
+            "create_deployment",
+            CreateDeployment.__doc__,
+            CreateDeployment,
+            create_from,
+            {**STARTS_WORK, "openWorldHint": True},
+            starts_task=True,
+        ),
         Tool(
             "cancel_deployment",
             "Cancel a deployment. Queued or blocked ones stop at once; running "
             "ones stop at their next step. Nothing already applied is deleted.",
             TaskRef,
             _cancel,
+            # It ends work in progress; a repeat is answered with the same cancelled task.
+            {
+                "readOnlyHint": False,
+                "destructiveHint": True,
+                "idempotentHint": True,
+                "openWorldHint": False,
+            },
         ),
-        Tool("redeploy_deployment", RedeployDeployment.__doc__, RedeployDeployment, _redeploy),
+        Tool(
+            "redeploy_deployment",
+            RedeployDeployment.__doc__,
+            RedeployDeployment,
+            _redeploy,
+            {**STARTS_WORK, "openWorldHint": True},
+            starts_task=True,
+        ),
         Tool(
             "rollback_deployment",
             "Roll an app back to one of its completed deployments: a new deployment with that "
@@ -145,12 +184,15 @@ TOOLS = {
             "for them again (submit_deployment_inputs).",
             RollbackDeployment,
             _rollback,
+            {**STARTS_WORK, "openWorldHint": True},
+            starts_task=True,
         ),
         Tool(
             "submit_deployment_inputs",
             SubmitDeploymentInputs.__doc__,
             SubmitDeploymentInputs,
             _submit,
+            {**STARTS_WORK, "openWorldHint": True},
         ),
         Tool(
             "explain_deployment",
@@ -159,14 +201,19 @@ TOOLS = {
             "failure, the end of the runner's log.",
             TaskRef,
             _explain,
+            {**READ_ONLY, "idempotentHint": True},
+            output="Explanation",
         ),
         Tool(
             "wait_for_deployment",
             "Wait until a deployment is finished (completed, failed, "
-            "cancelled) or blocked on inputs, at most timeoutSeconds (<= 300). Returns "
-            "{outcome: terminal|blocked|timeout, snapshot}.",
+            f"cancelled) or blocked on inputs, at most timeoutSeconds (<= {MAX_TOOL_WAIT_S}). "
+            "Returns {outcome: terminal|blocked|timeout, snapshot}; on timeout it is still "
+            "running: call again.",
             WaitForDeployment,
             _wait,
+            {**READ_ONLY, "idempotentHint": True},
+            output="WaitOutcome",
         ),
     ]
 }

@@ -11,6 +11,11 @@ from blueprints.toolbox import TOOLS, invoke
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
 
+#: wait_for_deployment's longest wait: a minute under the read timeouts assistants' HTTP clients
+#: use by default (300 s in the MCP SDK and most gateways), so the answer always arrives; a
+#: longer deployment answers `timeout` and the assistant calls again.
+MAX_TOOL_WAIT_S = 240
+
 
 @bp.get("")
 def list_tools():

@@ -188,7 +188,7 @@ def start_server(database_url, tmp_path):
     """Factory: start a real server process on the test database; killed after the test."""
     servers = []
 
-    def factory(kind="app", env=None, workers=2):
+    def factory(kind="app", env=None, workers=2, wsgi="wsgi:app"):
         port = free_port()
         full_env = {
             **os.environ,
@@ -209,7 +209,7 @@ def start_server(database_url, tmp_path):
                 "gunicorn.conf.py",
                 "-w",
                 str(workers),
-                "wsgi:app",
+                wsgi,
             ]
         server = ServerProcess(argv, full_env, port, tmp_path / f"server-{len(servers)}.log")
         servers.append(server)

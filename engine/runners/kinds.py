@@ -16,7 +16,7 @@ from marshmallow import Schema, ValidationError, fields, validate
 
 from engine.runners import ai, database, direct, template
 from engine.runners.context import RunContext, TaskHandle
-from engine.trust.untrusted import RequestSchema
+from engine.trust.untrusted import RequestSchema, WholeNumber
 
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(
@@ -102,8 +102,8 @@ class ImageSource(RequestSchema):
     kind = fields.String(required=True, validate=validate.Equal("image"))
     image = fields.String(required=True, validate=validate.Length(1, 512))
     name = fields.String(required=True, validate=NAME)
-    port = fields.Integer(validate=validate.Range(1, 65535), strict=True)
-    replicas = fields.Integer(validate=validate.Range(0, 50), strict=True)
+    port = WholeNumber(validate=validate.Range(1, 65535), strict=True)
+    replicas = WholeNumber(validate=validate.Range(0, 50), strict=True)
     env = fields.Dict(
         keys=fields.String(validate=ENV_NAME),
         values=fields.String(validate=validate.Length(max=MAX_VALUE)),
@@ -191,13 +191,21 @@ GITHUB = SourceKind(
 
 
 # -- prompt --------------------------------------------------------------------------------------
+#: Some character that is not whitespace, anywhere. Python counts \x1c-\x1f as whitespace and
+#: JSON Schema's regex dialect does not: naming them keeps the document's reading the server's.
+BLANK_OR_NOT = r"^[\s\x1c-\x1f]*[^\s\x1c-\x1f]"
+
+
 class PromptSource(RequestSchema):
     """A free-text request, planned by the AI runner (devbox + gateway)."""
 
     kind = fields.String(required=True, validate=validate.Equal("prompt"))
     prompt = fields.String(
         required=True,
-        validate=[validate.Length(1, 4000), validate.Regexp(r"\S", error="must not be blank")],
+        validate=[
+            validate.Length(1, 4000),
+            validate.Regexp(BLANK_OR_NOT, error="must not be blank"),
+        ],
     )
 
 

@@ -14,7 +14,7 @@ import json
 import re
 
 import yaml
-from marshmallow import Schema, ValidationError, pre_load
+from marshmallow import Schema, ValidationError, fields, pre_load
 from yaml.composer import ComposerError
 
 #: Deeper than any request, kubeconfig or plan this service reads (a manifest is ~10 levels).
@@ -23,6 +23,10 @@ MAX_JSON_DEPTH = 64
 #: A JSON string (escapes included) or one bracket; everything else is skipped by finditer.
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: The same rule as a JSON Schema pattern for the API's documents: no NUL character. (A lone
+#: surrogate cannot be written in the regex dialect JSON Schema validators use; JSON generators
+#: do not produce one unasked, and the documents' descriptions name it.)
+STORABLE_TEXT_PATTERN = r"^[^\x00]*$"
 
 
 class MalformedJson(ValueError):
@@ -148,6 +152,15 @@ def _merge(into: dict, other: dict) -> None:
             _merge(into[key], value)
         else:
             into[key] = value
+
+
+class WholeNumber(fields.Integer):
+    """A strict integer that may be written 60 or 60.0 (both are integers to JSON Schema)."""
+
+    def _validated(self, value):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._validated(value)
 
 
 class RequestSchema(Schema):

@@ -282,7 +282,8 @@ def mcp(client, method: str, params: dict | None = None, session: str | None = N
     """One JSON-RPC call to /mcp; the response."""
     headers = {"Accept": "application/json, text/event-stream"}
     if session:
-        headers["Mcp-Session-Id"] = session
+        # A session's later requests name its revision (the one `initialize` agreed below).
+        headers.update({"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"})
     message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
     return client.post(
         "/mcp", data=json.dumps(message), headers=headers, content_type="application/json"

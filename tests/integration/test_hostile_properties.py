@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from blueprints.tools import TOOLS
+from blueprints.toolbox import TOOLS
 from tests.helpers import IMAGE_SOURCE
 
 EXAMPLES = 150
@@ -89,7 +89,12 @@ def test_no_json_rpc_message_makes_mcp_answer_5xx(client):
     both = {"Accept": "application/json, text/event-stream"}
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
     started = client.post("/mcp", json=init, headers=both)
-    session = {**both, "Mcp-Session-Id": started.headers["Mcp-Session-Id"]}
+    session = {
+        **both,
+        "Mcp-Session-Id": started.headers["Mcp-Session-Id"],
+        # A session's later requests name the revision its `initialize` agreed.
+        "MCP-Protocol-Version": started.get_json()["result"]["protocolVersion"],
+    }
     seen = {"refused": 0, "tool_called": 0}
 
     @PROPERTY

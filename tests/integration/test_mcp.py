@@ -4,7 +4,17 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import IMAGE_SOURCE, ROOT, oidc_settings, wait_for, wait_for_status
+import pytest
+
+from blueprints.toolbox import MAX_TOOL_WAIT_S, TOOLS
+from tests.helpers import (
+    IMAGE_SOURCE,
+    ROOT,
+    oidc_settings,
+    poll_status,
+    wait_for,
+    wait_for_status,
+)
 
 INIT = {
     "jsonrpc": "2.0",
@@ -20,7 +30,9 @@ BOTH = {"Accept": "application/json, text/event-stream"}
 
 
 def rpc(client, message, session=None, headers=None):
-    sent = {**BOTH, **({"Mcp-Session-Id": session} if session else {}), **(headers or {})}
+    """POST one message; in a session, with the version header of `initialize`'s default."""
+    in_session = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
+    sent = {**BOTH, **(in_session if session else {}), **(headers or {})}
     return client.post(
         "/mcp", data=json.dumps(message), headers=sent, content_type="application/json"
     )
@@ -32,92 +44,188 @@ def initialize(client, version="2025-06-18"):
     return response
 
 
-def test_the_sdk_client_lists_creates_waits_cancels_and_explains(start_server):
-    server = start_server(
-        env={
-            "SANDBOX_APPLY_DELAY_S": "0.05",
-            "SANDBOX_READY_DELAY_S": "0.2",
-            "READINESS_POLL_S": "0.05",
-        }
-    )
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_sdk_client_lists_creates_waits_cancels_and_explains_across_processes(
+    start_server, mode
+):
+    env = {
+        "SANDBOX_APPLY_DELAY_S": "0.05",
+        "SANDBOX_READY_DELAY_S": "0.2",
+        "READINESS_POLL_S": "0.05",
+        # Both processes sign and check the handshake era's sessions with the same key.
+        "SECRET_KEY": "mcp-test-key",
+    }
+    first, second = start_server(env=env), start_server(env=env)
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests/e2e/mcp_client.py"), f"{server.base}/mcp"],
+        [
+            sys.executable,
+            str(ROOT / "tests/e2e/mcp_client.py"),
+            mode,
+            f"{first.base}/mcp",
+            f"{second.base}/mcp",
+        ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
     )
-    assert done.returncode == 0, done.stderr[-3000:] + server.output()[-3000:]
+    assert done.returncode == 0, done.stderr[-6000:] + first.output()[-3000:]
     report = json.loads(done.stdout)
 
-    assert report["protocolVersion"] == "2025-11-25"
-    assert set(report["tools"]) == {
-        "create_deployment",
-        "cancel_deployment",
-        "redeploy_deployment",
-        "rollback_deployment",
-        "submit_deployment_inputs",
-        "explain_deployment",
-        "wait_for_deployment",
-    }
-    assert report["tools"]["wait_for_deployment"]["properties"]["timeoutSeconds"]["maximum"] == 300
-    assert report["created"]["isError"] is False
-    assert report["created"]["structured"]["status"] == "running"
-    waited = report["waited"]["structured"]
-    assert waited["outcome"] == "terminal" and waited["snapshot"]["status"] == "completed"
+    assert report["protocolVersion"] == {"auto": "2026-07-28", "legacy": "2025-11-25"}[mode]
+    assert set(report["tools"]) == set(TOOLS)
+    for name, tool in report["tools"].items():
+        assert tool["output"]["type"] == "object", name
+        assert {"readOnlyHint", "destructiveHint"} <= set(tool["annotations"]), name
+    hints = {name: tool["annotations"] for name, tool in report["tools"].items()}
+    assert hints["cancel_deployment"]["destructiveHint"] is True
+    assert hints["cancel_deployment"]["idempotentHint"] is True
+    for reader in ("explain_deployment", "wait_for_deployment"):
+        assert hints[reader]["readOnlyHint"] is True
+    assert hints["create_deployment"]["destructiveHint"] is False
+    assert (
+        report["tools"]["wait_for_deployment"]["input"]["properties"]["timeoutSeconds"]["maximum"]
+        == MAX_TOOL_WAIT_S
+    )
 
-    # The never-ready deployment: the wait times out saying so, a cancel stops it mid-run.
-    hanging = report["hangingWait"]["structured"]
-    assert hanging["outcome"] == "timeout" and hanging["snapshot"]["status"] == "applying"
-    assert report["cancelled"]["structured"]["cancelRequestedAt"] is not None
-    cancelled = report["cancelledWait"]["structured"]
-    assert cancelled["outcome"] == "terminal" and cancelled["snapshot"]["status"] == "cancelled"
-    explained = report["explainedCancel"]["structured"]
-    assert explained["status"] == "cancelled" and "cancelled" in explained["summary"]
-    assert explained["recent"] and explained["logTail"] is None
-    # Cancelling a cancelled task again is a no-op that answers the current snapshot ...
+    if mode == "auto":
+        # The Tasks extension: create answered a task handle, polled on the other process until
+        # it ended; the final result is the wait's.
+        flow = report["taskFlow"]
+        assert flow[0]["handle"] == "working", flow
+        assert flow[-1] == {"polled": "completed"}, flow
+        assert report["created"]["structured"]["status"] == "completed"
+    else:
+        assert report["created"]["structured"]["status"] in ("running", "applying", "completed")
+    assert report["waited"]["structured"]["snapshot"]["status"] == "completed"
+    assert report["cancelled"]["isError"] is False
+    assert report["cancelledWait"]["structured"]["snapshot"]["status"] == "cancelled"
     assert report["cancelAgain"]["isError"] is False
-    assert report["cancelAgain"]["structured"]["status"] == "cancelled"
-    # ... while cancelling a completed one is a tool error whose text starts with the stable code.
     assert report["cancelCompleted"]["isError"] is True
-    assert report["cancelCompleted"]["text"].startswith("task_already_finished:")
-    assert report["invalid"]["isError"] is True
-    assert report["invalid"]["text"].startswith("invalid_request:")
-    assert set(report["invalid"]["structured"]["fields"]) == {"projectId", "source"}
-
+    assert report["cancelCompleted"]["text"].startswith("task_already_finished")
     failure = report["explainedFailure"]["structured"]
     assert failure["status"] == "failed"
     assert "simulated apply error" in failure["logTail"]
+    assert report["invalid"]["isError"] is True
 
 
-def test_initialize_negotiates_the_version_and_signs_a_session(client):
+def test_initialize_negotiates_the_version_and_signs_a_session_of_its_own(client):
     response = initialize(client, "2025-03-26")
     body = response.get_json()
     assert body["result"]["protocolVersion"] == "2025-03-26"
     assert body["result"]["capabilities"] == {"tools": {"listChanged": False}}
     session = response.headers["Mcp-Session-Id"]
+    # Each handshake its own session, even for the same caller and version.
+    assert initialize(client, "2025-03-26").headers["Mcp-Session-Id"] != session
 
     unknown = initialize(client, "1999-01-01").get_json()
     assert unknown["result"]["protocolVersion"] == "2025-11-25"
 
-    pong = rpc(client, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, session)
+    old = {"MCP-Protocol-Version": "2025-03-26"}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    pong = rpc(client, ping, session, old)
     assert pong.get_json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
-    assert (
-        rpc(client, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session).status_code
-        == 202
+    # 2025-03-26 clients predate the header: without it, the session's version is assumed.
+    no_header = client.post(
+        "/mcp", data=json.dumps(ping), headers={**BOTH, "Mcp-Session-Id": session}
     )
+    assert no_header.get_json()["result"] == {}
+    notified = rpc(client, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session, old)
+    assert notified.status_code == 202 and "Content-Type" not in notified.headers
     missing = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "ping"})
     assert missing.status_code == 400
-    forged = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session[:-2] + "xx")
+    forged = rpc(client, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session[:-2] + "xx", old)
     assert forged.status_code == 404
-    bad_version = rpc(
-        client,
-        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
-        session,
-        {"MCP-Protocol-Version": "1999-01-01"},
-    )
-    assert bad_version.status_code == 400
-    nothing = rpc(client, {"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, session)
+    for other in ("1999-01-01", "2025-06-18"):  # unknown, or known but not the session's
+        refused = rpc(client, ping, session, {"MCP-Protocol-Version": other})
+        assert refused.status_code == 400, other
+    nothing = rpc(client, {"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, session, old)
     assert nothing.get_json()["error"]["code"] == -32601
+
+
+def test_json_rpc_envelope_errors_follow_the_specification(client):
+    session = initialize(client).headers["Mcp-Session-Id"]
+    # A message with an id and no method is neither a request nor a response.
+    no_method = rpc(client, {"jsonrpc": "2.0", "id": 5}, session)
+    assert no_method.status_code == 400
+    assert no_method.get_json()["error"]["code"] == -32600
+    assert no_method.get_json()["id"] == 5
+    # A client's response to a server request is acknowledged.
+    assert rpc(client, {"jsonrpc": "2.0", "id": 5, "result": {}}, session).status_code == 202
+    for name in (7, None, ["create_deployment"], {"x": 1}):
+        call = {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": name}}
+        answer = rpc(client, call, session)
+        assert answer.status_code == 200, name
+        assert answer.get_json()["error"]["code"] == -32602, name
+    bad_params = rpc(client, {"jsonrpc": "2.0", "id": 8, "method": "ping", "params": [1]}, session)
+    assert bad_params.get_json()["error"]["code"] == -32600
+
+
+def test_batches_only_in_a_2025_03_26_session(client):
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    old = initialize(client, "2025-03-26").headers["Mcp-Session-Id"]
+    batch = rpc(
+        client,
+        [ping, listed, {"jsonrpc": "2.0", "method": "x"}],
+        old,
+        {"MCP-Protocol-Version": "2025-03-26"},
+    )
+    answers = {a["id"]: a for a in batch.get_json()}
+    assert answers[1]["result"] == {} and answers[2]["result"]["tools"]
+    newer = initialize(client, "2025-06-18").headers["Mcp-Session-Id"]
+    refused = rpc(client, [ping], newer)
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["code"] == -32600
+
+
+def test_the_stateless_revision_checks_its_envelope_and_serves_tasks(client):
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+    }
+
+    def call(method, params=None, headers=None):
+        message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**(params or {})}}
+        message["params"]["_meta"] = meta
+        sent = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, **(headers or {})}
+        return rpc(client, message, headers=sent)
+
+    discovered = call("server/discover").get_json()["result"]
+    assert discovered["supportedVersions"] == ["2026-07-28"]
+    assert "io.modelcontextprotocol/tasks" in discovered["capabilities"]["extensions"]
+    assert call("ping", headers={"MCP-Protocol-Version": "2025-11-25"}).status_code == 400
+    assert call("ping", headers={"Mcp-Method": "tools/list"}).get_json()["error"]["code"] == -32020
+    no_meta = rpc(
+        client,
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        headers={"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},
+    )
+    assert no_meta.status_code == 400 and no_meta.get_json()["error"]["code"] == -32602
+    assert call("initialize").status_code == 404  # no handshake in this revision
+
+    created = call(
+        "tools/call",
+        {"name": "create_deployment", "arguments": {"projectId": "demo", "source": IMAGE_SOURCE}},
+    ).get_json()["result"]
+    assert created["resultType"] == "task" and created["status"] == "working"
+    polled = call("tasks/get", {"taskId": created["taskId"]}).get_json()["result"]
+    assert polled["taskId"] == created["taskId"]
+    assert call("tasks/cancel", {"taskId": created["taskId"]}).get_json()["result"] == {
+        "resultType": "complete",
+        "_meta": {
+            "io.modelcontextprotocol/serverInfo": {"name": "deployment-task-engine", "version": "1"}
+        },
+    }
+    ended = poll_status(
+        lambda: call("tasks/get", {"taskId": created["taskId"]}).get_json()["result"],
+        ("cancelled",),
+        message="the task handle to say cancelled",
+    )
+    assert ended["result"]["structuredContent"]["status"] == "cancelled"
+    unknown = call("tasks/get", {"taskId": "00000000-0000-0000-0000-000000000000"})
+    assert unknown.get_json()["error"]["code"] == -32602
 
 
 def test_the_origin_rule_is_the_sites_public_origin_not_the_requests_host(make_app):

@@ -3,8 +3,10 @@ the schemas the API validates with; the docs page renders it with the vendored R
 
 from openapi_spec_validator import validate
 
+from blueprints.jsonschema import schema_of
 from blueprints.openapi import documented_rules, openapi_path
 from blueprints.schemas import PROJECT_ID
+from blueprints.toolbox import TOOLS, CreateDeployment
 from tests.helpers import IMAGE_SOURCE, wait_for
 
 
@@ -15,6 +17,9 @@ def test_the_document_is_valid_openapi_31_and_names_every_api_route(app, client)
     rules = documented_rules(app)
     assert len(rules) >= 12
     for rule in rules:
+        if rule.endpoint == "tools.call_tool":  # one path per tool instead
+            assert {f"/api/v1/tools/{name}" for name in TOOLS} <= set(document["paths"])
+            continue
         operations = document["paths"][openapi_path(rule.rule)]
         for method in rule.methods - {"HEAD", "OPTIONS"}:
             operation = operations[method.lower()]
@@ -51,13 +56,15 @@ def test_the_document_comes_from_the_validation_schemas(client):
     assert create["responses"]["409"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Error"
     }
-    # The SSE streams are described as such.
+    # The SSE streams are described per event.
     stream = document["paths"]["/api/v1/projects/{project_id}/tasks/stream"]["get"]
-    assert "text/event-stream" in stream["responses"]["200"]["content"]
-    assert "upsert" in stream["responses"]["200"]["description"]
+    events = stream["responses"]["200"]["content"]["text/event-stream"]["schema"]["oneOf"]
+    assert {e["properties"]["event"]["const"] for e in events} == {"snapshot", "upsert", "remove"}
+    assert all(e["properties"]["data"]["contentMediaType"] == "application/json" for e in events)
     # Query schemas become parameters with their constraints.
     listing = {p["name"]: p for p in document["paths"]["/api/v1/tasks"]["get"]["parameters"]}
     assert listing["limit"]["schema"]["maximum"] == 200
+    assert listing["cursor"]["schema"]["pattern"] == "^[A-Za-z0-9_-]+$"
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
@@ -141,3 +148,39 @@ def test_a_task_read_can_long_poll_until_the_task_settles(client, cluster, runti
     assert bad.status_code == 400 and bad.get_json()["fields"] == {
         "timeout": ["Must be greater than or equal to 0 and less than or equal to 300."]
     }
+
+
+def test_the_document_states_what_the_server_requires_checks_and_answers(client):
+    document = client.get("/api/v1/openapi.json").get_json()
+    create = document["paths"]["/api/v1/tasks"]["post"]
+    body = create["requestBody"]["content"]["application/json"]["schema"]
+    # Conditional requirements: a fresh create, or a redeploy naming its predecessor.
+    assert body["anyOf"] == [
+        {"required": ["projectId", "source"]},
+        {"required": ["predecessorTaskId"]},
+    ]
+    assert client.post("/api/v1/tasks", json={}).status_code == 400
+    headers = {p["name"]: p["schema"] for p in create["parameters"]}
+    assert headers["X-Kubeconfig"]["pattern"] and headers["Idempotency-Key"]["maxLength"] == 255
+    created = create["responses"]["201"]["headers"]
+    assert {"Location", "Idempotent-Replayed", "X-Served-By"} <= set(created)
+    assert set(document["components"]["headers"]) >= {"Location", "X-Served-By"}
+    # Each tool is its own operation with the body the server validates.
+    tool = document["paths"]["/api/v1/tools/create_deployment"]["post"]
+    assert tool["operationId"] == "createDeployment"
+    tool_body = tool["requestBody"]["content"]["application/json"]["schema"]
+    assert tool_body == schema_of(CreateDeployment)
+    assert set(tool_body["required"]) == {"projectId", "source"}
+    assert tool["responses"]["201"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Task"
+    }
+
+
+def test_a_405_names_the_allowed_methods(client):
+    refused = client.open("/api/v1/whoami", method="TRACE")
+    assert refused.status_code == 405
+    assert set(refused.headers["Allow"].split(", ")) >= {"GET"}
+    assert refused.get_json()["code"] == "method_not_allowed"
+    assert refused.mimetype == "application/json"
+    created = client.post("/api/v1/tasks", json={"projectId": "demo", "source": IMAGE_SOURCE})
+    assert created.headers["Location"] == f"/api/v1/tasks/{created.get_json()['id']}"
