@@ -61,7 +61,7 @@ def list_tasks():
     )
     rows = read_task_page(
         runtime().db,
-        current_identity().namespace,
+        current_identity().workspace,
         project_id=args.get("projectId"),
         statuses=args.get("status"),
         cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
@@ -99,7 +99,7 @@ def list_events(task_id):
     identity = current_identity()
     actions.get_task(runtime(), identity, task_id)
     events = read_events(
-        runtime().db, identity.namespace, task_id, after_seq=args["after"], limit=args["limit"]
+        runtime().db, identity.workspace, task_id, after_seq=args["after"], limit=args["limit"]
     )
     return jsonify(
         {

@@ -7,7 +7,7 @@ server offers no server-initiated stream (GET is 405) and keeps no session state
 `Mcp-Session-Id` is a signed, timestamped token naming the negotiated version and the caller, so
 any worker of any process can serve the next request. It expires MCP_SESSION_TTL_S after its
 `initialize` (404: the client initializes again, as the transport spec has it). Tools, their
-input schemas, auth and namespace scoping are the ones of blueprints/toolbox.py; a failing tool is
+input schemas, auth and workspace scoping are the ones of blueprints/toolbox.py; a failing tool is
 an MCP tool error (`isError`) whose text starts with the stable error code.
 """
 
@@ -89,7 +89,7 @@ def endpoint():
     identity = current_identity()
     if method == "initialize":
         version = _negotiate(message.get("params"))
-        session = _serializer().dumps({"v": version, "ns": identity.namespace, "u": identity.user})
+        session = _serializer().dumps({"v": version, "ns": identity.workspace, "u": identity.user})
         return _answer(
             message_id,
             {
@@ -141,7 +141,7 @@ def _check_session(identity) -> Response | None:
         return _http_error(404, INVALID_REQUEST, "the session expired; initialize again")
     except BadSignature:
         return _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
-    if session.get("ns") != identity.namespace or session.get("u") != identity.user:
+    if session.get("ns") != identity.workspace or session.get("u") != identity.user:
         return _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
     version = request.headers.get(VERSION_HEADER, DEFAULT_HEADER_VERSION)
     if version not in PROTOCOL_VERSIONS:

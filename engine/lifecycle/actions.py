@@ -33,8 +33,8 @@ SECRET_BEARING_FIELDS = ("env", "args")
 
 
 def get_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
-    """One task of the caller's namespace; TaskNotFound otherwise."""
-    return task_found(read_task(runtime.db, identity.namespace, task_id))
+    """One task of the caller's workspace; TaskNotFound otherwise."""
+    return task_found(read_task(runtime.db, identity.workspace, task_id))
 
 
 def wait_for_task(
@@ -44,7 +44,7 @@ def wait_for_task(
     TaskNotFound when there is no such task, or it is purged meanwhile."""
     get_task(runtime, identity, task_id)
     row, outcome = wait_until_settled(
-        runtime.db, runtime.fanout, identity.namespace, task_id, timeout_s
+        runtime.db, runtime.listener, identity.workspace, task_id, timeout_s
     )
     return task_found(row), outcome
 
@@ -53,7 +53,7 @@ def start_project(runtime: EngineRuntime, identity: Identity, project_id: str) -
     """Record a project the caller started, so the landing page lists it before any deployment
     (the id is validated by the caller, with the API's rule)."""
     runtime.db.execute(
-        "project_start", namespace=identity.namespace, project_id=project_id, user=identity.user
+        "project_start", workspace=identity.workspace, project_id=project_id, user=identity.user
     )
 
 
@@ -198,7 +198,7 @@ def _create_task(
     sensitive_keys = list(sensitive_keys or [])
     identities: dict = {}
     if predecessor_task_id is not None:
-        predecessor = read_task(runtime.db, identity.namespace, predecessor_task_id)
+        predecessor = read_task(runtime.db, identity.workspace, predecessor_task_id)
         if predecessor is None:
             raise PredecessorNotFound()
         if predecessor["status"] not in REDEPLOYABLE:
@@ -222,7 +222,7 @@ def _create_task(
     try:
         row = runtime.db.one(
             "task_insert",
-            namespace=identity.namespace,
+            workspace=identity.workspace,
             project_id=project_id,
             created_by=identity.user,
             source_kind=persisted["kind"],
@@ -234,7 +234,7 @@ def _create_task(
         )
     except RedeployAlreadyActive as exc:
         winner = runtime.db.one(
-            "task_get_successor", task_id=predecessor_task_id, namespace=identity.namespace
+            "task_get_successor", task_id=predecessor_task_id, workspace=identity.workspace
         )
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
@@ -246,7 +246,7 @@ def _create_task(
         row["id"],
         owner=runtime.owner,
         lease_ttl_s=runtime.settings.lease_ttl_s,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         from_status=Status.QUEUED,
         actor=identity.user,
         notices=runtime.runner_notices,
@@ -305,7 +305,7 @@ def _submit_inputs(
         task_id,
         owner=runtime.owner,
         lease_ttl_s=runtime.settings.lease_ttl_s,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         from_status=Status.BLOCKED,
         actor=identity.user,
         notices=runtime.runner_notices,
@@ -340,7 +340,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
         "cancel of task %s requested by %s",
         task_id,
         identity.user,
-        extra={"task_id": str(task_id), "namespace": identity.namespace},
+        extra={"task_id": str(task_id), "workspace": identity.workspace},
     )
     for _ in range(
         3
@@ -355,7 +355,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
                 task_id,
                 Status.CANCELLED,
                 from_statuses=(status,),
-                namespace=identity.namespace,
+                workspace=identity.workspace,
                 actor=identity.user,
                 reason="cancel_requested",
                 message="cancelled before it ran",
@@ -369,7 +369,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
             marked = runtime.db.one(
                 "task_request_cancel_if_leased",
                 task_id=task_id,
-                namespace=identity.namespace,
+                workspace=identity.workspace,
                 requested_by=identity.user,
                 now=None,
             )
@@ -385,6 +385,6 @@ def set_canvas(runtime: EngineRuntime, identity: Identity, task_id: UUID, canvas
     """Save the placeholder's canvas placement (never touches status)."""
     return task_found(
         runtime.db.one(
-            "task_set_canvas", task_id=task_id, namespace=identity.namespace, canvas=canvas
+            "task_set_canvas", task_id=task_id, workspace=identity.workspace, canvas=canvas
         )
     )

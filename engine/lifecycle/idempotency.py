@@ -31,7 +31,7 @@ KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 class Request:
     """Whose request this is and what it asks (the body as the caller sent it)."""
 
-    namespace: str
+    workspace: str
     user: str
     method: str
     path: str
@@ -57,7 +57,7 @@ def parse_key(raw: str | None) -> str | None:
 def fingerprint(secret: bytes, request: Request) -> str:
     """A keyed hash of the request: equal for the same request, useless to guess values with."""
     canonical = json.dumps(
-        [request.namespace, request.user, request.method, request.path, request.body],
+        [request.workspace, request.user, request.method, request.path, request.body],
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -72,7 +72,7 @@ def run_once(
     """(body, status, replayed): `call` runs for the first request with `key`; a repeat gets
     the kept answer. `call` turns domain errors into answers itself; anything it raises frees
     the key (nothing worth replaying happened), and so does an answer of 500 or more."""
-    scope = {"namespace": request.namespace, "user": request.user, "key": key}
+    scope = {"workspace": request.workspace, "user": request.user, "key": key}
     fp = fingerprint(secret, request)
     db.execute(
         "idempotency_key_delete_if_expired", ttl_s=TTL_S, abandoned_s=ABANDONED_S, now=None, **scope

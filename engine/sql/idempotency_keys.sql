@@ -2,8 +2,8 @@
 
 -- idempotency_key_claim --
 -- Take a key for a first request (in flight, no response yet). No row back: it is taken.
-INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint, created_at)
-VALUES (%(namespace)s, %(user)s, %(key)s, %(fingerprint)s, coalesce(%(now)s, now()))
+INSERT INTO idempotency_keys (workspace, created_by, key, fingerprint, created_at)
+VALUES (%(workspace)s, %(user)s, %(key)s, %(fingerprint)s, coalesce(%(now)s, now()))
 ON CONFLICT DO NOTHING
 RETURNING key;
 
@@ -18,7 +18,7 @@ DELETE FROM idempotency_keys WHERE ctid IN (
 -- Forget one key that has expired, or whose first request never answered (its process died
 -- mid-request), so it can be taken again.
 DELETE FROM idempotency_keys
-WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s
+WHERE workspace = %(workspace)s AND created_by = %(user)s AND key = %(key)s
   AND (created_at < coalesce(%(now)s, now()) - make_interval(secs => %(ttl_s)s)
        OR (response_status IS NULL
            AND created_at < coalesce(%(now)s, now()) - make_interval(secs => %(abandoned_s)s)));
@@ -26,16 +26,16 @@ WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s
 -- idempotency_key_get --
 -- A caller's key: its fingerprint and, once the first request finished, its response.
 SELECT fingerprint, response_status, response_body FROM idempotency_keys
-WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s;
+WHERE workspace = %(workspace)s AND created_by = %(user)s AND key = %(key)s;
 
 -- idempotency_key_record --
 -- Keep the first request's response for replay.
 UPDATE idempotency_keys SET response_status = %(status)s, response_body = %(body)s
-WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s
+WHERE workspace = %(workspace)s AND created_by = %(user)s AND key = %(key)s
   AND response_status IS NULL;
 
 -- idempotency_key_release --
 -- The first request failed without an answer worth replaying: free the key for a retry.
 DELETE FROM idempotency_keys
-WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s
+WHERE workspace = %(workspace)s AND created_by = %(user)s AND key = %(key)s
   AND response_status IS NULL;

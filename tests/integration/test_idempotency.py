@@ -45,7 +45,7 @@ def test_a_duplicate_while_the_first_is_in_flight_is_409(app, client, sql_conn):
     asked = idempotency.Request("default", "dev", "POST", "/api/v1/tasks", BODY)
     # The first request has taken the key and not answered yet.
     sql_conn.execute(
-        "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
+        "INSERT INTO idempotency_keys (workspace, created_by, key, fingerprint) "
         "VALUES ('default', 'dev', %s, %s)",
         (key, idempotency.fingerprint(app.secret_key.encode(), asked)),
     )
