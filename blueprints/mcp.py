@@ -89,6 +89,7 @@ def endpoint():
     identity = current_identity()
     if method == "initialize":
         version = _negotiate(message.get("params"))
+        # "ns" holds the workspace: the key is older than the name, and live sessions carry it.
         session = _serializer().dumps({"v": version, "ns": identity.workspace, "u": identity.user})
         return _answer(
             message_id,
