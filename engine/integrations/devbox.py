@@ -82,8 +82,8 @@ class DevboxClient:
         claims = {
             "iss": TOKEN_ISSUER,
             "aud": TOKEN_AUDIENCE,
-            "sub": f"workspace:{workspace}",
-            "workspace": workspace,
+            "sub": f"namespace:{workspace}",
+            "namespace": workspace,
             "iat": now,
             "nbf": now,
             "exp": now + TOKEN_TTL_S,
