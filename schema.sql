@@ -15,7 +15,8 @@
 -- a migration adds goes last in its table here too).
 --
 -- Conventions that hold throughout:
--- - `namespace` is the tenant (the workspace a user works in), never a Kubernetes namespace.
+-- - `workspace` is the tenant (every query is scoped by it); "namespace" means only a Kubernetes
+--   namespace (a task's target_namespace, which no table stores).
 -- - Time comparisons happen in SQL against the database clock; queries take
 --   `coalesce(%(now)s, now())` so tests can pin it.
 -- - Every query the engine runs is a named block in engine/sql/<table>.sql; the index comments
@@ -64,7 +65,7 @@ CREATE SEQUENCE deploy_task_event_seq;
 CREATE TABLE deploy_tasks (
     id                   uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     -- The tenant: every query is scoped by it (another tenant's task is a 404).
-    namespace            text NOT NULL,
+    workspace            text NOT NULL,
     project_id           text NOT NULL,
     created_by           text NOT NULL,
     -- What was asked for (template, image, database, github, prompt) and which runner runs it.
@@ -154,30 +155,30 @@ CREATE INDEX deploy_tasks_active_by_devbox
 -- Reads: a project's tasks newest first (the board, task_list_project_board) in the cursor order
 -- (created_at, id) of the list endpoint.
 CREATE INDEX deploy_tasks_by_project
-    ON deploy_tasks (namespace, project_id, created_at DESC, id DESC);
+    ON deploy_tasks (workspace, project_id, created_at DESC, id DESC);
 -- task_list_page and task_list_for_operator: a tenant's tasks newest first, cursor-paginated.
-CREATE INDEX deploy_tasks_by_namespace
-    ON deploy_tasks (namespace, created_at DESC, id DESC);
+CREATE INDEX deploy_tasks_by_workspace
+    ON deploy_tasks (workspace, created_at DESC, id DESC);
 -- At most one active clone per predecessor: the loser of a redeploy race loses the insert itself
 -- (engine/db.py maps this index's violation to RedeployAlreadyActive).
 CREATE UNIQUE INDEX deploy_tasks_one_active_clone
-    ON deploy_tasks (namespace, retried_from_task_id)
+    ON deploy_tasks (workspace, retried_from_task_id)
     WHERE retried_from_task_id IS NOT NULL AND status IN ('queued', 'running', 'blocked', 'applying');
 -- An app's history newest first (task_list_app_page) and each app's newest task
 -- (task_list_apps_of_project), both in the (created_at, id) cursor order.
 CREATE INDEX deploy_tasks_by_app
-    ON deploy_tasks (namespace, project_id, app_key, created_at DESC, id DESC)
+    ON deploy_tasks (workspace, project_id, app_key, created_at DESC, id DESC)
     WHERE app_key IS NOT NULL;
 -- At most one active rollback per app: the loser of a rollback race loses the insert itself
--- (engine/db.py maps this index's violation to AppDeployAlreadyActive).
+-- (task_insert inserts nothing; engine/lifecycle/rollback.py answers AppDeployAlreadyActive).
 CREATE UNIQUE INDEX deploy_tasks_one_active_rollback
-    ON deploy_tasks (namespace, project_id, app_key)
+    ON deploy_tasks (workspace, project_id, app_key)
     WHERE rolled_back_from_task_id IS NOT NULL
       AND status IN ('queued', 'running', 'blocked', 'applying');
 -- task_get_successor and the board's "has it been redeployed?": every clone, active or not. The
 -- board keeps every failed task that was not redeployed, however old, so this must not scan.
 CREATE INDEX deploy_tasks_by_predecessor
-    ON deploy_tasks (namespace, retried_from_task_id)
+    ON deploy_tasks (workspace, retried_from_task_id)
     WHERE retried_from_task_id IS NOT NULL;
 
 -- ---------------------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ CREATE INDEX deploy_task_messages_by_task ON deploy_task_messages (task_id, id);
 CREATE TABLE task_runtimes (
     id                uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     task_id           uuid NOT NULL,
-    namespace         text NOT NULL,
+    workspace         text NOT NULL,
     kind              runtime_kind NOT NULL,
     -- How liveness can be judged: 'process' (pid + start time on `host`), 'remote' (devbox),
     -- 'none' (no handle). Only 'process' rows can ever be confirmed dead.
@@ -288,7 +289,7 @@ CREATE TABLE cleanup_jobs (
     trigger         cleanup_trigger NOT NULL,
     state           cleanup_job_state NOT NULL DEFAULT 'pending',
     task_id         uuid,
-    namespace       text,
+    workspace       text,
     -- Every handle the job needs, captured before the task is touched.
     snapshot        jsonb NOT NULL,
     -- Only a worker on this host may run it (a local process group), NULL: any worker.
@@ -345,7 +346,7 @@ CREATE TABLE failure_streaks (
 
 -- ---------------------------------------------------------------------------------------------
 -- idempotency_keys: one row per idempotency key of a creating request (the Idempotency-Key
--- header, the chat tools' idempotencyKey). A key is the caller's: (namespace, created_by, key).
+-- header, the chat tools' idempotencyKey). A key is the caller's: (workspace, created_by, key).
 -- `fingerprint` is a keyed hash (HMAC) of the request, so no submitted value is stored.
 -- response_status NULL: the first request is still in flight. The stored response is what the
 -- API answered (secrets already stripped).
@@ -354,14 +355,14 @@ CREATE TABLE failure_streaks (
 -- transaction; purged after 24 h by the cleanup worker's housekeeping.
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE idempotency_keys (
-    namespace       text NOT NULL,
+    workspace       text NOT NULL,
     created_by      text NOT NULL,
     key             text NOT NULL,
     fingerprint     text NOT NULL,
     response_status integer,
     response_body   jsonb,
     created_at      timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (namespace, created_by, key)
+    PRIMARY KEY (workspace, created_by, key)
 );
 
 -- idempotency_key_delete_expired: the housekeeping purge, oldest first.
@@ -376,11 +377,11 @@ CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);
 -- Written by: project_start (the landing page's "new project").
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE projects (
-    namespace  text NOT NULL,
+    workspace  text NOT NULL,
     project_id text NOT NULL,
     created_by text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (namespace, project_id)
+    PRIMARY KEY (workspace, project_id)
 );
 
 -- ---------------------------------------------------------------------------------------------
@@ -392,12 +393,12 @@ CREATE TABLE projects (
 -- Written by: dock_dismissal_insert_if_finished (engine/lifecycle/dismissals.py).
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE dock_dismissals (
-    namespace    text NOT NULL,
+    workspace    text NOT NULL,
     user_id      text NOT NULL,
     project_id   text NOT NULL,
     task_id      uuid NOT NULL REFERENCES deploy_tasks (id) ON DELETE CASCADE,
     dismissed_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (namespace, user_id, project_id, task_id)
+    PRIMARY KEY (workspace, user_id, project_id, task_id)
 );
 
 -- The cascade finds a purged task's rows by this index, not by a scan per deleted task.
@@ -444,7 +445,7 @@ CREATE TABLE schema_migrations (
 -- - runner: a process's batched announcement of its runners' own writes (tasks_notify_runner,
 --   engine/core/notices.py): viewers re-read; the running process has nothing to act on.
 -- Called by task_transition and the other writes viewers must see.
-CREATE FUNCTION notify_task_changed(namespace text, project_id text, task_id uuid,
+CREATE FUNCTION notify_task_changed(workspace text, project_id text, task_id uuid,
                                     removed boolean DEFAULT false,
                                     status task_status DEFAULT NULL,
                                     epoch bigint DEFAULT NULL,
@@ -453,7 +454,7 @@ CREATE FUNCTION notify_task_changed(namespace text, project_id text, task_id uui
                                     runner boolean DEFAULT false)
 RETURNS void LANGUAGE sql VOLATILE AS $$
     SELECT pg_notify('deploy_tasks', (
-        jsonb_build_object('namespace', namespace, 'project', project_id, 'task', task_id)
+        jsonb_build_object('workspace', workspace, 'project', project_id, 'task', task_id)
         || CASE WHEN removed THEN '{"removed": true}'::jsonb ELSE '{}'::jsonb END
         || CASE WHEN runner THEN '{"runner": true}'::jsonb ELSE '{}'::jsonb END
         || CASE WHEN status IS NULL THEN '{}'::jsonb

@@ -59,7 +59,7 @@ PURGE_TARGET = 10_000.0
 
 # Seeding only (benchmark code, like tests, may hold direct SQL; the engine never does).
 SEED_FINISHED = """
-INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status, source,
+INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status, source,
                           created_at, finished_at, devbox_id, devbox_paused_at)
 SELECT 'bench', 'p' || (g %% 200), 'bench', 'image', 'direct',
        (ARRAY['completed', 'failed', 'cancelled']::task_status[])[1 + g %% 3],
@@ -71,7 +71,7 @@ SELECT 'bench', 'p' || (g %% 200), 'bench', 'image', 'direct',
 FROM generate_series(1, %(n)s) g
 """
 SEED_ACTIVE = """
-INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status, source,
+INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status, source,
                           lease_owner, lease_epoch, lease_expires_at, lease_claimed_at)
 SELECT 'bench', 'p' || (g %% 200), 'bench', 'image', 'direct', s.status,
        '{"kind": "image", "image": "nginx:1.27", "name": "live"}',
@@ -103,13 +103,13 @@ class InstantDevbox:
         self.paused = 0
         self.deleted = 0
 
-    def create(self, *, namespace, task_id, abort):
+    def create(self, *, workspace, task_id, abort):
         return f"box-{task_id}"
 
-    def pause(self, devbox_id, *, namespace, abort):
+    def pause(self, devbox_id, *, workspace, abort):
         self.paused += 1
 
-    def delete(self, devbox_id, *, namespace, abort):
+    def delete(self, devbox_id, *, workspace, abort):
         self.deleted += 1
 
 

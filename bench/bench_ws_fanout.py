@@ -289,7 +289,7 @@ def main(
             # One task, parked blocked; this process holds its lease whenever it runs.
             row = db.one(
                 "task_insert",
-                namespace="default",
+                workspace="default",
                 project_id="bench",
                 created_by="bench",
                 source_kind="image",
@@ -346,7 +346,7 @@ def main(
             events = db.all(
                 "event_list_for_task",
                 task_id=task_id,
-                namespace="default",
+                workspace="default",
                 after_seq=0,
                 limit=10_000,
             )

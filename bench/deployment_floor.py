@@ -104,7 +104,7 @@ def replay(db: Database, notices: RunnerNotices, script, clients: int, count: in
         for name, params in rest:
             moved = db.all(name, **_as_task(params, row["id"]))
             assert moved, f"{name} wrote nothing: the replay is not the deployment"
-            notices.changed(row["namespace"], row["project_id"], row["id"])
+            notices.changed(row["workspace"], row["project_id"], row["id"])
 
     def client():
         while left[0] > 0:

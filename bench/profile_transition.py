@@ -34,10 +34,10 @@ BLOCK = 50
 PLAIN = "UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s"
 PLAIN_NOTIFY = """WITH moved AS (
     UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s
-    RETURNING id, namespace, project_id
+    RETURNING id, workspace, project_id
 )
 SELECT pg_notify('deploy_tasks', json_build_object(
-    'namespace', namespace, 'project', project_id, 'task', id)::text) FROM moved"""
+    'workspace', workspace, 'project', project_id, 'task', id)::text) FROM moved"""
 #: Where task_transition_moved's last SELECT (the returned rows and the NOTIFY) begins.
 NOTIFYING_SELECT = "\nSELECT m."
 

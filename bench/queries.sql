@@ -3,7 +3,7 @@
 
 -- bench_task_insert_leased --
 -- Seed %(n)s tasks in %(status)s, each holding a lease of %(owner)s at epoch 1.
-INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status, phase,
+INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status, phase,
                           source, lease_owner, lease_epoch, lease_expires_at, lease_claimed_at)
 SELECT 'bench', 'p' || (g %% 50), 'bench', 'image', 'direct', %(status)s::task_status, 'apply',
        jsonb_build_object('kind', 'image', 'image', 'nginx:1.27', 'name', 'web-' || g),
@@ -13,7 +13,7 @@ RETURNING id;
 
 -- bench_task_insert_finished --
 -- Seed %(n)s finished tasks: the history a real table carries next to its active rows.
-INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status, source,
+INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status, source,
                           finished_at, failure_reason)
 SELECT 'bench', 'p' || (g %% 50), 'bench', 'image', 'direct', 'failed',
        jsonb_build_object('kind', 'image', 'image', 'nginx:1.27', 'name', 'old-' || g),
@@ -32,7 +32,7 @@ WHERE id = ANY(%(task_ids)s::uuid[]);
 -- bench_task_insert_project_board --
 -- Seed %(n)s tasks of one project in a dashboard's usual mix: a few active, most finished (some
 -- failed, some redeployed), each with the resources it applied.
-INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status, phase,
+INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status, phase,
                           source, artifact_summary, finished_at, failure_reason, failure_message,
                           lease_owner, lease_epoch, lease_expires_at, lease_claimed_at, created_at)
 SELECT 'default', %(project)s, 'bench', 'image', 'direct', s.status, 'apply',

@@ -68,7 +68,7 @@ def list_tasks():
     )
     rows = read_task_page(
         runtime().db,
-        current_identity().namespace,
+        current_identity().workspace,
         project_id=args.get("projectId"),
         statuses=args.get("status"),
         cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
@@ -106,7 +106,7 @@ def list_events(task_id):
     identity = current_identity()
     actions.get_task(runtime(), identity, task_id)
     events = read_events(
-        runtime().db, identity.namespace, task_id, after_seq=args["after"], limit=args["limit"]
+        runtime().db, identity.workspace, task_id, after_seq=args["after"], limit=args["limit"]
     )
     return jsonify(
         {
@@ -167,7 +167,7 @@ def rollback_task(task_id):
 def list_apps(project_id):
     """The project's apps (deployments converging on the same resources), newest first."""
     load_project_id(project_id)
-    items = apps.read_apps(runtime().db, current_identity().namespace, project_id)
+    items = apps.read_apps(runtime().db, current_identity().workspace, project_id)
     return jsonify({"items": items})
 
 
@@ -176,15 +176,15 @@ def get_app(project_id, app_key):
     """One app: its current resources, endpoints and a page of its history, newest first."""
     load_project_id(project_id)
     args = load(schemas.AppHistory, request.args.to_dict())
-    namespace = current_identity().namespace
+    workspace = current_identity().workspace
     try:
         schemas.APP_KEY(app_key)
     except ValidationError:
         raise AppNotFound() from None
-    app = apps.read_app(runtime().db, namespace, project_id, app_key)
+    app = apps.read_app(runtime().db, workspace, project_id, app_key)
     rows, next_cursor = apps.read_app_history(
         runtime().db,
-        namespace,
+        workspace,
         project_id,
         app_key,
         cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,

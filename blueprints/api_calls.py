@@ -61,7 +61,7 @@ def answer_once(
             return (*answered(call), False)
         identity = current_identity()
         asked = idempotency.Request(
-            identity.namespace, identity.user, method, path, fingerprinted()
+            identity.workspace, identity.user, method, path, fingerprinted()
         )
         secret = current_app.secret_key.encode()  # shared by every process
         return idempotency.run_once(runtime().db, secret, key, asked, lambda: answered(call))

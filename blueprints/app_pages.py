@@ -28,11 +28,11 @@ def app(project_id, app_key):
     except ValidationError:
         raise AppNotFound() from None
     args = load(schemas.AppHistory, request.args.to_dict())
-    namespace = current_identity().namespace
-    shown = apps.read_app(runtime().db, namespace, project_id, app_key)
+    workspace = current_identity().workspace
+    shown = apps.read_app(runtime().db, workspace, project_id, app_key)
     rows, older = apps.read_app_history(
         runtime().db,
-        namespace,
+        workspace,
         project_id,
         app_key,
         cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,

@@ -1,7 +1,7 @@
 """Who is asking: the one identity seam of every route.
 
 For every blueprint (and any new endpoint):
-- `current_identity()` is the caller: an Identity whose `namespace` is the workspace every query
+- `current_identity()` is the caller: an Identity whose `workspace` is the workspace every query
   is scoped by. Call it; never read identity from anywhere else. Client-supplied identity headers
   (X-User-Id, X-Forwarded-User, X-Namespace, ...) are never read.
 - `init_app()` installs a gate before EVERY request, so a new route is protected without doing
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 AUTH_MODES = {"dev", "oidc"}
 DEV_IDENTITY = Identity(
-    user="dev", namespace="default", display="dev user", workspaces=("default",)
+    user="dev", workspace="default", display="dev user", workspaces=("default",)
 )
 #: Reachable without a sign-in: the sign-in itself, sign-out (a session that just expired can
 #: still end cleanly; it stays CSRF-checked), the probes, the metrics scrape (its own token).
@@ -313,7 +313,7 @@ class OidcAuth:
         if wanted:
             if wanted not in identity.workspaces:
                 raise WorkspaceNotAllowed()
-            identity = dataclasses.replace(identity, namespace=wanted)
+            identity = dataclasses.replace(identity, workspace=wanted)
         return identity
 
     def session_identity(self) -> Identity:
@@ -333,7 +333,7 @@ class OidcAuth:
             raise Unauthenticated()
         return Identity(
             user=user,
-            namespace=session["ws"],
+            workspace=session["ws"],
             display=session.get("name") or user,
             workspaces=workspaces,
         )
@@ -382,7 +382,7 @@ class OidcAuth:
             uid=identity.user,
             name=identity.display,
             wss=list(identity.workspaces),
-            ws=identity.namespace,
+            ws=identity.workspace,
             at=int(time.time()),
             sid=sessions.new_session_id(),
         )
@@ -435,6 +435,6 @@ def whoami():
     return jsonify(
         user=identity.user,
         display=identity.display,
-        workspace=identity.namespace,
+        workspace=identity.workspace,
         workspaces=list(identity.workspaces),
     )

@@ -62,7 +62,7 @@ def timeline_context(row: dict, events: list[dict] | None = None) -> dict:
     built = timelines.build(
         events
         if events is not None
-        else timelines.read_events(runtime().db, row["namespace"], row["id"])
+        else timelines.read_events(runtime().db, row["workspace"], row["id"])
     )
     return {
         "view": view,

@@ -61,11 +61,11 @@ class GatewayView:
             return sse("delta", {"turn": turn, "offset": have, "text": fresh})
         return None
 
-    def unseen_events(self, db, namespace: str, task_id) -> list[dict]:
+    def unseen_events(self, db, workspace: str, task_id) -> list[dict]:
         """The task's persisted events after the last one shown (a read: nothing is marked)."""
         events, after = [], self.after_seq
         while True:
-            rows = read_events(db, namespace, task_id, after_seq=after, limit=EVENT_PAGE)
+            rows = read_events(db, workspace, task_id, after_seq=after, limit=EVENT_PAGE)
             events += rows
             if len(rows) < EVENT_PAGE:
                 return events
@@ -97,18 +97,18 @@ def gateway_stream(task_id):
     """SSE of a task's gateway turns: persisted (scrubbed) text, then live pieces (404: none)."""
     engine = runtime()
     identity = current_identity()
-    namespace = identity.namespace
+    workspace = identity.workspace
     view = GatewayView()
 
     def read() -> tuple[dict, list[dict]] | None:
-        row = read_task(engine.db, namespace, task_id)
+        row = read_task(engine.db, workspace, task_id)
         if row is None:
             return None
-        return row, view.unseen_events(engine.db, namespace, task_id)
+        return row, view.unseen_events(engine.db, workspace, task_id)
 
     # Any notification (a persisted batch, a status move) means: read events and status again.
     follow = Follow(
-        engine, namespace=namespace, task=task_id, snapshot=read, change=lambda _: read(), live=True
+        engine, workspace=workspace, task=task_id, snapshot=read, change=lambda _: read(), live=True
     )
     try:
         actions.get_task(engine, identity, task_id)  # subscribed: now a 404 may still be sent

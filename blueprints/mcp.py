@@ -15,7 +15,7 @@ Two eras of the protocol share the endpoint, told apart per request:
 
 Each request is answered with one JSON body, or one SSE event when the client accepts only
 `text/event-stream`. The server offers no server-initiated stream (GET is 405). Tools, their input
-schemas, auth and namespace scoping are the ones of blueprints/toolbox.py; a failing tool is an MCP
+schemas, auth and workspace scoping are the ones of blueprints/toolbox.py; a failing tool is an MCP
 tool error (`isError`) whose text starts with the stable error code.
 """
 
@@ -252,7 +252,8 @@ def _handshake_era(message: dict) -> Response:
         version = _negotiate(message.get("params"))
         # A session of its own per handshake: told apart in logs, never shared by two clients.
         session = _serializer().dumps(
-            {"v": version, "ns": identity.namespace, "u": identity.user, "s": secrets.token_hex(8)}
+            # "ns" holds the workspace: the key is older than the name, and live sessions carry it.
+            {"v": version, "ns": identity.workspace, "u": identity.user, "s": secrets.token_hex(8)}
         )
         return _answer(
             message_id,
@@ -328,7 +329,7 @@ def _session(identity) -> tuple[dict | None, Response | None]:
         return _http_error(404, INVALID_REQUEST, "the session expired; initialize again")
     except BadSignature:
         return None, _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
-    if session.get("ns") != identity.namespace or session.get("u") != identity.user:
+    if session.get("ns") != identity.workspace or session.get("u") != identity.user:
         return None, _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
     version = request.headers.get(VERSION_HEADER)
     # Before 2025-06-18 clients did not send the header; from then on it must be the session's.

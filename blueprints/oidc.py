@@ -38,7 +38,7 @@ JWKS_REFRESH_COOLDOWN_S = 60.0
 #: The key set is re-read this often even when every kid is known.
 JWKS_LIFESPAN_S = 300.0
 HTTP_TIMEOUT_S = 10.0
-#: Workspace names a claim may carry: they become namespaces in URLs, rows and cluster names.
+#: Workspace names a claim may carry: they appear in URLs, rows and failure-streak subjects.
 WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 #: Reasons for a refused token are logged at most once per interval each (attackers can send
 #: many), and at most REFUSAL_LOG_MAX_LINES lines per interval in all.
@@ -230,4 +230,4 @@ def identity_from_claims(claims: dict, tenant_claim: str, user_claim: str) -> Id
         ),
         user,
     )
-    return Identity(user=user, namespace=workspaces[0], display=display, workspaces=workspaces)
+    return Identity(user=user, workspace=workspaces[0], display=display, workspaces=workspaces)

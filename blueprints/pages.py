@@ -60,7 +60,7 @@ def _template_setup(state) -> None:
 @bp.get("/")
 def index():
     """The landing page: the workspace's projects."""
-    projects = read_projects(runtime().db, current_identity().namespace)
+    projects = read_projects(runtime().db, current_identity().workspace)
     return render_template("index.html", projects=projects)
 
 
@@ -72,7 +72,7 @@ def start_project():
     try:
         schemas.PROJECT_ID(project_id)
     except ValidationError:
-        projects = read_projects(runtime().db, current_identity().namespace)
+        projects = read_projects(runtime().db, current_identity().workspace)
         return render_template("index.html", projects=projects, invalid=project_id[:63]), 400
     actions.start_project(runtime(), current_identity(), project_id)
     return redirect(url_for(".project", project_id=project_id), code=303)
@@ -104,14 +104,14 @@ def project(project_id):
         kinds=KINDS,
         older=older,
         cluster_label=runtime().integrations.cluster_label,
-        apps=read_apps(runtime().db, current_identity().namespace, project_id),
+        apps=read_apps(runtime().db, current_identity().workspace, project_id),
     )
 
 
 def _board_page(project_id: str, before: dict | None = None) -> tuple[TaskStore, str | None]:
     """A page of the project's board in a store, and the cursor of the next (older) page, or None
     when this page is the last."""
-    page = read_board(runtime().db, current_identity().namespace, project_id, before=before)
+    page = read_board(runtime().db, current_identity().workspace, project_id, before=before)
     store = TaskStore(project_id, dismissed=dismissed_ids(project_id))
     store.bootstrap(page, now())
     return store, dto.projection_cursor(page[-1]) if len(page) == BOARD_LIMIT else None
@@ -120,7 +120,7 @@ def _board_page(project_id: str, before: dict | None = None) -> tuple[TaskStore,
 # -- routes: partials ----------------------------------------------------------------------------
 def _row_or_none(task_id) -> dict | None:
     try:
-        return read_task(runtime().db, current_identity().namespace, UUID(str(task_id)))
+        return read_task(runtime().db, current_identity().workspace, UUID(str(task_id)))
     except ValueError:
         return None
 
@@ -247,14 +247,14 @@ def _pane_with_errors(ctx: dict, field_errors: dict) -> Response:
 def _opened(row: dict, predecessor_id: str | None) -> Response:
     """After a create or redeploy: close the pane, open the new task's timeline, show its chip
     (and its predecessor's, now superseded)."""
-    fresh = read_task(runtime().db, row["namespace"], row["id"]) or row
+    fresh = read_task(runtime().db, row["workspace"], row["id"]) or row
     parts = [
         render_template("partials/pane_empty.html"),
         render_template("partials/timeline.html", **timeline_context(fresh)),
         task_fragments(fresh),
     ]
     if predecessor_id:
-        before = read_task(runtime().db, row["namespace"], UUID(predecessor_id))
+        before = read_task(runtime().db, row["workspace"], UUID(predecessor_id))
         if before is not None:
             parts.append(task_fragments(before))
     return fragments_response(*parts)

@@ -24,7 +24,7 @@ class Task(Schema):
     status = fields.String(required=True, metadata={"enum": STATUSES})
     phase = fields.String(**Nullable)
     projectId = fields.String(required=True)
-    namespace = fields.String(required=True)
+    workspace = fields.String(required=True)
     createdBy = fields.String(required=True)
     runner = fields.String(required=True)
     source = fields.Dict(required=True, metadata={"description": "the source, secrets redacted"})

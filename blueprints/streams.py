@@ -26,13 +26,13 @@ bp = Blueprint("streams", __name__)
 def follow_project(project_id: str, **options) -> Follow:
     """Follow the requester's tasks in a project: its board, then each notified task's row."""
     engine = runtime()
-    namespace = current_identity().namespace
+    workspace = current_identity().workspace
     return Follow(
         engine,
-        namespace=namespace,
+        workspace=workspace,
         project=project_id,
-        snapshot=lambda: read_board(engine.db, namespace, project_id),
-        change=lambda payload: read_task(engine.db, namespace, payload["task"]),
+        snapshot=lambda: read_board(engine.db, workspace, project_id),
+        change=lambda payload: read_task(engine.db, workspace, payload["task"]),
         **options,
     )
 

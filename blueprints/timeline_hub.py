@@ -124,9 +124,9 @@ class Channel:
     """One watched task in this process: its follow (engine/readside/follow.py), its viewers,
     and what a joining viewer is sent first (the task's sections and every event's frame)."""
 
-    def __init__(self, hub: "TimelineHub", namespace: str, task_id: UUID):
+    def __init__(self, hub: "TimelineHub", workspace: str, task_id: UUID):
         self.hub = hub
-        self.namespace, self.task_id = namespace, task_id
+        self.workspace, self.task_id = workspace, task_id
         self.viewers: set[Viewer] = set()
         self.timeline = timelines.Timeline()
         #: Every event's frame, in the order they were added: a joining viewer's bootstrap.
@@ -142,7 +142,7 @@ class Channel:
         self.sweep_at: float | None = None
         self.follow = Follow(
             hub.runtime,
-            namespace=namespace,
+            workspace=workspace,
             task=task_id,
             snapshot=self._read_all,
             change=lambda _payload: self._read_news(sweep=False),
@@ -183,17 +183,17 @@ class Channel:
 
     def _read_all(self) -> tuple[dict, list[dict]] | None:
         """The task's row and its events; None once it is gone."""
-        row = read_task(self.hub.runtime.db, self.namespace, self.task_id)
+        row = read_task(self.hub.runtime.db, self.workspace, self.task_id)
         if row is None:
             return None
-        return row, timelines.read_events(self.hub.runtime.db, self.namespace, self.task_id)
+        return row, timelines.read_events(self.hub.runtime.db, self.workspace, self.task_id)
 
     def _read_news(self, sweep: bool) -> tuple[dict, list[dict]] | None:
         """The task's row and the events after the newest one seen, or with `sweep` after the
         timeline's settled seq (late commits included); None once the task is gone."""
         # Both reads at once (two pool connections): they are most of the time before the fanout.
         reading = gevent.spawn(self._read_events_after, sweep)
-        row = read_task(self.hub.runtime.db, self.namespace, self.task_id)
+        row = read_task(self.hub.runtime.db, self.workspace, self.task_id)
         events = reading.get()
         return None if row is None else (row, events)
 
@@ -205,7 +205,7 @@ class Channel:
         events: list[dict] = []
         while True:
             page = timelines.read_events(
-                self.hub.runtime.db, self.namespace, self.task_id, after_seq=after
+                self.hub.runtime.db, self.workspace, self.task_id, after_seq=after
             )
             events += page
             if len(page) < timelines.MAX_EVENTS:
@@ -259,18 +259,18 @@ class Channel:
 
 
 class TimelineHub:
-    """The channels of this process, by (namespace, task id)."""
+    """The channels of this process, by (workspace, task id)."""
 
     def __init__(self, app, runtime):
         self.app = app
         self.runtime = runtime
         self.channels: dict[tuple[str, UUID], Channel] = {}
 
-    def join(self, namespace: str, task_id: UUID, viewer: Viewer) -> Channel:
-        key = (namespace, task_id)
+    def join(self, workspace: str, task_id: UUID, viewer: Viewer) -> Channel:
+        key = (workspace, task_id)
         channel = self.channels.get(key)
         if channel is None or channel.greenlet.dead:
-            channel = self.channels[key] = Channel(self, namespace, task_id)
+            channel = self.channels[key] = Channel(self, workspace, task_id)
         channel.viewers.add(viewer)
         channel.ready.wait()
         return channel
@@ -282,7 +282,7 @@ class TimelineHub:
             self.drop(channel)
 
     def drop(self, channel: Channel) -> None:
-        key = (channel.namespace, channel.task_id)
+        key = (channel.workspace, channel.task_id)
         if self.channels.get(key) is channel:
             del self.channels[key]
         channel.follow.close()

@@ -131,8 +131,8 @@ def _submit(args):
 def _explain(args):
     identity = current_identity()
     row = actions.get_task(runtime(), identity, args["taskId"])
-    events = read_events(runtime().db, identity.namespace, row["id"])
-    tail = read_event_tail(runtime().db, identity.namespace, row["id"], limit=500)
+    events = read_events(runtime().db, identity.workspace, row["id"])
+    tail = read_event_tail(runtime().db, identity.workspace, row["id"], limit=500)
     return explain(dto.snapshot(row), events, tail), 200
 
 

@@ -47,18 +47,18 @@ def check_handshake():
     if not origin_allowed(request.headers.get("Origin")):
         abort(403, description="websocket Origin does not match this site")
     task_id = (request.view_args or {}).get("task_id")
-    if task_id is None or read_task(runtime().db, current_identity().namespace, task_id) is None:
+    if task_id is None or read_task(runtime().db, current_identity().workspace, task_id) is None:
         abort(404)
 
 
 @sock.route("/ws/tasks/<uuid:task_id>/timeline", bp=bp)
 def timeline_socket(ws, task_id):
     """Stream a task's timeline: reset, sections, its events, then every new one."""
-    namespace = current_identity().namespace
+    workspace = current_identity().workspace
     keepalive_s = runtime().settings.stream_keepalive_s
     raw = FrameSocket(ws)
     viewer = Viewer(raw)
-    channel = hub().join(namespace, task_id, viewer)  # subscribe before the bootstrap read
+    channel = hub().join(workspace, task_id, viewer)  # subscribe before the bootstrap read
     # A session that ends (signed out, expired) gets "bye": the page reconnects and is refused.
     stop_watching = watch_session(lambda: viewer.queue.put(BYE))
     try:
@@ -80,7 +80,7 @@ def timeline_socket(ws, task_id):
             if item is RESET:
                 if channel.greenlet.dead:
                     hub().leave(channel, viewer)
-                    channel = hub().join(namespace, task_id, viewer)
+                    channel = hub().join(workspace, task_id, viewer)
                 viewer.sent = sent = bootstrap(raw, channel)
                 continue
             out = []

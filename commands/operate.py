@@ -36,7 +36,7 @@ EXIT_CODES: dict[type[DomainError], int] = {
     operations.CleanupJobNotFound: EXIT_NOT_FOUND,
 }
 
-tasks_cli = AppGroup("tasks", help="Look at and cancel tasks of any namespace.")
+tasks_cli = AppGroup("tasks", help="Look at and cancel tasks of any workspace.")
 jobs_cli = AppGroup("cleanup-jobs", help="Look at and retry durable cleanup jobs.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 limit_option = click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
@@ -95,7 +95,7 @@ def perform(operation, *args):
 
 TASK_COLUMNS = [
     ("id", "ID"),
-    ("namespace", "NAMESPACE"),
+    ("workspace", "WORKSPACE"),
     ("projectId", "PROJECT"),
     ("status", "STATUS"),
     ("sourceKind", "KIND"),
@@ -106,14 +106,19 @@ EVENT_COLUMNS = [("seq", "SEQ"), ("at", "AT"), ("kind", "KIND"), ("payload", "PA
 
 @tasks_cli.command("list")
 @any_of("--status", "statuses", Status)
-@click.option("--namespace")
+@click.option(
+    "--workspace",
+    "--namespace",
+    "workspace",
+    help="Only this workspace (--namespace: its old name, still accepted).",
+)
 @click.option("--project")
 @limit_option
 @json_option
-def tasks_list(statuses, namespace, project, limit, as_json):
-    """The newest tasks across namespaces."""
+def tasks_list(statuses, workspace, project, limit, as_json):
+    """The newest tasks across workspaces."""
     items = operations.list_tasks(
-        runtime(), namespace=namespace, project_id=project, statuses=list(statuses), limit=limit
+        runtime(), workspace=workspace, project_id=project, statuses=list(statuses), limit=limit
     )
     for item in items:
         item["sourceKind"] = item["source"].get("kind")
@@ -131,7 +136,7 @@ def tasks_show(task_id: UUID, as_json):
         return
     snap, explanation = shown["snapshot"], shown["explanation"]
     click.echo(
-        f"{snap['id']}  {snap['status']}  namespace {snap['namespace']}  "
+        f"{snap['id']}  {snap['status']}  workspace {snap['workspace']}  "
         f"project {snap['projectId']}"
     )
     click.echo(explanation["summary"])

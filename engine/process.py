@@ -1,7 +1,7 @@
 """The per-process engine runtime: launches runners, renews leases, delivers cancels, drains.
 
 One per process (created by the app factory). Its greenlets: one runner per leased task it
-launched, the lease renewer, the reaper, the cleanup worker and the NOTIFY listener (the Fanout).
+launched, the lease renewer, the reaper, the cleanup worker and the NOTIFY listener (the Listener).
 """
 
 import logging
@@ -35,7 +35,7 @@ from engine.operations import logs, metrics
 from engine.operations.config import Settings
 from engine.operations.observed import observe_cluster, observe_integrations
 from engine.operations.streaks import Streaks
-from engine.readside.listener import Fanout, LiveFeed
+from engine.readside.listener import Listener, LiveFeed
 from engine.runners import runner_for
 from engine.runners.context import RunContext
 from engine.trust import secrets
@@ -64,14 +64,14 @@ class EngineRuntime:
             secret_values=[settings.devbox_signing_key, settings.gateway_api_key],
         )
         self.integrations = observe_integrations(integrations, self.streaks)
-        self.fanout = Fanout(db, streaks=self.streaks)
+        self.listener = Listener(db, streaks=self.streaks)
         #: Unpersisted frames (streamed model tokens) for this process's viewers.
         self.live = LiveFeed()
         #: This process's runners' own writes, announced once per tick.
         self.runner_notices = RunnerNotices(
             db,
             interval_s=settings.runner_notice_interval_s,
-            offer_here=self.fanout.offer_here,
+            offer_here=self.listener.offer_here,
             streaks=self.streaks,
         )
         self.reaper = Reaper(db, settings, self.streaks)
@@ -98,8 +98,8 @@ class EngineRuntime:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        self.fanout.on_notify(self._on_notify)
-        self.fanout.start()
+        self.listener.on_notify(self._on_notify)
+        self.listener.start()
         self._loops = [gevent.spawn(self._renew_forever), gevent.spawn(self._reap_forever)]
         self.cleanup.start()
         self.runner_notices.start()
@@ -136,7 +136,7 @@ class EngineRuntime:
             # Local process groups this process started must not outlive it (seed 001).
             self._release_runtimes()
             self.runner_notices.stop()
-            self.fanout.stop()
+            self.listener.stop()
         finally:
             self._shutdown_done.set()
             log.info("engine runtime %s drained", self.owner)
@@ -152,7 +152,7 @@ class EngineRuntime:
             return exc.message  # what kind of fault: refused, lost, shutting down, ...
         except Exception as exc:
             return f"database unreachable ({type(exc).__name__})"
-        if not self.fanout.connected.is_set():
+        if not self.listener.connected.is_set():
             return "listener not connected"
         return None
 
@@ -215,7 +215,7 @@ class EngineRuntime:
             readiness_poll_s=self.settings.readiness_poll_s,
             fail_fast_causes=self.fail_fast_causes,
             artifacts=dict(row["artifact_summary"]),
-            namespace=row["namespace"],
+            workspace=row["workspace"],
         )
         run = _Run(handle)
         self.runs[row["id"]] = run
@@ -230,7 +230,7 @@ class EngineRuntime:
         handle = run.handle
         # This greenlet's log lines name the task (engine/operations/logs.py) and are scrubbed of
         # its secrets; tokens minted here join its scrub list.
-        logs.TASK.set((str(ctx.task_id), ctx.namespace))
+        logs.TASK.set((str(ctx.task_id), ctx.workspace))
         with secrets.run_scope(handle.secret_values):
             self._run_scoped(run, run_fn, ctx, kubeconfig)
 
@@ -240,7 +240,7 @@ class EngineRuntime:
             try:
                 ctx.cluster = observe_cluster(
                     self.integrations.cluster(kubeconfig),
-                    ctx.namespace,
+                    ctx.workspace,
                     self.streaks,
                     handle.secret_values,
                 )

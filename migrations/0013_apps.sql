@@ -15,11 +15,11 @@ ALTER TABLE deploy_tasks ADD COLUMN app_key text GENERATED ALWAYS AS (
 -- An app's history newest first (task_list_app_page) and each app's newest task
 -- (task_list_apps_of_project), both in the (created_at, id) cursor order.
 CREATE INDEX deploy_tasks_by_app
-    ON deploy_tasks (namespace, project_id, app_key, created_at DESC, id DESC)
+    ON deploy_tasks (workspace, project_id, app_key, created_at DESC, id DESC)
     WHERE app_key IS NOT NULL;
 -- At most one active rollback per app: the loser of a rollback race loses the insert itself
--- (engine/db.py maps this index's violation to AppDeployAlreadyActive).
+-- (task_insert inserts nothing; engine/lifecycle/rollback.py answers AppDeployAlreadyActive).
 CREATE UNIQUE INDEX deploy_tasks_one_active_rollback
-    ON deploy_tasks (namespace, project_id, app_key)
+    ON deploy_tasks (workspace, project_id, app_key)
     WHERE rolled_back_from_task_id IS NOT NULL
       AND status IN ('queued', 'running', 'blocked', 'applying');

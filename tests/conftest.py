@@ -225,9 +225,9 @@ def insert_task(sql_conn):
     """Factory: arrange a task row directly in any state (tests only; production inserts queued)."""
     from psycopg.types.json import Jsonb
 
-    def factory(status="queued", project_id="demo", namespace="default", **columns):
+    def factory(status="queued", project_id="demo", workspace="default", **columns):
         values = {
-            "namespace": namespace,
+            "workspace": workspace,
             "project_id": project_id,
             "created_by": "test",
             "source_kind": "image",

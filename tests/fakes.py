@@ -131,7 +131,7 @@ from engine.integrations.devbox import ExecResult  # noqa: E402
 class DevboxCall:
     op: str
     devbox_id: str | None
-    namespace: str
+    workspace: str
     command: list | None = None
     #: Whether the call's abort signal had already fired when it was made.
     aborted_on_entry: bool = False
@@ -157,8 +157,8 @@ class FakeDevbox:
     fail_ops: set = field(default_factory=set)
     fail_message: str = "HTTP 503"
 
-    def create(self, *, namespace, task_id, abort):
-        call = self._call("create", None, namespace, abort)
+    def create(self, *, workspace, task_id, abort):
+        call = self._call("create", None, workspace, abort)
         try:
             abort.sleep(self.create_delay_s)
         except BaseException:
@@ -169,15 +169,15 @@ class FakeDevbox:
         call.outcome = "ok"
         return call.devbox_id
 
-    def attach(self, devbox_id, *, namespace, abort):
-        call = self._call("attach", devbox_id, namespace, abort)
+    def attach(self, devbox_id, *, workspace, abort):
+        call = self._call("attach", devbox_id, workspace, abort)
         abort.raise_if_aborted()
         self._known(call)
         self.boxes[devbox_id] = "running"
         call.outcome = "ok"
 
-    def exec(self, devbox_id, command, *, namespace, abort, timeout_s=None):
-        call = self._call("exec", devbox_id, namespace, abort, command=list(command))
+    def exec(self, devbox_id, command, *, workspace, abort, timeout_s=None):
+        call = self._call("exec", devbox_id, workspace, abort, command=list(command))
         abort.raise_if_aborted()
         self._known(call)
         if self.boxes[devbox_id] != "running":
@@ -190,16 +190,16 @@ class FakeDevbox:
                 return result
         return ExecResult(0, "", "")
 
-    def pause(self, devbox_id, *, namespace, abort):
-        call = self._call("pause", devbox_id, namespace, abort)
+    def pause(self, devbox_id, *, workspace, abort):
+        call = self._call("pause", devbox_id, workspace, abort)
         abort.raise_if_aborted()
         self._known(call)
         self.boxes[devbox_id] = "paused"
         call.outcome = "ok"
         self.paused.set()
 
-    def delete(self, devbox_id, *, namespace, abort):
-        call = self._call("delete", devbox_id, namespace, abort)
+    def delete(self, devbox_id, *, workspace, abort):
+        call = self._call("delete", devbox_id, workspace, abort)
         abort.raise_if_aborted()
         self._known(call)
         del self.boxes[devbox_id]
@@ -208,8 +208,8 @@ class FakeDevbox:
     def ops(self) -> list[str]:
         return [c.op for c in self.calls]
 
-    def _call(self, op, devbox_id, namespace, abort, command=None) -> DevboxCall:
-        call = DevboxCall(op, devbox_id, namespace, command, aborted_on_entry=abort.aborted)
+    def _call(self, op, devbox_id, workspace, abort, command=None) -> DevboxCall:
+        call = DevboxCall(op, devbox_id, workspace, command, aborted_on_entry=abort.aborted)
         self.calls.append(call)
         if op in self.fail_ops:
             call.outcome = "error"

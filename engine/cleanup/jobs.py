@@ -71,7 +71,7 @@ def _runtime_snapshot(row: dict) -> dict:
     keys = (
         "id",
         "task_id",
-        "namespace",
+        "workspace",
         "kind",
         "liveness",
         "label",
@@ -97,7 +97,7 @@ def enqueue(
     snapshot: dict,
     *,
     task_id=None,
-    namespace: str | None = None,
+    workspace: str | None = None,
     host: str | None = None,
     needs_devbox: bool = False,
     now: datetime | None = None,
@@ -110,7 +110,7 @@ def enqueue(
             operation_id=operation_id,
             trigger=str(trigger),
             task_id=task_id,
-            namespace=namespace,
+            workspace=workspace,
             snapshot=snapshot,
             host=host,
             needs_devbox=needs_devbox,
@@ -129,27 +129,27 @@ def enqueue_runtime_stop(db: Database, row: dict, *, now: datetime | None = None
         f"runtime_stop:{row['id']}",
         _runtime_snapshot(row),
         task_id=row["task_id"],
-        namespace=row["namespace"],
+        workspace=row["workspace"],
         host=row["host"],
         now=now,
     )
 
 
 def enqueue_devbox_delete(
-    db: Database, devbox_id: str, *, namespace: str, task_id=None, now: datetime | None = None
+    db: Database, devbox_id: str, *, workspace: str, task_id=None, now: datetime | None = None
 ) -> dict:
     """A durable delete of a devbox (re-checked against active tasks before it runs)."""
     return enqueue(
         db,
         Trigger.DEVBOX_DELETE,
-        f"devbox_delete:{namespace}:{devbox_id}",
+        f"devbox_delete:{workspace}:{devbox_id}",
         {
             "devboxId": devbox_id,
-            "namespace": namespace,
+            "workspace": workspace,
             "taskId": str(task_id) if task_id else None,
         },
         task_id=task_id,
-        namespace=namespace,
+        workspace=workspace,
         needs_devbox=True,
         now=now,
     )

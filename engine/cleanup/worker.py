@@ -328,7 +328,7 @@ class CleanupWorker:
         if row["devbox_in_use"]:
             raise PreconditionGone("an active task uses this devbox")
         try:
-            self._require_devbox().pause(snap["devboxId"], namespace=snap["namespace"], abort=abort)
+            self._require_devbox().pause(snap["devboxId"], workspace=snap["workspace"], abort=abort)
         except NotFound:
             pass  # gone: nothing is left running
         self.db.one(
@@ -340,11 +340,11 @@ class CleanupWorker:
         users = self.db.all("task_list_ids_active_with_devbox", devbox_id=snap["devboxId"])
         if users:
             raise PreconditionGone(f"active task {users[0]['id']} uses this devbox")
-        self._delete_devbox_now(snap["devboxId"], snap["namespace"], abort)
+        self._delete_devbox_now(snap["devboxId"], snap["workspace"], abort)
 
-    def _delete_devbox_now(self, devbox_id: str, namespace: str, abort: AbortSignal) -> None:
+    def _delete_devbox_now(self, devbox_id: str, workspace: str, abort: AbortSignal) -> None:
         try:
-            self._require_devbox().delete(devbox_id, namespace=namespace, abort=abort)
+            self._require_devbox().delete(devbox_id, workspace=workspace, abort=abort)
         except NotFound:
             pass  # already gone counts as deleted
         self.db.all("runtime_delete_devbox", devbox_id=devbox_id)
@@ -381,7 +381,7 @@ class CleanupWorker:
             try:
                 try:
                     self._require_devbox().delete(
-                        job["devbox_id"], namespace=job["namespace"], abort=attempt.abort
+                        job["devbox_id"], workspace=job["workspace"], abort=attempt.abort
                     )
                 except NotFound:
                     pass  # already gone counts as deleted

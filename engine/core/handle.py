@@ -60,7 +60,7 @@ class TaskHandle:
         self.owner = owner
         self.abort = abort
         self.secret_values = list(secret_values)
-        #: Where unpersisted frames for this process's viewers go (readside.fanout.LiveFeed).
+        #: Where unpersisted frames for this process's viewers go (readside.listener.LiveFeed).
         self._live = live
         #: Where this run's committed writes are announced (engine.notices.RunnerNotices): they
         #: do not notify one by one. Without it (a bare handle) status moves notify at once.
@@ -267,7 +267,7 @@ class TaskHandle:
                 **self._fence(),
             )
         if row is not None and self._notices is not None:
-            self._notices.changed(row["namespace"], row["project_id"], self.task_id)
+            self._notices.changed(row["workspace"], row["project_id"], self.task_id)
         self._confirmed(row)
 
     def _confirmed(self, row: dict | None) -> None:

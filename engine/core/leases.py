@@ -13,7 +13,7 @@ def claim(
     *,
     owner: str,
     lease_ttl_s: float,
-    namespace: str,
+    workspace: str,
     from_status: Status,
     actor: str | None = None,
     notices=None,
@@ -29,7 +29,7 @@ def claim(
         Status.RUNNING,
         from_statuses=(from_status,),
         claim=Claim(owner, lease_ttl_s),
-        namespace=namespace,
+        workspace=workspace,
         actor=actor,
         phase="starting",
     )

@@ -39,7 +39,7 @@ class RunnerNotices:
     def __init__(self, db: Database, *, interval_s: float, offer_here=None, streaks=None):
         self.db = db
         self.interval_s = interval_s
-        #: Offers a payload to this process's own subscribers (Fanout.offer_here).
+        #: Offers a payload to this process's own subscribers (Listener.offer_here).
         self.offer_here = offer_here
         #: Failed sends are the `runner_notices` streak (engine/operations/streaks.py).
         self.streaks = streaks
@@ -47,10 +47,10 @@ class RunnerNotices:
         self._wakeup = Event()
         self._greenlet: gevent.Greenlet | None = None
 
-    def changed(self, namespace: str, project: str, task_id: UUID) -> None:
+    def changed(self, workspace: str, project: str, task_id: UUID) -> None:
         """A runner's write to this task committed: notify it with the next tick (no I/O)."""
         task = str(task_id)
-        notice = {"namespace": namespace, "project": project, "task": task, "runner": True}
+        notice = {"workspace": workspace, "project": project, "task": task, "runner": True}
         self._pending[task] = notice
         self._wakeup.set()
         if self.offer_here is not None:

@@ -48,8 +48,8 @@ class Move:
     claim: Claim | None = None
     #: A lease holder's move.
     fence: Fence | None = None
-    #: A request's move: only within the caller's namespace.
-    namespace: str | None = None
+    #: A request's move: only within the caller's workspace.
+    workspace: str | None = None
     # -- what the row must say now (the reaper's sweeps, a runner's completion) ------------------
     if_lease_expired: bool = False
     #: True: a cancel must be pending; False: none may be; None: either.
@@ -88,7 +88,7 @@ def transition(
 ) -> list[dict]:
     """Make `move` where the table and its preconditions allow it; the rows that moved.
 
-    Each moved row says what a mover reads back: id, namespace, project_id, status,
+    Each moved row says what a mover reads back: id, workspace, project_id, status,
     previous_status, lease_epoch, lease_owner, cancel_requested_at, created_at, finished_at.
     `whole_rows` for a caller that hands the task on (a claim's runner, a cancel's snapshot).
 
@@ -109,7 +109,7 @@ def transition(
         moved += own_moves_already_made(db, ids, moved, move_key)
     if notices is not None:
         for row in moved:
-            notices.changed(row["namespace"], row["project_id"], row["id"])
+            notices.changed(row["workspace"], row["project_id"], row["id"])
     _, verdicts, _ = _verdicts(move.to, move.sources)
     metrics.record_transitions(moved, verdicts, str(move.to), terminal=move.to in TERMINAL)
     return moved
@@ -132,7 +132,7 @@ def statement_params(move: Move, *, notify: bool) -> dict:
         "claim_owner": claim.owner if claim else None,
         "claim_ttl_s": claim.ttl_s if claim else None,
         "now": move.now,
-        "namespace": move.namespace,
+        "workspace": move.workspace,
         "fence_epoch": fence.epoch if fence else None,
         "fence_owner": fence.owner if fence else None,
         "if_lease_expired": move.if_lease_expired,

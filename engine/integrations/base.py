@@ -196,16 +196,16 @@ class Cluster(Protocol):
 
 
 class Devbox(Protocol):
-    """The devbox HTTP API, authenticated by a server-minted, namespace-scoped JWT.
+    """The devbox HTTP API, authenticated by a server-minted, workspace-scoped JWT.
 
     pause/delete need no user credential (the reaper and cleanup jobs call them). Each raises
     NotFound when the devbox is already gone, IntegrationError for anything retryable.
     """
 
-    def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
+    def create(self, *, workspace: str, task_id: str, abort: AbortSignal) -> str:
         """A new devbox for a task; its id."""
 
-    def attach(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+    def attach(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
         """Re-attach to an existing devbox (resuming it if paused)."""
 
     def exec(
@@ -213,16 +213,16 @@ class Devbox(Protocol):
         devbox_id: str,
         command: list[str],
         *,
-        namespace: str,
+        workspace: str,
         abort: AbortSignal,
         timeout_s: float | None = None,
     ) -> ExecResult:
         """Run one command (argv, no shell) inside the devbox; its exit code and output."""
 
-    def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+    def pause(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
         """Pause (idempotent)."""
 
-    def delete(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+    def delete(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
         """Delete (idempotent)."""
 
 

@@ -1,16 +1,19 @@
-"""The devbox HTTP API, authenticated by a server-minted, namespace-scoped JWT.
+"""The devbox HTTP API, authenticated by a server-minted, workspace-scoped JWT.
+
+The devbox API names a workspace `namespace` (its URLs, the token's claims): that is its wire
+format, not ours, and stays as it is; our parameters say `workspace`.
 
 The JWT is the server's only credential (signed with DEVBOX_SIGNING_KEY, HS256), so pause and
 delete work without any user: the reaper and cleanup jobs call them. Every call honours an
 abort signal; a 404 is the typed absence NotFound.
 
 Routes (all under DEVBOX_URL, JSON bodies):
-  POST   /v1/namespaces/<ns>/devboxes                {"taskId"} -> 201 {"id"}
-  POST   /v1/namespaces/<ns>/devboxes/<id>/attach    -> 200 {"id", "state"}
-  POST   /v1/namespaces/<ns>/devboxes/<id>/exec      {"command": [...], "timeoutSeconds"}
+  POST   /v1/namespaces/<workspace>/devboxes                {"taskId"} -> 201 {"id"}
+  POST   /v1/namespaces/<workspace>/devboxes/<id>/attach    -> 200 {"id", "state"}
+  POST   /v1/namespaces/<workspace>/devboxes/<id>/exec      {"command": [...], "timeoutSeconds"}
                                                      -> 200 {"exitCode", "stdout", "stderr"}
-  POST   /v1/namespaces/<ns>/devboxes/<id>/pause     -> 200 or 204
-  DELETE /v1/namespaces/<ns>/devboxes/<id>           -> 200 or 204
+  POST   /v1/namespaces/<workspace>/devboxes/<id>/pause     -> 200 or 204
+  DELETE /v1/namespaces/<workspace>/devboxes/<id>           -> 200 or 204
 """
 
 import time
@@ -71,14 +74,16 @@ class DevboxClient:
     def __repr__(self) -> str:  # never show the key
         return f"DevboxClient({self.base_url!r})"
 
-    def token(self, namespace: str) -> str:
-        """A fresh JWT scoped to one namespace, signed with the server's key."""
+    def token(self, workspace: str) -> str:
+        """A fresh JWT scoped to one workspace, signed with the server's key.
+
+        The devbox API calls the scope a namespace (its claim and its URLs): its contract, kept."""
         now = int(time.time())
         claims = {
             "iss": TOKEN_ISSUER,
             "aud": TOKEN_AUDIENCE,
-            "sub": f"namespace:{namespace}",
-            "namespace": namespace,
+            "sub": f"namespace:{workspace}",
+            "namespace": workspace,
             "iat": now,
             "nbf": now,
             "exp": now + TOKEN_TTL_S,
@@ -88,24 +93,24 @@ class DevboxClient:
         return token
 
     # -- the API -------------------------------------------------------------------------------
-    def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
+    def create(self, *, workspace: str, task_id: str, abort: AbortSignal) -> str:
         """A new devbox for a task; its id."""
-        body = self._call("POST", namespace, "", {"taskId": str(task_id)}, abort=abort)
+        body = self._call("POST", workspace, "", {"taskId": str(task_id)}, abort=abort)
         devbox_id = body.get("id") if isinstance(body, dict) else None
         if not isinstance(devbox_id, str) or not devbox_id:
             raise IntegrationError("the devbox API created a devbox without an id")
         return devbox_id
 
-    def attach(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+    def attach(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
         """Re-attach to an existing devbox (resuming it if paused); NotFound when it is gone."""
-        self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/attach", {}, abort=abort)
+        self._call("POST", workspace, f"/{quote(devbox_id, safe='')}/attach", {}, abort=abort)
 
     def exec(
         self,
         devbox_id: str,
         command: list[str],
         *,
-        namespace: str,
+        workspace: str,
         abort: AbortSignal,
         timeout_s: float | None = None,
     ) -> ExecResult:
@@ -113,7 +118,7 @@ class DevboxClient:
         timeout_s = timeout_s or self.exec_timeout_s
         body = self._call(
             "POST",
-            namespace,
+            workspace,
             f"/{quote(devbox_id, safe='')}/exec",
             {"command": list(command), "timeoutSeconds": int(timeout_s)},
             abort=abort,
@@ -127,27 +132,27 @@ class DevboxClient:
             str(body.get("stderr") or "")[:MAX_OUTPUT_CHARS],
         )
 
-    def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+    def pause(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
         """Pause (idempotent); NotFound when it is gone."""
-        self._call("POST", namespace, f"/{quote(devbox_id, safe='')}/pause", {}, abort=abort)
+        self._call("POST", workspace, f"/{quote(devbox_id, safe='')}/pause", {}, abort=abort)
 
-    def delete(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
+    def delete(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
         """Delete (idempotent); NotFound when it is already gone."""
-        self._call("DELETE", namespace, f"/{quote(devbox_id, safe='')}", None, abort=abort)
+        self._call("DELETE", workspace, f"/{quote(devbox_id, safe='')}", None, abort=abort)
 
     # -- internals -------------------------------------------------------------------------------
     def _call(
         self,
         method: str,
-        namespace: str,
+        workspace: str,
         path: str,
         body: dict | None,
         *,
         abort: AbortSignal,
         read_timeout_s: float | None = None,
     ):
-        url = f"{self.base_url}/v1/namespaces/{quote(namespace, safe='')}/devboxes{path}"
-        headers = {"Authorization": f"Bearer {self.token(namespace)}", "Accept": "application/json"}
+        url = f"{self.base_url}/v1/namespaces/{quote(workspace, safe='')}/devboxes{path}"
+        headers = {"Authorization": f"Bearer {self.token(workspace)}", "Accept": "application/json"}
         # The HTTP exchange runs in a greenlet of its own that the abort kills: it touches no
         # database connection, so killing it mid-read only drops its socket.
         try:

@@ -384,33 +384,33 @@ class SandboxDevbox:
     label = "sandbox"
 
     def __init__(self):
-        #: id -> {"namespace", "taskId", "state": "running" | "paused", "repos": {dest: url}}
+        #: id -> {"workspace", "taskId", "state": "running" | "paused", "repos": {dest: url}}
         self.boxes: dict[str, dict] = {}
 
-    def create(self, *, namespace: str, task_id: str, abort: AbortSignal) -> str:
+    def create(self, *, workspace: str, task_id: str, abort: AbortSignal) -> str:
         abort.sleep(SANDBOX_EXEC_DELAY_S)
         devbox_id = f"sbx-{uuid.uuid4().hex[:12]}"
         self.boxes[devbox_id] = {
-            "namespace": namespace,
+            "workspace": workspace,
             "taskId": str(task_id),
             "state": "running",
             "repos": {},
         }
         return devbox_id
 
-    def attach(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
-        self._box(devbox_id, namespace)["state"] = "running"
+    def attach(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
+        self._box(devbox_id, workspace)["state"] = "running"
 
     def exec(
         self,
         devbox_id: str,
         command: list[str],
         *,
-        namespace: str,
+        workspace: str,
         abort: AbortSignal,
         timeout_s: float | None = None,
     ) -> ExecResult:
-        box = self._box(devbox_id, namespace)
+        box = self._box(devbox_id, workspace)
         if box["state"] != "running":
             raise IntegrationError(f"sandbox devbox {devbox_id} is paused")
         abort.sleep(SANDBOX_EXEC_DELAY_S)
@@ -439,16 +439,16 @@ class SandboxDevbox:
             return ExecResult(0, "".join(f"{name}\n" for name in SANDBOX_REPO_FILES), "")
         return ExecResult(0, "", "")
 
-    def pause(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
-        self._box(devbox_id, namespace)["state"] = "paused"
+    def pause(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
+        self._box(devbox_id, workspace)["state"] = "paused"
 
-    def delete(self, devbox_id: str, *, namespace: str, abort: AbortSignal) -> None:
-        self._box(devbox_id, namespace)
+    def delete(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:
+        self._box(devbox_id, workspace)
         del self.boxes[devbox_id]
 
-    def _box(self, devbox_id: str, namespace: str) -> dict:
+    def _box(self, devbox_id: str, workspace: str) -> dict:
         box = self.boxes.get(devbox_id)
-        if box is None or box["namespace"] != namespace:
+        if box is None or box["workspace"] != workspace:
             raise NotFound(f"sandbox devbox {devbox_id} not found")
         return box
 

@@ -34,8 +34,8 @@ SECRET_BEARING_FIELDS = ("env", "args")
 
 
 def get_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> dict:
-    """One task of the caller's namespace; TaskNotFound otherwise."""
-    return task_found(read_task(runtime.db, identity.namespace, task_id))
+    """One task of the caller's workspace; TaskNotFound otherwise."""
+    return task_found(read_task(runtime.db, identity.workspace, task_id))
 
 
 def wait_for_task(
@@ -45,7 +45,7 @@ def wait_for_task(
     TaskNotFound when there is no such task, or it is purged meanwhile."""
     get_task(runtime, identity, task_id)
     row, outcome = wait_until_settled(
-        runtime.db, runtime.fanout, identity.namespace, task_id, timeout_s
+        runtime.db, runtime.listener, identity.workspace, task_id, timeout_s
     )
     return task_found(row), outcome
 
@@ -54,7 +54,7 @@ def start_project(runtime: EngineRuntime, identity: Identity, project_id: str) -
     """Record a project the caller started, so the landing page lists it before any deployment
     (the id is validated by the caller, with the API's rule)."""
     runtime.db.execute(
-        "project_start", namespace=identity.namespace, project_id=project_id, user=identity.user
+        "project_start", workspace=identity.workspace, project_id=project_id, user=identity.user
     )
 
 
@@ -199,7 +199,7 @@ def _create_task(
     sensitive_keys = list(sensitive_keys or [])
     identities: dict = {}
     if predecessor_task_id is not None:
-        predecessor = read_task(runtime.db, identity.namespace, predecessor_task_id)
+        predecessor = read_task(runtime.db, identity.workspace, predecessor_task_id)
         if predecessor is None:
             raise PredecessorNotFound()
         if predecessor["status"] not in REDEPLOYABLE:
@@ -226,7 +226,7 @@ def _create_task(
     row = runtime.db.one(
         "task_insert",
         id=task_id,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         project_id=project_id,
         created_by=identity.user,
         source_kind=persisted["kind"],
@@ -238,11 +238,11 @@ def _create_task(
         rolled_back_from_task_id=None,
     )
     if row is None:  # this insert sent again after a lost connection: its first attempt's row?
-        row = read_task(runtime.db, identity.namespace, task_id)
+        row = read_task(runtime.db, identity.workspace, task_id)
     if row is None:  # not ours: another clone of the predecessor is active (the one-clone rule)
         exc = RedeployAlreadyActive()
         winner = runtime.db.one(
-            "task_get_successor", task_id=predecessor_task_id, namespace=identity.namespace
+            "task_get_successor", task_id=predecessor_task_id, workspace=identity.workspace
         )
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
@@ -255,7 +255,7 @@ def _create_task(
         row["id"],
         owner=runtime.owner,
         lease_ttl_s=runtime.settings.lease_ttl_s,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         from_status=Status.QUEUED,
         actor=identity.user,
         notices=runtime.runner_notices,
@@ -319,7 +319,7 @@ def _submit_inputs(
         task_id,
         owner=runtime.owner,
         lease_ttl_s=runtime.settings.lease_ttl_s,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         from_status=Status.BLOCKED,
         actor=identity.user,
         notices=runtime.runner_notices,
@@ -356,7 +356,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
         "cancel of task %s requested by %s",
         task_id,
         identity.user,
-        extra={"task_id": str(task_id), "namespace": identity.namespace},
+        extra={"task_id": str(task_id), "workspace": identity.workspace},
     )
     for _ in range(
         3
@@ -371,7 +371,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
                 task_id,
                 Status.CANCELLED,
                 from_statuses=(status,),
-                namespace=identity.namespace,
+                workspace=identity.workspace,
                 actor=identity.user,
                 reason="cancel_requested",
                 message="cancelled before it ran",
@@ -385,7 +385,7 @@ def cancel_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> di
             marked = runtime.db.one(
                 "task_request_cancel_if_leased",
                 task_id=task_id,
-                namespace=identity.namespace,
+                workspace=identity.workspace,
                 requested_by=identity.user,
                 now=None,
             )
@@ -401,6 +401,6 @@ def set_canvas(runtime: EngineRuntime, identity: Identity, task_id: UUID, canvas
     """Save the placeholder's canvas placement (never touches status)."""
     return task_found(
         runtime.db.one(
-            "task_set_canvas", task_id=task_id, namespace=identity.namespace, canvas=canvas
+            "task_set_canvas", task_id=task_id, workspace=identity.workspace, canvas=canvas
         )
     )

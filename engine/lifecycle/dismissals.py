@@ -18,7 +18,7 @@ def dismiss_task(runtime: EngineRuntime, identity: Identity, task_id: UUID) -> d
     the task's row while it is still active (nothing dismissed); TaskNotFound otherwise."""
     dismissed = runtime.db.one(
         "dock_dismissal_insert_if_finished",
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         user=identity.user,
         task_id=task_id,
     )
@@ -32,7 +32,7 @@ def dismissed_task_ids(runtime: EngineRuntime, identity: Identity, project_id: s
     """The ids of the tasks the caller dismissed in the project's dock."""
     rows = runtime.db.all(
         "dock_dismissal_task_ids",
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         user=identity.user,
         project_id=project_id,
     )

@@ -40,7 +40,7 @@ KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 class Request:
     """Whose request this is and what it asks (the body as the caller sent it)."""
 
-    namespace: str
+    workspace: str
     user: str
     method: str
     path: str
@@ -66,7 +66,7 @@ def parse_key(raw: str | None) -> str | None:
 def fingerprint(secret: bytes, request: Request) -> str:
     """A keyed hash of the request: equal for the same request, useless to guess values with."""
     canonical = json.dumps(
-        [request.namespace, request.user, request.method, request.path, request.body],
+        [request.workspace, request.user, request.method, request.path, request.body],
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -82,7 +82,7 @@ def run_once(
     the kept answer. `call` turns domain errors into answers itself, and its statements join this
     transaction (engine/db.py); anything it raises rolls them back with the key, and so does an
     answer of 500 or more (nothing worth replaying happened)."""
-    scope = {"namespace": request.namespace, "user": request.user, "key": key}
+    scope = {"workspace": request.workspace, "user": request.user, "key": key}
     fp = fingerprint(secret, request)
     try:
         with db.transaction():

@@ -49,7 +49,7 @@ def _rollback_task(
     row = runtime.db.one(
         "task_insert",
         id=new_id,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         project_id=target["project_id"],
         created_by=identity.user,
         source_kind=target["source_kind"],
@@ -61,7 +61,7 @@ def _rollback_task(
         rolled_back_from_task_id=task_id,
     )
     if row is None:  # this insert sent again after a lost connection: its first attempt's row?
-        row = read_task(runtime.db, identity.namespace, new_id)
+        row = read_task(runtime.db, identity.workspace, new_id)
     if row is None:  # lost the race to another rollback of the app (its one-active index)
         _refuse_while_active(runtime, identity, target)
         raise AppDeployAlreadyActive()
@@ -70,7 +70,7 @@ def _rollback_task(
         target["app_key"],
         task_id,
         identity.user,
-        extra={"task_id": str(row["id"]), "namespace": identity.namespace},
+        extra={"task_id": str(row["id"]), "workspace": identity.workspace},
     )
     leased_at = runtime.db.clock()
     claimed = leases.claim(
@@ -78,7 +78,7 @@ def _rollback_task(
         row["id"],
         owner=runtime.owner,
         lease_ttl_s=runtime.settings.lease_ttl_s,
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         from_status=Status.QUEUED,
         actor=identity.user,
         notices=runtime.runner_notices,
@@ -97,7 +97,7 @@ def _refuse_while_active(runtime: EngineRuntime, identity: Identity, target: dic
     """AppDeployAlreadyActive with the active task's snapshot when the app has one."""
     active = runtime.db.one(
         "task_get_active_of_app",
-        namespace=identity.namespace,
+        workspace=identity.workspace,
         project_id=target["project_id"],
         app_key=target["app_key"],
     )

@@ -350,7 +350,7 @@ class Settings:
     tenant_claim: str = setting(
         "namespace",
         "signed claim with the user's workspaces: a string or a list (names "
-        "`[A-Za-z0-9][A-Za-z0-9._-]{0,62}`)",
+        "`[A-Za-z0-9][A-Za-z0-9._-]{0,62}`); the default is the identity provider's claim name",
         AUTH,
     )
     user_claim: str = setting(

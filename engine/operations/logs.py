@@ -1,7 +1,7 @@
 """Logging, configured the same way under `python app.py` and gunicorn (gunicorn.conf.py).
 
 LOG_FORMAT=json: one JSON object per line with time, level, logger, message and, where known,
-request_id, task_id and namespace (plus structured fields a line carries, such as a streak's
+request_id, task_id and workspace (plus structured fields a line carries, such as a streak's
 `consecutiveFailures`). The default is one human-readable line. Both run every line through
 `secrets.redact_credentials`, a last guard; secrets a user submits never reach a message at all.
 """
@@ -31,7 +31,7 @@ _RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {
     "context",
     "request_id",
     "task_id",
-    "namespace",
+    "workspace",
 }
 
 
@@ -43,7 +43,7 @@ def request_id_from(header: str | None) -> str:
 
 
 class ContextFilter(logging.Filter):
-    """Puts request_id / task_id / namespace of the current greenlet on every record."""
+    """Puts request_id / task_id / workspace of the current greenlet on every record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "request_id", None) is None:
@@ -52,8 +52,8 @@ class ContextFilter(logging.Filter):
         if task is not None:
             if getattr(record, "task_id", None) is None:
                 record.task_id = task[0]
-            if getattr(record, "namespace", None) is None:
-                record.namespace = task[1]
+            if getattr(record, "workspace", None) is None:
+                record.workspace = task[1]
         return True
 
 
@@ -89,7 +89,7 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
-        known = [(k, getattr(record, k, None)) for k in ("request_id", "task_id", "namespace")]
+        known = [(k, getattr(record, k, None)) for k in ("request_id", "task_id", "workspace")]
         record.context = "".join(f" {k}={escape_controls(str(v))}" for k, v in known if v)
         record.message = escape_controls(record.getMessage())
         if self.usesTime():
@@ -113,7 +113,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key in ("request_id", "task_id", "namespace"):
+        for key in ("request_id", "task_id", "workspace"):
             value = getattr(record, key, None)
             if value:
                 line[key] = str(value)

@@ -8,7 +8,7 @@ status, cleanup jobs, failure streaks) is read at scrape time by `DatabaseCollec
 scrape, by whichever process answers.
 
 Label values are bounded: statuses, verdicts, sweep and integration names, subject kinds. Never a
-task id, a namespace or anything a user typed.
+task id, a workspace or anything a user typed.
 """
 
 import functools

@@ -106,13 +106,13 @@ def observe_integrations(integrations: Integrations, streaks: Streaks) -> Integr
 
 
 def observe_cluster(
-    cluster, namespace: str, streaks: Streaks, secret_values: list[str]
+    cluster, workspace: str, streaks: Streaks, secret_values: list[str]
 ) -> Observed:
-    """A run's cluster client, observed under the namespace whose credentials it uses."""
+    """A run's cluster client, observed under the workspace whose credentials it uses."""
     return Observed(
         cluster,
         integration="cluster",
-        subject=f"integration:cluster:{namespace}",
+        subject=f"integration:cluster:{workspace}",
         streaks=streaks,
         secret_values=secret_values,
     )

@@ -1,4 +1,4 @@
-"""What an operator does (the CLI calls these): look across namespaces, cancel through the same
+"""What an operator does (the CLI calls these): look across workspaces, cancel through the same
 use case every surface uses, give a failed cleanup job a fresh attempt budget, reconcile now.
 
 Nothing here writes a status: a cancel goes through `actions.cancel_task` (and so through the
@@ -37,15 +37,15 @@ class CleanupJobNotFound(DomainError):
 def list_tasks(
     runtime: EngineRuntime,
     *,
-    namespace: str | None = None,
+    workspace: str | None = None,
     project_id: str | None = None,
     statuses: list[str] | None = None,
     limit: int = 50,
 ) -> list[dict]:
-    """The newest tasks across namespaces (snapshots)."""
+    """The newest tasks across workspaces (snapshots)."""
     rows = runtime.db.all(
         "task_list_for_operator",
-        namespace=namespace,
+        workspace=workspace,
         project_id=project_id,
         statuses=statuses or None,
         limit=limit,
@@ -55,13 +55,13 @@ def list_tasks(
 
 def show_task(runtime: EngineRuntime, task_id: UUID) -> dict:
     """A task's snapshot, its events and the explanation chat gives."""
-    row = task_found(runtime.db.one("task_get_any_namespace", task_id=task_id))
+    row = task_found(runtime.db.one("task_get_any_workspace", task_id=task_id))
     events = [
         dto.event(e)
         for e in runtime.db.all(
             "event_list_for_task",
             task_id=task_id,
-            namespace=row["namespace"],
+            workspace=row["workspace"],
             after_seq=0,
             limit=EVENTS_SHOWN,
         )
@@ -71,9 +71,9 @@ def show_task(runtime: EngineRuntime, task_id: UUID) -> dict:
 
 
 def cancel_task(runtime: EngineRuntime, task_id: UUID) -> dict:
-    """Cancel as the operator, in the task's own namespace; the snapshot after."""
-    row = task_found(runtime.db.one("task_get_any_namespace", task_id=task_id))
-    identity = Identity(user=OPERATOR, namespace=row["namespace"])
+    """Cancel as the operator, in the task's own workspace; the snapshot after."""
+    row = task_found(runtime.db.one("task_get_any_workspace", task_id=task_id))
+    identity = Identity(user=OPERATOR, workspace=row["workspace"])
     return dto.snapshot(actions.cancel_task(runtime, identity, task_id))
 
 
@@ -105,7 +105,7 @@ def cleanup_job(row: dict) -> dict:
         "state": str(row["state"]),
         "operationId": row["operation_id"],
         "taskId": _str(row["task_id"]),
-        "namespace": row["namespace"],
+        "workspace": row["workspace"],
         "attempts": row["attempts"],
         "nextAttemptAt": _iso(row["next_attempt_at"]),
         "lastError": row["last_error"],

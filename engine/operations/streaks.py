@@ -3,7 +3,7 @@
 Every loop that can fail over and over (reaper sweeps, lease renewal ticks, the listener, cleanup
 attempts, the retention purge, integration calls) reports each outcome here under a *subject*:
 the recurring shape of the work, never one run (`reaper`, `cleanup:devbox_pause`,
-`integration:cluster:<namespace>`).
+`integration:cluster:<workspace>`).
 
 - Durable: `failure_streaks` holds one row per failing subject, upserted on every failure with the
   exact consecutive count, first and last failure time and the last error (scrubbed), and deleted

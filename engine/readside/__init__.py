@@ -1,1 +1,1 @@
-"""The read side: DTOs, pagination, and the NOTIFY fanout. It never writes status."""
+"""The read side: DTOs, pagination, and the NOTIFY listener. It never writes status."""

@@ -18,11 +18,11 @@ APPS_LIMIT = 200
 HISTORY_PAGE = 20
 
 
-def read_apps(db, namespace: str, project_id: str) -> list[dict]:
+def read_apps(db, workspace: str, project_id: str) -> list[dict]:
     """The project's apps, newest activity first (each: app_summary)."""
     rows = db.all(
         "task_list_apps_of_project",
-        namespace=namespace,
+        workspace=workspace,
         project_id=project_id,
         app_key=None,
         limit=APPS_LIMIT,
@@ -30,12 +30,12 @@ def read_apps(db, namespace: str, project_id: str) -> list[dict]:
     return [app_summary(r) for r in rows]
 
 
-def read_app(db, namespace: str, project_id: str, app_key: str) -> dict:
+def read_app(db, workspace: str, project_id: str, app_key: str) -> dict:
     """One app with its current resources and endpoints; AppNotFound when no task of the project
     has that key."""
     row = db.one(
         "task_list_apps_of_project",
-        namespace=namespace,
+        workspace=workspace,
         project_id=project_id,
         app_key=app_key,
         limit=1,
@@ -43,7 +43,7 @@ def read_app(db, namespace: str, project_id: str, app_key: str) -> dict:
     if row is None:
         raise AppNotFound()
     applied = db.all(
-        "task_list_app_resources", namespace=namespace, project_id=project_id, app_key=app_key
+        "task_list_app_resources", workspace=workspace, project_id=project_id, app_key=app_key
     )
     resources = [
         {
@@ -67,13 +67,13 @@ def read_app(db, namespace: str, project_id: str, app_key: str) -> dict:
 
 
 def read_app_history(
-    db, namespace: str, project_id: str, app_key: str, *, cursor: tuple | None, limit: int
+    db, workspace: str, project_id: str, app_key: str, *, cursor: tuple | None, limit: int
 ) -> tuple[list[dict], str | None]:
     """(up to `limit` task rows of the app newest first after `cursor`, the next page's cursor)."""
     created_at, task_id = cursor or (None, None)
     rows = db.all(
         "task_list_app_page",
-        namespace=namespace,
+        workspace=workspace,
         project_id=project_id,
         app_key=app_key,
         cursor_created_at=created_at,

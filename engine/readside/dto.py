@@ -57,7 +57,7 @@ def snapshot(row: dict) -> dict:
         "status": row["status"],
         "phase": row["phase"],
         "projectId": row["project_id"],
-        "namespace": row["namespace"],
+        "workspace": row["workspace"],
         "createdBy": row["created_by"],
         "runner": row["runner"],
         "source": _redacted(row["source"], row["sensitive_keys"]),

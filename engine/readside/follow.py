@@ -92,7 +92,7 @@ class Follow:
         self,
         engine,
         *,
-        namespace: str,
+        workspace: str,
         project: str | None = None,
         task=None,
         snapshot: Callable[[], Any],
@@ -104,8 +104,8 @@ class Follow:
         self.keepalive_s: float = engine.settings.stream_keepalive_s
         self.task = None if task is None else str(task)
         self._snapshot, self._change, self._idle, self._wait_s = snapshot, change, idle, wait_s
-        self.subscription = engine.fanout.subscribe(
-            namespace=namespace, project=project, task=self.task
+        self.subscription = engine.listener.subscribe(
+            workspace=workspace, project=project, task=self.task
         )
         self._live = engine.live if live else None
         if self._live is not None:

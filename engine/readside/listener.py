@@ -1,6 +1,6 @@
 """One LISTEN connection per process, fanned out in-process to subscribers.
 
-Payloads carry ids only ({namespace, project, task}); subscribers re-read rows. After the
+Payloads carry ids only ({workspace, project, task}); subscribers re-read rows. After the
 listener reconnects, every subscriber receives REBOOTSTRAP because notifications in the gap
 are lost. A subscriber that falls behind gets REBOOTSTRAP instead of an unbounded queue.
 """
@@ -30,15 +30,15 @@ class Subscription:
     """A filtered view of the channel; iterate `get()` for payload dicts."""
 
     def __init__(
-        self, fanout: "Fanout", *, namespace: str | None, project: str | None, task: str | None
+        self, listener: "Listener", *, workspace: str | None, project: str | None, task: str | None
     ):
-        self.fanout = fanout
-        self.namespace, self.project, self.task = namespace, project, task
+        self.listener = listener
+        self.workspace, self.project, self.task = workspace, project, task
         self.queue: Queue = Queue(SUBSCRIBER_QUEUE_SIZE)
 
     def matches(self, payload: dict) -> bool:
         return (
-            (self.namespace is None or payload.get("namespace") == self.namespace)
+            (self.workspace is None or payload.get("workspace") == self.workspace)
             and (self.project is None or payload.get("project") == self.project)
             and (self.task is None or payload.get("task") == self.task)
         )
@@ -67,10 +67,10 @@ class Subscription:
         self.queue.put_nowait(CLOSED)
 
     def close(self) -> None:
-        self.fanout.unsubscribe(self)
+        self.listener.unsubscribe(self)
 
 
-class Fanout:
+class Listener:
     """The per-process listener greenlet and its subscribers."""
 
     RECONNECT_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
@@ -89,9 +89,9 @@ class Fanout:
         #: Probes this process sent and not yet received: id -> perf_counter at send.
         self._probes: dict[str, float] = {}
 
-    def subscribe(self, *, namespace=None, project=None, task=None) -> Subscription:
+    def subscribe(self, *, workspace=None, project=None, task=None) -> Subscription:
         """Subscribe BEFORE reading the bootstrap, so nothing falls in between."""
-        sub = Subscription(self, namespace=namespace, project=project, task=task)
+        sub = Subscription(self, workspace=workspace, project=project, task=task)
         self.subscribers.add(sub)
         metrics.STREAM_VIEWERS.set(len(self.subscribers))
         return sub

@@ -316,14 +316,14 @@ BOARD_LIMIT = 200
 
 
 def read_board(
-    db, namespace: str, project_id: str, *, before: dict | None = None, limit: int = BOARD_LIMIT
+    db, workspace: str, project_id: str, *, before: dict | None = None, limit: int = BOARD_LIMIT
 ) -> list[dict]:
     """One page of a project's board as projections, newest first: every active task, every
     failed one not yet redeployed (however old), and the others finished within the grace
     window. `before`: the last projection of the previous page (the next page starts after it)."""
     rows = db.all(
         "task_list_project_board",
-        namespace=namespace,
+        workspace=workspace,
         project_id=project_id,
         window_s=GRACE_WINDOW_S,
         limit=limit,
@@ -334,10 +334,10 @@ def read_board(
     return [dto.projection(r) for r in rows]
 
 
-def read_task(db, namespace: str, task_id) -> dict | None:
+def read_task(db, workspace: str, task_id) -> dict | None:
     """The one read of a task: its row with the id of its newest redeploy (`successor_id`), or
-    None when the namespace has none of that id (never created, purged, or another's)."""
-    return db.one("task_get", task_id=task_id, namespace=namespace)
+    None when the workspace has none of that id (never created, purged, or another's)."""
+    return db.one("task_get", task_id=task_id, workspace=workspace)
 
 
 def task_found(row: dict | None) -> dict:
@@ -349,7 +349,7 @@ def task_found(row: dict | None) -> dict:
 
 def read_task_page(
     db,
-    namespace: str,
+    workspace: str,
     *,
     project_id: str | None,
     statuses: list[str] | None,
@@ -360,7 +360,7 @@ def read_task_page(
     created_at, task_id = cursor or (None, None)
     return db.all(
         "task_list_page",
-        namespace=namespace,
+        workspace=workspace,
         project_id=project_id,
         statuses=statuses,
         cursor_created_at=created_at,
@@ -369,7 +369,7 @@ def read_task_page(
     )
 
 
-def read_projects(db, namespace: str) -> list[dict]:
-    """The namespace's projects (started ones and those with tasks) with task counts, most
+def read_projects(db, workspace: str) -> list[dict]:
+    """The workspace's projects (started ones and those with tasks) with task counts, most
     recently active first."""
-    return db.all("project_list", namespace=namespace)
+    return db.all("project_list", workspace=workspace)

@@ -225,20 +225,20 @@ def outcome(snapshot: dict) -> Outcome | None:
 
 
 def read_events(
-    db, namespace: str, task_id, *, after_seq: int = 0, limit: int = MAX_EVENTS
+    db, workspace: str, task_id, *, after_seq: int = 0, limit: int = MAX_EVENTS
 ) -> list[dict]:
     """A task's events after `after_seq`, oldest first (`dto.event` shape)."""
     rows = db.all(
         "event_list_for_task",
         task_id=task_id,
-        namespace=namespace,
+        workspace=workspace,
         after_seq=after_seq,
         limit=limit,
     )
     return [dto.event(r) for r in rows]
 
 
-def read_event_tail(db, namespace: str, task_id, *, limit: int) -> list[dict]:
+def read_event_tail(db, workspace: str, task_id, *, limit: int) -> list[dict]:
     """A task's last `limit` events, newest first (`dto.event` shape)."""
-    rows = db.all("event_list_tail_for_task", task_id=task_id, namespace=namespace, limit=limit)
+    rows = db.all("event_list_tail_for_task", task_id=task_id, workspace=workspace, limit=limit)
     return [dto.event(r) for r in rows]

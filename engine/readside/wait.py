@@ -1,6 +1,6 @@
 """Long-poll a task until it settles: terminal, or blocked on a person.
 
-Fed by the process's NOTIFY fanout (subscribe first, then read, so no change falls in between):
+Fed by the process's NOTIFY listener (subscribe first, then read, so no change falls in between):
 each notification about the task triggers one re-read; nothing polls on a timer.
 """
 
@@ -8,7 +8,7 @@ import time
 
 from engine.core.status import TERMINAL, Status
 from engine.db import Database
-from engine.readside.listener import CLOSED, Fanout
+from engine.readside.listener import CLOSED, Listener
 from engine.readside.store import read_task
 
 #: The longest wait a caller may ask for (the chat tool and the API share it).
@@ -16,14 +16,14 @@ MAX_WAIT_S = 300
 
 
 def wait_until_settled(
-    db: Database, fanout: Fanout, namespace: str, task_id, timeout_s: float
+    db: Database, listener: Listener, workspace: str, task_id, timeout_s: float
 ) -> tuple[dict | None, str]:
     """(row, outcome): outcome is "terminal", "blocked" or "timeout"; row None if it is gone."""
-    subscription = fanout.subscribe(namespace=namespace, task=str(task_id))
+    subscription = listener.subscribe(workspace=workspace, task=str(task_id))
     try:
         deadline = time.monotonic() + min(timeout_s, MAX_WAIT_S)
         while True:
-            row = read_task(db, namespace, task_id)
+            row = read_task(db, workspace, task_id)
             if row is None:
                 return None, "timeout"
             if Status(row["status"]) in TERMINAL:

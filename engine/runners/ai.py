@@ -252,7 +252,7 @@ def _open_devbox(
     if session.devbox_id:
         handle.update_timeline("devbox", "started", f"re-attaching to {session.devbox_id}")
         try:
-            devbox.attach(session.devbox_id, namespace=ctx.namespace, abort=handle.abort)
+            devbox.attach(session.devbox_id, workspace=ctx.workspace, abort=handle.abort)
         except NotFound:
             handle.update_timeline("devbox", "failed", f"{session.devbox_id} is gone; a new one")
             session.devbox_id, session.cloned = None, False
@@ -262,7 +262,7 @@ def _open_devbox(
             handle.update_timeline("devbox", "done", f"re-attached to {session.devbox_id}")
             return
     handle.update_timeline("devbox", "started", "creating a devbox")
-    devbox_id = devbox.create(namespace=ctx.namespace, task_id=str(ctx.task_id), abort=handle.abort)
+    devbox_id = devbox.create(workspace=ctx.workspace, task_id=str(ctx.task_id), abort=handle.abort)
     opened.append(devbox_id)
     handle.record_devbox(devbox_id)  # before any use: the engine can pause it if we die
     session.devbox_id = devbox_id
@@ -284,7 +284,7 @@ def _prepare_workspace(handle: TaskHandle, ctx: RunContext, session: AiSession) 
         result = devbox.exec(
             session.devbox_id,
             command,
-            namespace=ctx.namespace,
+            workspace=ctx.workspace,
             abort=handle.abort,
             timeout_s=CLONE_TIMEOUT_S,
         )
@@ -298,7 +298,7 @@ def _prepare_workspace(handle: TaskHandle, ctx: RunContext, session: AiSession) 
     listing = devbox.exec(
         session.devbox_id,
         ["git", "-C", CLONE_DIR, "ls-files"],
-        namespace=ctx.namespace,
+        workspace=ctx.workspace,
         abort=handle.abort,
     )
     return listing.stdout.splitlines()[:MAX_LISTED_FILES] if listing.ok else []
@@ -313,7 +313,7 @@ def pause_devbox(handle: TaskHandle, ctx: RunContext, devbox_id: str) -> None:
     signal = AbortSignal()
     timer = gevent.spawn_later(PAUSE_TIMEOUT_S, signal.abort, "timeout")
     try:
-        ctx.integrations.devbox.pause(devbox_id, namespace=ctx.namespace, abort=signal)
+        ctx.integrations.devbox.pause(devbox_id, workspace=ctx.workspace, abort=signal)
     except NotFound:
         pass  # gone: nothing is left running
     except (IntegrationError, Aborted) as exc:

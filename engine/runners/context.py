@@ -100,5 +100,5 @@ class RunContext:
     fail_fast_causes: frozenset = frozenset(FAIL_FAST_DEFAULT)
     #: The artifact summary as claimed (e.g. aiSession, pendingInputs, for a resumed run).
     artifacts: dict = field(default_factory=dict)
-    #: The tenant (workspace) namespace; server devbox tokens are scoped to it.
-    namespace: str = "default"
+    #: The tenant (the workspace); server devbox tokens are scoped to it.
+    workspace: str = "default"

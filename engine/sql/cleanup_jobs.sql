@@ -55,7 +55,7 @@ WITH clock AS (
     WHERE j.id = due.id
     RETURNING j.id, j.attempts, j.trigger, j.operation_id, j.task_id, j.snapshot
 )
-SELECT c.*, c.snapshot ->> 'namespace' AS namespace,
+SELECT c.*, c.snapshot ->> 'workspace' AS workspace,
        coalesce(t.devbox_id, c.snapshot ->> 'devboxId') AS devbox_id,
        t.id IS NOT NULL AS task_exists,
        coalesce(task_expired(t.status, t.finished_at,
@@ -94,9 +94,9 @@ WITH existing AS (
      WHERE operation_id = %(operation_id)s AND state = 'failed' ORDER BY id DESC LIMIT 1)
     LIMIT 1
 ), inserted AS (
-    INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, host,
+    INSERT INTO cleanup_jobs (operation_id, trigger, task_id, workspace, snapshot, host,
                               needs_devbox, next_attempt_at)
-    SELECT %(operation_id)s, %(trigger)s::cleanup_trigger, %(task_id)s, %(namespace)s,
+    SELECT %(operation_id)s, %(trigger)s::cleanup_trigger, %(task_id)s, %(workspace)s,
            %(snapshot)s, %(host)s, %(needs_devbox)s, coalesce(%(now)s::timestamptz, now())
     WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (operation_id) WHERE state IN ('pending', 'running', 'retry_wait') DO NOTHING
@@ -111,10 +111,10 @@ SELECT *, false AS created FROM existing;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
-INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, needs_devbox,
+INSERT INTO cleanup_jobs (operation_id, trigger, task_id, workspace, snapshot, needs_devbox,
                           next_attempt_at)
-SELECT 'devbox_pause:' || t.id || ':' || t.devbox_id, 'devbox_pause', t.id, t.namespace,
-       jsonb_build_object('taskId', t.id, 'namespace', t.namespace, 'projectId', t.project_id,
+SELECT 'devbox_pause:' || t.id || ':' || t.devbox_id, 'devbox_pause', t.id, t.workspace,
+       jsonb_build_object('taskId', t.id, 'workspace', t.workspace, 'projectId', t.project_id,
                           'status', t.status, 'finishedAt', t.finished_at,
                           'devboxId', t.devbox_id),
        true, clock.now
@@ -151,10 +151,10 @@ RETURNING id, EXISTS (SELECT 1 FROM cleanup_jobs f
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 )
-INSERT INTO cleanup_jobs (operation_id, trigger, task_id, namespace, snapshot, needs_devbox,
+INSERT INTO cleanup_jobs (operation_id, trigger, task_id, workspace, snapshot, needs_devbox,
                           next_attempt_at)
-SELECT 'retention_purge:' || t.id, 'retention_purge', t.id, t.namespace,
-       jsonb_build_object('taskId', t.id, 'namespace', t.namespace, 'projectId', t.project_id,
+SELECT 'retention_purge:' || t.id, 'retention_purge', t.id, t.workspace,
+       jsonb_build_object('taskId', t.id, 'workspace', t.workspace, 'projectId', t.project_id,
                           'status', t.status, 'finishedAt', t.finished_at,
                           'devboxId', t.devbox_id,
                           'runtimes', (SELECT jsonb_agg(to_jsonb(r)) FROM task_runtimes r
@@ -246,7 +246,7 @@ WITH clock AS (
     WHERE t.id = claimed.task_id
       AND task_expired(t.status, t.finished_at,
                        clock.now - make_interval(secs => %(retention_s)s::float8))
-    RETURNING t.id, t.namespace, t.project_id
+    RETURNING t.id, t.workspace, t.project_id
 ), released AS (
     DELETE FROM task_runtimes r USING purged p
     WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
@@ -267,7 +267,7 @@ WITH clock AS (
     RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
 )
 SELECT 'purged' AS outcome,
-       count(notify_task_changed(p.namespace, p.project_id, p.id, removed => true)) AS n
+       count(notify_task_changed(p.workspace, p.project_id, p.id, removed => true)) AS n
 FROM purged p
 UNION ALL
 SELECT f.state, count(*) FROM finished f GROUP BY f.state;
@@ -293,7 +293,7 @@ WITH clock AS (
     WHERE t.id = due.task_id AND t.devbox_id IS NULL
       AND task_expired(t.status, t.finished_at,
                        clock.now - make_interval(secs => %(retention_s)s::float8))
-    RETURNING t.id, t.namespace, t.project_id
+    RETURNING t.id, t.workspace, t.project_id
 ), released AS (
     DELETE FROM task_runtimes r USING purged p
     WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
@@ -322,7 +322,7 @@ WITH clock AS (
     RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
 )
 SELECT 'purged' AS outcome,
-       count(notify_task_changed(p.namespace, p.project_id, p.id, removed => true)) AS n
+       count(notify_task_changed(p.workspace, p.project_id, p.id, removed => true)) AS n
 FROM purged p
 UNION ALL
 SELECT f.state, count(*) FROM finished f GROUP BY f.state;
@@ -367,6 +367,6 @@ WITH clock AS (
     FROM revived r JOIN deploy_tasks t ON t.id = r.task_id
     RETURNING task_id
 )
-SELECT r.*, (SELECT count(notify_task_changed(t.namespace, t.project_id, t.id))
+SELECT r.*, (SELECT count(notify_task_changed(t.workspace, t.project_id, t.id))
              FROM deploy_tasks t WHERE t.id IN (SELECT task_id FROM audited)) AS audited
 FROM revived r;

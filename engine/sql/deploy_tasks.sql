@@ -17,21 +17,21 @@ WHERE status IN ('queued', 'running', 'blocked', 'applying')
 GROUP BY status, source_kind;
 
 -- task_get --
--- One task of a namespace with the id of its newest clone (what a page or a stream shows).
+-- One task of a workspace with the id of its newest clone (what a page or a stream shows).
 SELECT t.*, (SELECT s.id FROM deploy_tasks s
-             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             WHERE s.workspace = t.workspace AND s.retried_from_task_id = t.id
              ORDER BY s.created_at DESC LIMIT 1) AS successor_id
-FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.namespace = %(namespace)s;
+FROM deploy_tasks t WHERE t.id = %(task_id)s AND t.workspace = %(workspace)s;
 
 -- task_get_active_of_app --
 -- The newest active task of an app (a rollback waits for it: one deployment of an app at a time).
 SELECT * FROM deploy_tasks
-WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+WHERE workspace = %(workspace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
   AND status IN ('queued', 'running', 'blocked', 'applying')
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
--- task_get_any_namespace --
--- One task whatever its namespace (operator tools only; every request path is namespace-scoped).
+-- task_get_any_workspace --
+-- One task whatever its workspace (operator tools only; every request path is workspace-scoped).
 SELECT * FROM deploy_tasks WHERE id = %(task_id)s;
 
 -- task_get_devbox_state --
@@ -51,7 +51,7 @@ FROM deploy_tasks WHERE id = %(task_id)s;
 -- task_get_successor --
 -- The newest task cloned from a predecessor, if any.
 SELECT id, status FROM deploy_tasks
-WHERE namespace = %(namespace)s AND retried_from_task_id = %(task_id)s
+WHERE workspace = %(workspace)s AND retried_from_task_id = %(task_id)s
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- task_insert --
@@ -60,10 +60,10 @@ ORDER BY created_at DESC, id DESC LIMIT 1;
 -- (engine/core/notices.py). No row back: that id exists already (this insert sent again after a
 -- lost connection), or another clone of the predecessor is active (the one-clone index).
 WITH created AS (
-    INSERT INTO deploy_tasks (id, namespace, project_id, created_by, source_kind, runner, source,
+    INSERT INTO deploy_tasks (id, workspace, project_id, created_by, source_kind, runner, source,
                               sensitive_keys, artifact_summary, retried_from_task_id,
                               rolled_back_from_task_id)
-    VALUES (%(id)s, %(namespace)s, %(project_id)s, %(created_by)s, %(source_kind)s, %(runner)s,
+    VALUES (%(id)s, %(workspace)s, %(project_id)s, %(created_by)s, %(source_kind)s, %(runner)s,
             %(source)s, %(sensitive_keys)s, %(artifact_summary)s, %(retried_from_task_id)s,
             %(rolled_back_from_task_id)s)
     ON CONFLICT DO NOTHING
@@ -82,7 +82,7 @@ SELECT * FROM created;
 -- One page of an app's history, newest first, after the (created_at, id) cursor: every task of
 -- the app whatever its status, until retention purges it.
 SELECT * FROM deploy_tasks
-WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+WHERE workspace = %(workspace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
   AND (%(cursor_created_at)s::timestamptz IS NULL
        OR (created_at, id) < (%(cursor_created_at)s::timestamptz, %(cursor_id)s::uuid))
 ORDER BY created_at DESC, id DESC
@@ -95,7 +95,7 @@ SELECT DISTINCT ON (r ->> 'kind', r ->> 'name') r AS resource, t.id AS task_id, 
 FROM (
     SELECT id, status, created_at, artifact_summary -> 'appliedResources' AS applied
     FROM deploy_tasks
-    WHERE namespace = %(namespace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
+    WHERE workspace = %(workspace)s AND project_id = %(project_id)s AND app_key = %(app_key)s
       AND jsonb_typeof(artifact_summary -> 'appliedResources') = 'array'
       AND jsonb_array_length(artifact_summary -> 'appliedResources') > 0
     ORDER BY created_at DESC, id DESC
@@ -111,7 +111,7 @@ SELECT newest.*
 FROM (
     SELECT DISTINCT ON (t.app_key) t.*
     FROM deploy_tasks t
-    WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s AND t.app_key IS NOT NULL
+    WHERE t.workspace = %(workspace)s AND t.project_id = %(project_id)s AND t.app_key IS NOT NULL
       AND (%(app_key)s::text IS NULL OR t.app_key = %(app_key)s::text)
     ORDER BY t.app_key, t.created_at DESC, t.id DESC
 ) newest
@@ -119,9 +119,9 @@ ORDER BY newest.created_at DESC, newest.id DESC
 LIMIT %(limit)s;
 
 -- task_list_for_operator --
--- The newest tasks across namespaces, optionally of one namespace, project or statuses.
+-- The newest tasks across workspaces, optionally of one workspace, project or statuses.
 SELECT * FROM deploy_tasks
-WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+WHERE (%(workspace)s::text IS NULL OR workspace = %(workspace)s)
   AND (%(project_id)s::text IS NULL OR project_id = %(project_id)s)
   AND (%(statuses)s::task_status[] IS NULL OR status = ANY(%(statuses)s::task_status[]))
 ORDER BY created_at DESC, id DESC
@@ -169,9 +169,9 @@ WHERE t.id = ANY(%(task_ids)s::uuid[])
   AND EXISTS (SELECT 1 FROM deploy_task_events e WHERE e.task_id = t.id AND e.key = %(key)s);
 
 -- task_list_page --
--- One page of a namespace's tasks, newest first, after the (created_at, id) cursor.
+-- One page of a workspace's tasks, newest first, after the (created_at, id) cursor.
 SELECT * FROM deploy_tasks
-WHERE namespace = %(namespace)s
+WHERE workspace = %(workspace)s
   AND (%(project_id)s::text IS NULL OR project_id = %(project_id)s)
   AND (%(statuses)s::task_status[] IS NULL OR status = ANY(%(statuses)s::task_status[]))
   AND (%(cursor_created_at)s::timestamptz IS NULL
@@ -185,15 +185,15 @@ LIMIT %(limit)s;
 -- finished tasks within the grace window; with the id of the newest clone of each. Paged on
 -- (created_at, id) after the cursor, like the task list.
 SELECT t.*, (SELECT s.id FROM deploy_tasks s
-             WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id
+             WHERE s.workspace = t.workspace AND s.retried_from_task_id = t.id
              ORDER BY s.created_at DESC LIMIT 1) AS successor_id
 FROM deploy_tasks t
-WHERE t.namespace = %(namespace)s AND t.project_id = %(project_id)s
+WHERE t.workspace = %(workspace)s AND t.project_id = %(project_id)s
   AND (t.status IN ('queued', 'running', 'blocked', 'applying')
        OR t.finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window_s)s)
        OR (t.status = 'failed' AND NOT EXISTS (
                SELECT 1 FROM deploy_tasks s
-               WHERE s.namespace = t.namespace AND s.retried_from_task_id = t.id)))
+               WHERE s.workspace = t.workspace AND s.retried_from_task_id = t.id)))
   AND (%(cursor_created_at)s::timestamptz IS NULL
        OR (t.created_at, t.id) < (%(cursor_created_at)s::timestamptz, %(cursor_id)s::uuid))
 ORDER BY t.created_at DESC, t.id DESC
@@ -233,14 +233,14 @@ RETURNING t.id, t.cancel_requested_at IS NOT NULL AS cancel_pending;
 -- Record a cancel request on a running or applying task (first request wins), and notify.
 WITH marked AS (
     UPDATE deploy_tasks SET cancel_requested_at = coalesce(%(now)s::timestamptz, now()), updated_at = now()
-    WHERE id = %(task_id)s AND namespace = %(namespace)s
+    WHERE id = %(task_id)s AND workspace = %(workspace)s
       AND status IN ('running', 'applying') AND cancel_requested_at IS NULL
     RETURNING *
 ), recorded AS (
     INSERT INTO deploy_task_events (task_id, kind, payload)
     SELECT id, 'cancel_requested', jsonb_build_object('by', %(requested_by)s::text) FROM marked
 )
-SELECT m.*, notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+SELECT m.*, notify_task_changed(m.workspace, m.project_id, m.id, status => m.status,
                                epoch => m.lease_epoch, owner => m.lease_owner,
                                cancel => true) AS notified
 FROM marked m;
@@ -249,10 +249,10 @@ FROM marked m;
 -- Save where a task's placeholder sits on the canvas (never touches status), and notify.
 WITH changed AS (
     UPDATE deploy_tasks SET canvas = %(canvas)s, updated_at = now()
-    WHERE id = %(task_id)s AND namespace = %(namespace)s
+    WHERE id = %(task_id)s AND workspace = %(workspace)s
     RETURNING *
 )
-SELECT c.*, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
+SELECT c.*, notify_task_changed(c.workspace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_set_devbox_if_held --
@@ -263,14 +263,14 @@ WITH task AS (
     UPDATE deploy_tasks SET devbox_id = %(devbox_id)s, devbox_paused_at = NULL, updated_at = now()
     WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
       AND status IN ('running', 'applying')
-    RETURNING id, namespace
+    RETURNING id, workspace
 ), tracked AS (
-    INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, remote_id)
-    SELECT id, namespace, 'devbox', 'remote', 'devbox', split_part(%(owner)s, ':', 1), %(owner)s,
+    INSERT INTO task_runtimes (task_id, workspace, kind, liveness, label, host, owner, remote_id)
+    SELECT id, workspace, 'devbox', 'remote', 'devbox', split_part(%(owner)s, ':', 1), %(owner)s,
            %(devbox_id)s
     FROM task
     ON CONFLICT (remote_id) WHERE kind = 'devbox' DO UPDATE
-    SET task_id = EXCLUDED.task_id, namespace = EXCLUDED.namespace, host = EXCLUDED.host,
+    SET task_id = EXCLUDED.task_id, workspace = EXCLUDED.workspace, host = EXCLUDED.host,
         owner = EXCLUDED.owner, updated_at = now()
 )
 SELECT id FROM task;
@@ -289,9 +289,9 @@ WITH changed AS (
         updated_at = now()
     WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
       AND status IN ('running', 'applying')
-    RETURNING id, namespace, project_id
+    RETURNING id, workspace, project_id
 )
-SELECT c.id, notify_task_changed(c.namespace, c.project_id, c.id) AS notified
+SELECT c.id, notify_task_changed(c.workspace, c.project_id, c.id) AS notified
 FROM changed c;
 
 -- task_transition --
@@ -336,7 +336,7 @@ WITH clock AS (
     ) AS wanted
     WHERE t.id = wanted.id
       AND t.status = ANY(%(from_statuses)s::task_status[])
-      AND (%(namespace)s::text IS NULL OR t.namespace = %(namespace)s::text)
+      AND (%(workspace)s::text IS NULL OR t.workspace = %(workspace)s::text)
       AND (%(fence_epoch)s::bigint IS NULL
            OR (t.lease_epoch = %(fence_epoch)s::bigint AND t.lease_owner = %(fence_owner)s::text))
       AND (%(if_lease_expired)s::bool IS NOT TRUE OR t.lease_expires_at < clock.now)
@@ -359,7 +359,7 @@ WITH clock AS (
     FROM moved m
 )
 SELECT m.*, CASE WHEN %(notify)s::bool THEN
-           notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+           notify_task_changed(m.workspace, m.project_id, m.id, status => m.status,
                                epoch => m.lease_epoch, owner => m.lease_owner,
                                cancel => m.cancel_requested_at IS NOT NULL) END AS notified
 FROM moved m;
@@ -405,7 +405,7 @@ WITH clock AS (
     ) AS wanted
     WHERE t.id = wanted.id
       AND t.status = ANY(%(from_statuses)s::task_status[])
-      AND (%(namespace)s::text IS NULL OR t.namespace = %(namespace)s::text)
+      AND (%(workspace)s::text IS NULL OR t.workspace = %(workspace)s::text)
       AND (%(fence_epoch)s::bigint IS NULL
            OR (t.lease_epoch = %(fence_epoch)s::bigint AND t.lease_owner = %(fence_owner)s::text))
       AND (%(if_lease_expired)s::bool IS NOT TRUE OR t.lease_expires_at < clock.now)
@@ -427,9 +427,9 @@ WITH clock AS (
         %(move_key)s::text
     FROM moved m
 )
-SELECT m.id, m.namespace, m.project_id, m.status, m.previous_status, m.lease_epoch, m.lease_owner,
+SELECT m.id, m.workspace, m.project_id, m.status, m.previous_status, m.lease_epoch, m.lease_owner,
        m.cancel_requested_at, m.created_at, m.finished_at, CASE WHEN %(notify)s::bool THEN
-           notify_task_changed(m.namespace, m.project_id, m.id, status => m.status,
+           notify_task_changed(m.workspace, m.project_id, m.id, status => m.status,
                                epoch => m.lease_epoch, owner => m.lease_owner,
                                cancel => m.cancel_requested_at IS NOT NULL) END AS notified
 FROM moved m;
@@ -444,7 +444,7 @@ FROM moved m;
 -- transition committing meanwhile goes unseen (READ COMMITTED reads the statement's snapshot) and
 -- the event lands after the terminal one; with it, this waits for that transition and re-checks.
 WITH holder AS (
-    SELECT id, namespace, project_id, status, lease_epoch, lease_owner, cancel_requested_at
+    SELECT id, workspace, project_id, status, lease_epoch, lease_owner, cancel_requested_at
     FROM deploy_tasks
     WHERE id = %(task_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
       AND status IN ('running', 'applying')
@@ -466,12 +466,12 @@ WITH holder AS (
     ORDER BY e.n
     ON CONFLICT (task_id, key) WHERE key IS NOT NULL DO NOTHING
 )
-SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending, h.namespace, h.project_id
+SELECT h.cancel_requested_at IS NOT NULL AS cancel_pending, h.workspace, h.project_id
 FROM holder h;
 
 -- tasks_notify_runner --
 -- One tick's runner notices of a process (engine/core/notices.py): notify each task its runners wrote
--- to (%(tasks)s, a JSON array of {namespace, project, task}), marked "runner".
-SELECT count(notify_task_changed(t ->> 'namespace', t ->> 'project', (t ->> 'task')::uuid,
+-- to (%(tasks)s, a JSON array of {workspace, project, task}), marked "runner".
+SELECT count(notify_task_changed(t ->> 'workspace', t ->> 'project', (t ->> 'task')::uuid,
                                  runner => true)) AS notified
 FROM jsonb_array_elements(%(tasks)s::jsonb) AS t;

@@ -8,11 +8,11 @@
 -- died. A key older than %(ttl_s)s seconds, or one an older release left without an answer, is
 -- taken over. A stalled holder cannot keep it: idle_in_transaction_session_timeout. No row
 -- back: the key is taken (and now locked by this transaction until it ends).
-INSERT INTO idempotency_keys AS k (namespace, created_by, key, fingerprint, created_at)
-SELECT %(namespace)s, %(user)s, %(key)s, %(fingerprint)s, coalesce(%(now)s, now())
+INSERT INTO idempotency_keys AS k (workspace, created_by, key, fingerprint, created_at)
+SELECT %(workspace)s, %(user)s, %(key)s, %(fingerprint)s, coalesce(%(now)s, now())
 FROM (SELECT set_config('lock_timeout', %(wait_ms)s::text, true),
              set_config('idle_in_transaction_session_timeout', %(idle_ms)s::text, true)) AS bounds
-ON CONFLICT (namespace, created_by, key) DO UPDATE
+ON CONFLICT (workspace, created_by, key) DO UPDATE
 SET fingerprint = EXCLUDED.fingerprint, created_at = EXCLUDED.created_at,
     response_status = NULL, response_body = NULL
 WHERE k.response_status IS NULL
@@ -29,10 +29,10 @@ DELETE FROM idempotency_keys WHERE ctid IN (
 -- idempotency_key_get --
 -- A caller's key: its fingerprint and, once the first request finished, its response.
 SELECT fingerprint, response_status, response_body FROM idempotency_keys
-WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s;
+WHERE workspace = %(workspace)s AND created_by = %(user)s AND key = %(key)s;
 
 -- idempotency_key_record --
 -- Keep the first request's response for replay.
 UPDATE idempotency_keys SET response_status = %(status)s, response_body = %(body)s
-WHERE namespace = %(namespace)s AND created_by = %(user)s AND key = %(key)s
+WHERE workspace = %(workspace)s AND created_by = %(user)s AND key = %(key)s
   AND response_status IS NULL;

@@ -13,9 +13,9 @@ SELECT * FROM task_runtimes WHERE id = %(runtime_id)s;
 -- runtime_insert_local_if_held --
 -- Record a local process group a task started, for the holder of the task's lease (FOR SHARE:
 -- a transition committing meanwhile is waited for and re-checked, as in task_write_if_held).
-INSERT INTO task_runtimes (task_id, namespace, kind, liveness, label, host, owner, owner_pid,
+INSERT INTO task_runtimes (task_id, workspace, kind, liveness, label, host, owner, owner_pid,
                            owner_start_ticks, boot_id, pid, pgid, start_ticks, resume)
-SELECT t.id, t.namespace, 'local', %(liveness)s, %(label)s, %(host)s, %(owner)s, %(owner_pid)s,
+SELECT t.id, t.workspace, 'local', %(liveness)s, %(label)s, %(host)s, %(owner)s, %(owner_pid)s,
        %(owner_start_ticks)s, %(boot_id)s, %(pid)s, %(pgid)s, %(start_ticks)s, %(resume)s
 FROM deploy_tasks t
 WHERE t.id = %(task_id)s AND t.lease_epoch = %(epoch)s AND t.lease_owner = %(owner)s

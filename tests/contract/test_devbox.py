@@ -1,5 +1,6 @@
 """Contract of engine/integrations/devbox.py against a devbox API on loopback: exact paths and
-bodies, a namespace-scoped HS256 JWT signed with the configured key, typed 404s, aborts."""
+bodies, a workspace-scoped HS256 JWT (the API calls it `namespace`) signed with the configured
+key, typed 404s, aborts."""
 
 from gevent import monkey
 
@@ -107,11 +108,11 @@ def claims_of(seen: Seen) -> dict:
 BASE = "/v1/namespaces/team-a/devboxes"
 
 
-def test_create_posts_the_task_and_returns_the_id_with_a_namespace_scoped_token(api, client):
+def test_create_posts_the_task_and_returns_the_id_with_a_workspace_scoped_token(api, client):
     api.route(f"POST {BASE}", 201, {"id": "dbx-1"})
     before = int(time.time())
 
-    assert client.create(namespace="team-a", task_id="t-1", abort=AbortSignal()) == "dbx-1"
+    assert client.create(workspace="team-a", task_id="t-1", abort=AbortSignal()) == "dbx-1"
 
     [seen] = api.seen
     assert (seen.method, seen.path, seen.body) == ("POST", BASE, {"taskId": "t-1"})
@@ -131,9 +132,9 @@ def test_create_posts_the_task_and_returns_the_id_with_a_namespace_scoped_token(
     assert KEY not in repr(client)
 
 
-def test_each_namespace_gets_its_own_token(api, client):
+def test_each_workspace_gets_its_own_token(api, client):
     api.route("POST /v1/namespaces/team-b/devboxes/dbx-9/pause", 204)
-    client.pause("dbx-9", namespace="team-b", abort=AbortSignal())
+    client.pause("dbx-9", workspace="team-b", abort=AbortSignal())
     assert claims_of(api.seen[0])["namespace"] == "team-b"
 
 
@@ -144,16 +145,16 @@ def test_attach_exec_pause_delete_paths_and_bodies(api, client):
     api.route(f"DELETE {BASE}/dbx-1", 200, {})
     abort = AbortSignal()
 
-    client.attach("dbx-1", namespace="team-a", abort=abort)
+    client.attach("dbx-1", workspace="team-a", abort=abort)
     result = client.exec(
         "dbx-1",
         ["git", "clone", "--depth", "1", "--", "u", "/w"],
-        namespace="team-a",
+        workspace="team-a",
         abort=abort,
         timeout_s=120,
     )
-    client.pause("dbx-1", namespace="team-a", abort=abort)
-    client.delete("dbx-1", namespace="team-a", abort=abort)
+    client.pause("dbx-1", workspace="team-a", abort=abort)
+    client.delete("dbx-1", workspace="team-a", abort=abort)
 
     assert result == ExecResult(0, "ok\n", "")
     assert [(s.method, s.path, s.body) for s in api.seen] == [
@@ -171,7 +172,7 @@ def test_attach_exec_pause_delete_paths_and_bodies(api, client):
 
 def test_a_devbox_id_cannot_escape_its_path_segment(api, client):
     with pytest.raises(NotFound):
-        client.pause("../../other", namespace="team-a", abort=AbortSignal())
+        client.pause("../../other", workspace="team-a", abort=AbortSignal())
     assert api.seen[0].path == f"{BASE}/..%2F..%2Fother/pause"
 
 
@@ -179,14 +180,14 @@ def test_a_devbox_id_cannot_escape_its_path_segment(api, client):
 def test_404_is_the_typed_absence(api, client, op):
     args = (["true"],) if op == "exec" else ()
     with pytest.raises(NotFound):
-        getattr(client, op)("gone", *args, namespace="team-a", abort=AbortSignal())
+        getattr(client, op)("gone", *args, workspace="team-a", abort=AbortSignal())
 
 
 @pytest.mark.parametrize("status", [401, 403, 500, 503])
 def test_other_errors_are_integration_errors_not_absence(api, client, status):
     api.route(f"POST {BASE}/dbx-1/pause", status, {"message": "nope"})
     with pytest.raises(IntegrationError) as raised:
-        client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
+        client.pause("dbx-1", workspace="team-a", abort=AbortSignal())
     assert not isinstance(raised.value, NotFound)
     assert str(status) in str(raised.value)
 
@@ -196,9 +197,9 @@ def test_error_text_is_the_structured_message_bounded_never_the_raw_body(api, cl
     api.route(f"POST {BASE}/dbx-2/pause", 500, {"message": "disk full " + "x" * 1000})
 
     with pytest.raises(IntegrationError) as raw:
-        client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
+        client.pause("dbx-1", workspace="team-a", abort=AbortSignal())
     with pytest.raises(IntegrationError) as structured:
-        client.pause("dbx-2", namespace="team-a", abort=AbortSignal())
+        client.pause("dbx-2", workspace="team-a", abort=AbortSignal())
 
     assert "disk full xxx" in str(structured.value)  # positive control
     assert len(str(structured.value)) < 260
@@ -210,15 +211,15 @@ def test_a_malformed_answer_is_an_integration_error(api, client):
     api.route(f"POST {BASE}", 201, {"name": "no id here"})
     api.route(f"POST {BASE}/dbx-1/exec", 200, {"stdout": "no exit code"})
     with pytest.raises(IntegrationError, match="without an id"):
-        client.create(namespace="team-a", task_id="t", abort=AbortSignal())
+        client.create(workspace="team-a", task_id="t", abort=AbortSignal())
     with pytest.raises(IntegrationError, match="exit code"):
-        client.exec("dbx-1", ["ls"], namespace="team-a", abort=AbortSignal())
+        client.exec("dbx-1", ["ls"], workspace="team-a", abort=AbortSignal())
 
 
 def test_an_unreachable_api_is_an_integration_error():
     client = DevboxClient(f"http://127.0.0.1:{free_port()}", KEY, timeout_s=1.0)
     with pytest.raises(IntegrationError, match="unreachable"):
-        client.pause("dbx-1", namespace="team-a", abort=AbortSignal())
+        client.pause("dbx-1", workspace="team-a", abort=AbortSignal())
 
 
 def test_an_abort_ends_a_slow_call_at_once(api, client):
@@ -227,7 +228,7 @@ def test_an_abort_ends_a_slow_call_at_once(api, client):
     gevent.spawn_later(0.2, abort.abort, "cancel")
     started = time.monotonic()
     with pytest.raises(Aborted):
-        client.exec("dbx-1", ["sleep", "60"], namespace="team-a", abort=abort)
+        client.exec("dbx-1", ["sleep", "60"], workspace="team-a", abort=abort)
     # The API would only answer after 60 s: only the abort ends the call this soon (a bound
     # generous for a loaded machine).
     assert time.monotonic() - started < 30.0

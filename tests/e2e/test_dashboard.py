@@ -37,7 +37,7 @@ def seed(sql_conn, project: str, n: int) -> None:
     """n tasks of one project in a dashboard's usual mix, straight into the table."""
     sql_conn.execute(
         """
-        INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status,
+        INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status,
                                   source, artifact_summary, finished_at, failure_reason,
                                   failure_message, created_at)
         SELECT 'default', %(project)s, 'dev', 'image', 'direct', s.status,

@@ -220,7 +220,7 @@ def test_a_prompt_plans_with_the_gateway_then_applies_and_completes(
         message="the pause to be recorded",
     )
     assert row["devbox_id"] == devbox.calls[0].devbox_id == devbox.calls[1].devbox_id
-    assert devbox.calls[0].namespace == "default"
+    assert devbox.calls[0].workspace == "default"
 
 
 def test_a_github_source_is_cloned_in_the_devbox_before_the_turn(
@@ -714,4 +714,4 @@ def test_devbox_calls_carry_the_tasks_workspace_never_a_header(
         timeout=20,
         message="the prompt task",
     )
-    assert devbox.calls and {call.namespace for call in devbox.calls} == {"team-b"}
+    assert devbox.calls and {call.workspace for call in devbox.calls} == {"team-b"}

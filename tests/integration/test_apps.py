@@ -266,7 +266,7 @@ def test_a_rollback_of_a_plan_with_a_secret_asks_for_it_again_and_stores_it_nowh
 
 
 def test_another_workspaces_app_and_task_are_404(client, insert_task):
-    foreign = insert_task(status="completed", namespace="elsewhere")
+    foreign = insert_task(status="completed", workspace="elsewhere")
     assert foreign["app_key"] == "image:web"
     response = client.get(APP)
     assert response.status_code == 404 and response.get_json()["code"] == "app_not_found"

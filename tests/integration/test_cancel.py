@@ -50,7 +50,7 @@ def test_cancel_on_a_finished_task_is_409_with_the_snapshot(client, insert_task,
 
 def test_cancel_of_an_unknown_or_foreign_task_is_404(client, insert_task):
     assert cancel(client, "00000000-0000-0000-0000-000000000000").status_code == 404
-    foreign = insert_task(status="running", namespace="someone-else")
+    foreign = insert_task(status="running", workspace="someone-else")
     response = cancel(client, foreign["id"])
     assert response.status_code == 404 and response.get_json()["code"] == "task_not_found"
 
@@ -113,8 +113,8 @@ def test_cancel_landing_on_another_process_reaches_the_runner_through_notify(
     """Two engine runtimes on one database: the cancel lands on the one not running the task."""
     owner_app, other_app = make_app(), make_app()
     owner, other = owner_app.test_client(), other_app.test_client()
-    other_app.extensions["engine"].fanout.connected.wait(5)
-    owner_app.extensions["engine"].fanout.connected.wait(5)
+    other_app.extensions["engine"].listener.connected.wait(5)
+    owner_app.extensions["engine"].listener.connected.wait(5)
     cluster.apply_delay_s = 30  # only an abort ends this call
     task = owner.post(
         "/api/v1/tasks",

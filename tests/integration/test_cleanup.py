@@ -89,9 +89,9 @@ def with_devbox(sql_conn, devbox, task, devbox_id, *, paused=False):
         (devbox_id, now_plus() if paused else None, task["id"]),
     )
     sql_conn.execute(
-        "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, remote_id) "
+        "INSERT INTO task_runtimes (task_id, workspace, kind, liveness, host, owner, remote_id) "
         "VALUES (%s, %s, 'devbox', 'remote', 'elsewhere', 'elsewhere:1:x', %s)",
-        (task["id"], task["namespace"], devbox_id),
+        (task["id"], task["workspace"], devbox_id),
     )
 
 
@@ -158,13 +158,13 @@ def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_con
 
 
 def test_a_repeated_trigger_reuses_the_open_job(engine, sql_conn):
-    first = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-1", namespace="default")
-    again = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-1", namespace="default")
+    first = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-1", workspace="default")
+    again = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-1", workspace="default")
     assert first["created"] and not again["created"]
     assert again["id"] == first["id"]
     assert len(jobs(sql_conn)) == 1
     # A different operation is a different job.
-    other = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-2", namespace="default")
+    other = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-2", workspace="default")
     assert other["created"] and other["id"] != first["id"]
 
 
@@ -274,7 +274,7 @@ def streak(sql_conn, subject: str) -> dict | None:
 
 
 def test_a_stale_worker_cannot_overwrite_a_newer_attempt(engine, sql_conn):
-    job = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-stale", namespace="default")
+    job = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-stale", workspace="default")
     t = now_plus()
     claim = dict(
         triggers=["devbox_delete"],
@@ -339,7 +339,7 @@ def test_a_stale_worker_cannot_overwrite_a_newer_attempt(engine, sql_conn):
 
 
 def test_an_abandoned_last_attempt_fails_for_good(engine, sql_conn):
-    job = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-abandoned", namespace="default")
+    job = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-abandoned", workspace="default")
     t = now_plus()
     sql_conn.execute(
         "UPDATE cleanup_jobs SET state = 'running', attempts = %s, "
@@ -524,7 +524,7 @@ def test_a_purge_of_a_row_already_deleted_is_done_and_still_releases_its_devbox(
 def test_purge_emits_the_removal_event_on_a_live_stream(engine, client, insert_task, sql_conn):
     task = insert_task(status="completed", project_id="streamed")
     add_history(sql_conn, task["id"])
-    assert engine.fanout.connected.wait(5)
+    assert engine.listener.connected.wait(5)
     response = client.get("/api/v1/projects/streamed/tasks/stream", buffered=False)
     frames = iter(response.response)
     first = next(frames)
@@ -564,9 +564,9 @@ def test_active_and_blocked_tasks_survive_any_purge(engine, insert_task, sql_con
             engine.db,
             Trigger.RETENTION_PURGE,
             f"retention_purge:{rows[status]['id']}",
-            {"taskId": str(rows[status]["id"]), "namespace": "default"},
+            {"taskId": str(rows[status]["id"]), "workspace": "default"},
             task_id=rows[status]["id"],
-            namespace="default",
+            workspace="default",
             now=t,
         )
     engine.cleanup.run_once(now=t)
@@ -619,7 +619,7 @@ def test_a_devbox_delete_rechecks_that_no_active_task_uses_it(
 ):
     user = insert_task(status="running")
     with_devbox(sql_conn, devbox, user, "box-in-use")
-    cleanup_jobs.enqueue_devbox_delete(engine.db, "box-in-use", namespace="default")
+    cleanup_jobs.enqueue_devbox_delete(engine.db, "box-in-use", workspace="default")
     engine.cleanup.run_once()
     [job] = jobs(sql_conn)
     assert job["state"] == "cancelled" and str(user["id"]) in job["last_error"]
@@ -630,7 +630,7 @@ def test_a_devbox_delete_rechecks_that_no_active_task_uses_it(
         "lease_owner = NULL, lease_expires_at = NULL WHERE id = %s",
         (user["id"],),
     )
-    retry = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-in-use", namespace="default")
+    retry = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-in-use", workspace="default")
     assert retry["created"]
     engine.cleanup.run_once()
     assert calls(devbox, "delete", "ok") == ["box-in-use"]
@@ -667,8 +667,8 @@ def test_without_a_devbox_integration_devbox_jobs_wait_with_a_reason(
 
 
 def test_completed_jobs_are_forgotten_after_a_week_failed_ones_are_kept(engine, sql_conn):
-    done = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-a", namespace="default")
-    failed = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-b", namespace="default")
+    done = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-a", workspace="default")
+    failed = cleanup_jobs.enqueue_devbox_delete(engine.db, "box-b", workspace="default")
     t = now_plus()
     sql_conn.execute(
         "UPDATE cleanup_jobs SET state = 'succeeded', completed_at = %s WHERE id = %s",
@@ -691,7 +691,7 @@ def test_the_sweeps_cost_follows_expired_rows_not_table_size(engine, sql_conn):
     from engine.sql import queries
 
     sql_conn.execute(
-        "INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status,"
+        "INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status,"
         " source, finished_at, devbox_id, devbox_paused_at) "
         "SELECT 'default', 'demo', 'test', 'image', 'direct', 'completed', '{}', "
         "now() - g * interval '1 minute', 'box-' || g, now() FROM generate_series(1, 20000) g"

@@ -117,7 +117,7 @@ def insert_runtime(
     from psycopg.types.json import Jsonb
 
     return sql_conn.execute(
-        "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, owner_pid, "
+        "INSERT INTO task_runtimes (task_id, workspace, kind, liveness, host, owner, owner_pid, "
         "owner_start_ticks, boot_id, pid, pgid, start_ticks, resume, remote_id) VALUES "
         "(%s, 'default', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
         (

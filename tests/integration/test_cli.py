@@ -23,19 +23,23 @@ def cli(app):
 
 def test_tasks_list_filters_and_prints_a_table_or_json(cli, insert_task):
     mine = insert_task(status="failed", project_id="shop")
-    other = insert_task(status="completed", namespace="tenant-b", project_id="blog")
+    other = insert_task(status="completed", workspace="tenant-b", project_id="blog")
     table = cli("tasks", "list")
     assert table.splitlines()[0].split() == [
         "ID",
-        "NAMESPACE",
+        "WORKSPACE",
         "PROJECT",
         "STATUS",
         "KIND",
         "CREATED",
     ]
     assert str(mine["id"]) in table and str(other["id"]) in table
-    listed = json.loads(cli("tasks", "list", "--json", "--namespace", "tenant-b"))
+    listed = json.loads(cli("tasks", "list", "--json", "--workspace", "tenant-b"))
     assert [t["id"] for t in listed] == [str(other["id"])]
+    assert listed[0]["workspace"] == "tenant-b"
+    # --namespace, the option's old name, still works.
+    old_name = json.loads(cli("tasks", "list", "--json", "--namespace", "tenant-b"))
+    assert [t["id"] for t in old_name] == [str(other["id"])]
     assert [t["id"] for t in json.loads(cli("tasks", "list", "--json", "--status", "failed"))] == [
         str(mine["id"])
     ]
@@ -59,7 +63,7 @@ def test_tasks_show_gives_snapshot_events_and_explanation(cli, create_task, wait
 def test_tasks_cancel_goes_through_the_two_phase_cancel(
     cli, create_task, cluster, wait_status, insert_task, client
 ):
-    queued = insert_task(status="queued", namespace="tenant-c")
+    queued = insert_task(status="queued", workspace="tenant-c")
     assert "cancelled" in cli("tasks", "cancel", str(queued["id"]))
     cluster.ready_after_polls = "never"
     running = create_task(project_id="cancel-me")
@@ -77,7 +81,7 @@ def test_tasks_cancel_goes_through_the_two_phase_cancel(
 
 def failed_job(sql_conn, task_id, *, state="failed", operation="devbox_pause:x") -> dict:
     return sql_conn.execute(
-        "INSERT INTO cleanup_jobs (operation_id, trigger, state, task_id, namespace, snapshot, "
+        "INSERT INTO cleanup_jobs (operation_id, trigger, state, task_id, workspace, snapshot, "
         "attempts, last_error, completed_at) VALUES (%s, 'devbox_pause', %s, %s, 'default', %s, "
         "8, 'HTTP 503', now()) RETURNING *",
         (operation, state, task_id, Jsonb({"taskId": str(task_id)})),
@@ -134,7 +138,7 @@ def spawned_leftover(sql_conn, insert_task):
 
     task = insert_task(status="failed")
     sql_conn.execute(
-        "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner, owner_pid, "
+        "INSERT INTO task_runtimes (task_id, workspace, kind, liveness, host, owner, owner_pid, "
         "owner_start_ticks, boot_id, pid, pgid, start_ticks) VALUES "
         "(%s, 'default', 'local', 'process', %s, 'gone:1:x', 1, 1, %s, 2147483, 2147483, 1)",
         (task["id"], socket.gethostname(), boot_id()),

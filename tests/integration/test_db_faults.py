@@ -129,14 +129,14 @@ FAST = dict(lease_ttl_s=30.0, lease_renew_interval_s=0.5, reaper_interval_s=0.5)
 def test_a_postgresql_restart_fails_no_run(private_pg, make_app, cluster, database_url):
     app = make_app(**FAST)
     client, runtime = app.test_client(), app.extensions["engine"]
-    viewer = runtime.fanout.subscribe(project="demo")
+    viewer = runtime.listener.subscribe(project="demo")
     ids = start_runs(client, cluster, database_url)
     complete_through(private_pg.restart, client, cluster, database_url, ids)
     assert statuses(database_url, ids) == {"completed": RUNS}
     assert_every_event_once(database_url, ids)
     # The listener came back, and told its subscribers to read afresh (what a stream resumes
     # from: notifications of the gap are lost).
-    wait_for(runtime.fanout.connected.is_set, 30, message="the listener to reconnect")
+    wait_for(runtime.listener.connected.is_set, 30, message="the listener to reconnect")
     wait_for(lambda: viewer.get(timeout=1) == REBOOTSTRAP, 30, message="a re-bootstrap")
     viewer.close()
 

@@ -385,7 +385,7 @@ def test_list_pages_newest_first_over_created_at_then_id(client, insert_task, sq
             ("failed", "demo", 4),
         ]
     ]
-    insert_task(status="failed", namespace="someone-else", created_at=t)
+    insert_task(status="failed", workspace="someone-else", created_at=t)
     newest_first = sorted(rows, key=lambda r: (r["created_at"], r["id"]), reverse=True)
 
     for limit in (1, 2, 3, 50):
@@ -491,7 +491,7 @@ def test_an_invalid_kubeconfig_header_is_400(client):
 
 
 def test_another_namespaces_task_is_not_found_everywhere(client, insert_task, sql_conn):
-    theirs = insert_task(status="blocked", namespace="other-team")
+    theirs = insert_task(status="blocked", workspace="other-team")
     task_id = theirs["id"]
     for method, path, body in [
         ("get", f"/api/v1/tasks/{task_id}", None),

@@ -99,7 +99,7 @@ def kill_pool_connections(sql_conn):
 def notify(sql_conn, task):
     sql_conn.execute(
         "SELECT notify_task_changed(%s, %s, %s)",
-        (task["namespace"], task["project_id"], task["id"]),
+        (task["workspace"], task["project_id"], task["id"]),
     )
 
 
@@ -184,10 +184,10 @@ def test_the_timeline_survives_a_failed_re_read_and_its_last_viewer_ends_the_fol
 ):
     task = insert_task(status="running", project_id="demo")
     app = make_app()
-    fanout = app.extensions["engine"].fanout
+    listener = app.extensions["engine"].listener
     viewer = open_timeline(app, serve(app), task)
     try:
-        assert len(fanout.subscribers) == 1  # the control: the channel follows the task
+        assert len(listener.subscribers) == 1  # the control: the channel follows the task
 
         kill_pool_connections(sql_conn)
         seq = sql_conn.execute(
@@ -199,4 +199,4 @@ def test_the_timeline_survives_a_failed_re_read_and_its_last_viewer_ends_the_fol
         wait_for(lambda: seq in viewer.seqs, message="the event, after a fresh bootstrap")
     finally:
         viewer.close()
-    wait_for(lambda: not fanout.subscribers, message="the channel to stop following")
+    wait_for(lambda: not listener.subscribers, message="the channel to stop following")

@@ -50,7 +50,7 @@ def _first_request_open(database_url, app, key):
     holder = psycopg.connect(database_url)
     asked = idempotency.Request("default", "dev", "POST", "/api/v1/tasks", BODY)
     holder.execute(
-        "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
+        "INSERT INTO idempotency_keys (workspace, created_by, key, fingerprint) "
         "VALUES ('default', 'dev', %s, %s)",
         (key, idempotency.fingerprint(app.secret_key.encode(), asked)),
     )
@@ -118,7 +118,7 @@ def test_a_key_left_unanswered_by_an_older_release_is_taken_over(app, client, sq
     key = str(uuid.uuid4())
     asked = idempotency.Request("default", "dev", "POST", "/api/v1/tasks", BODY)
     sql_conn.execute(
-        "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
+        "INSERT INTO idempotency_keys (workspace, created_by, key, fingerprint) "
         "VALUES ('default', 'dev', %s, %s)",
         (key, idempotency.fingerprint(app.secret_key.encode(), asked)),
     )

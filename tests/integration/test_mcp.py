@@ -287,7 +287,7 @@ def test_wait_for_deployment_wakes_on_the_change_not_on_a_timer(client, cluster,
         session,
     )
     wait_for(
-        lambda: any(sub.task == created["id"] for sub in list(runtime.fanout.subscribers)),
+        lambda: any(sub.task == created["id"] for sub in list(runtime.listener.subscribers)),
         message="the wait to subscribe",
     )
     assert not waiting.ready()

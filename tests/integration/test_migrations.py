@@ -64,6 +64,20 @@ def rows_by_table(url) -> dict[str, list[dict]]:
         }
 
 
+#: Columns a later migration renamed (0012: the tenant is the workspace).
+RENAMED = {"namespace": "workspace"}
+
+
+def up_to(tmp_path, last: int):
+    """A migrations directory holding the real files up to `last`."""
+    directory = tmp_path / "migrations"
+    directory.mkdir()
+    for m in migrations.discover():
+        if m.version <= last:
+            shutil.copy(m.path, directory)
+    return directory
+
+
 def only_initial(tmp_path):
     directory = tmp_path / "migrations"
     directory.mkdir()
@@ -130,13 +144,95 @@ def test_a_database_at_0001_with_data_upgrades_to_head_and_keeps_every_row(
     assert [v for v, _ in ledger(empty_database_url)] == [m.version for m in migrations.discover()]
     after = rows_by_table(empty_database_url)
     for table, rows in before.items():
-        # A later migration may add columns; every value that was there is still there.
-        kept = [{k: row[k] for k in rows[0]} for row in after[table]]
+        # A later migration may add or rename columns; every value that was there is still there.
+        kept = [{k: row[RENAMED.get(k, k)] for k in rows[0]} for row in after[table]]
         assert sorted(map(json.dumps, kept)) == sorted(map(json.dumps, rows)), table
     # And the engine runs on it: the row reads back through the API.
     app = make_app(database_url=empty_database_url)
     snap = app.test_client().get(f"/api/v1/tasks/{task['id']}").get_json()
     assert snap["status"] == "failed"
+
+
+def test_0012_renames_the_tenant_to_workspace_and_keeps_every_row(empty_database_url, tmp_path):
+    migrations.upgrade(empty_database_url, up_to(tmp_path, 11))
+    with connect(empty_database_url) as conn:
+        task = conn.execute(
+            "INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, "
+            "status, source) VALUES ('team-a', 'shop', 'ann', 'image', 'direct', 'completed', "
+            "'{}') RETURNING id"
+        ).fetchone()["id"]
+        conn.execute(
+            "INSERT INTO task_runtimes (task_id, namespace, kind, liveness, host, owner) "
+            "VALUES (%s, 'team-a', 'local', 'none', 'h', 'o')",
+            (task,),
+        )
+        conn.execute(
+            "INSERT INTO idempotency_keys (namespace, created_by, key, fingerprint) "
+            "VALUES ('team-a', 'ann', 'k1', 'f')"
+        )
+        conn.execute(
+            "INSERT INTO projects (namespace, project_id, created_by) "
+            "VALUES ('team-a', 'blog', 'ann')"
+        )
+        conn.execute(
+            "INSERT INTO dock_dismissals (namespace, user_id, project_id, task_id) "
+            "VALUES ('team-a', 'ann', 'shop', %s)",
+            (task,),
+        )
+        snapshots = [
+            {"devboxId": "dbx-1", "namespace": "team-a", "taskId": str(task)},
+            {"runtime": {"id": "r1", "namespace": "team-a", "kind": "local"}},
+            {"taskId": str(task), "runtimes": [{"namespace": "team-a"}, {"kind": "devbox"}]},
+            {"devboxId": "dbx-2"},  # the control: a snapshot without the key stays as it is
+        ]
+        for n, snap in enumerate(snapshots):
+            conn.execute(
+                "INSERT INTO cleanup_jobs (operation_id, trigger, namespace, snapshot) "
+                "VALUES (%s, 'devbox_delete', 'team-a', %s::jsonb)",
+                (f"op-{n}", json.dumps(snap)),
+            )
+
+    assert [m.version for m in migrations.upgrade(empty_database_url)][0] == 12
+
+    with connect(empty_database_url) as conn:
+        for table in (
+            "deploy_tasks",
+            "task_runtimes",
+            "idempotency_keys",
+            "projects",
+            "dock_dismissals",
+            "cleanup_jobs",
+        ):
+            got = conn.execute(
+                sql.SQL("SELECT workspace FROM {}").format(sql.Identifier(table))
+            ).fetchall()
+            assert got and {r["workspace"] for r in got} == {"team-a"}, table
+        assert (
+            conn.execute(
+                "SELECT count(*) AS n FROM information_schema.columns "
+                "WHERE column_name = 'namespace' AND table_schema = 'public'"
+            ).fetchone()["n"]
+            == 0
+        )
+        assert conn.execute("SELECT to_regclass('deploy_tasks_by_workspace') AS i").fetchone()["i"]
+        stored = [
+            r["snapshot"]
+            for r in conn.execute("SELECT snapshot FROM cleanup_jobs ORDER BY operation_id")
+        ]
+        assert stored == [
+            {"devboxId": "dbx-1", "workspace": "team-a", "taskId": str(task)},
+            {"runtime": {"id": "r1", "workspace": "team-a", "kind": "local"}},
+            {"taskId": str(task), "runtimes": [{"workspace": "team-a"}, {"kind": "devbox"}]},
+            {"devboxId": "dbx-2"},
+        ]
+        conn.execute("LISTEN deploy_tasks")
+        conn.execute(
+            "SELECT notify_task_changed(workspace => 'team-a', project_id => 'shop', "
+            "task_id => %s)",
+            (task,),
+        )
+        payload = json.loads(next(conn.notifies(timeout=5)).payload)
+        assert payload == {"workspace": "team-a", "project": "shop", "task": str(task)}
 
 
 def test_a_database_created_by_the_old_schema_file_is_adopted_without_running_it(

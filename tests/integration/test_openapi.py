@@ -123,7 +123,7 @@ def test_docs_page_renders_the_document_with_the_vendored_renderer(client):
 
 def waiting_on(runtime, task_id) -> bool:
     """Whether a long-poll is subscribed to the task's changes (the barrier before acting)."""
-    return any(sub.task == str(task_id) for sub in list(runtime.fanout.subscribers))
+    return any(sub.task == str(task_id) for sub in list(runtime.listener.subscribers))
 
 
 def test_a_task_read_can_long_poll_until_the_task_settles(client, cluster, runtime, wait_status):

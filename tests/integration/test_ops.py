@@ -177,7 +177,7 @@ def test_operator_routes_need_an_admin_outside_dev_mode(app, client, runtime):
         from flask import g, request
 
         g.identity = Identity(
-            user=request.headers.get("X-Test-User", "mallory"), namespace="default"
+            user=request.headers.get("X-Test-User", "mallory"), workspace="default"
         )
 
     assert client.get("/api/v1/admin/streaks", headers={"X-Test-User": "bob"}).status_code == 200

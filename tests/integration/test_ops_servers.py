@@ -61,7 +61,7 @@ def test_the_dev_server_logs_one_json_object_per_line(start_server):
     )
     mine = next(line for line in lines if line.get("request_id") == "dev-cancel-1")
     assert {"time", "level", "logger", "message"} <= set(mine)
-    assert mine["task_id"] == task_id and mine["namespace"] == "default"
+    assert mine["task_id"] == task_id and mine["workspace"] == "default"
     assert not any("/readyz" in line["message"] for line in lines)  # probes are never logged
 
 

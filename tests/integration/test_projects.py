@@ -14,7 +14,7 @@ def page_post(client, path, form, token="test-token"):
 
 def started(sql_conn) -> list[tuple]:
     return [
-        (r["namespace"], r["project_id"], r["created_by"])
+        (r["workspace"], r["project_id"], r["created_by"])
         for r in sql_conn.execute("SELECT * FROM projects ORDER BY project_id")
     ]
 
@@ -50,7 +50,7 @@ def test_opening_a_project_page_records_nothing(client, sql_conn):
 def test_another_workspaces_project_is_not_listed(client, sql_conn):
     page_post(client, "/projects", {"id": "ours"})
     sql_conn.execute(
-        "INSERT INTO projects (namespace, project_id, created_by)"
+        "INSERT INTO projects (workspace, project_id, created_by)"
         " VALUES ('other-team', 'theirs', 'someone')"
     )
     landing = client.get("/").get_data(as_text=True)

@@ -53,7 +53,7 @@ def test_unknown_purged_or_foreign_predecessor_is_404(client, insert_task, sql_c
     response = redeploy(client, purged["id"])
     assert response.status_code == 404
     assert response.get_json()["code"] == "predecessor_not_found"
-    foreign = insert_task(status="failed", namespace="elsewhere")
+    foreign = insert_task(status="failed", workspace="elsewhere")
     assert redeploy(client, foreign["id"]).status_code == 404
     # Never a silent fresh create.
     assert (

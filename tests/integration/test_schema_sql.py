@@ -215,8 +215,8 @@ CHANGES = {
         "column deploy_tasks.phase:",
     ),
     "a renamed column": (
-        "ALTER TABLE projects RENAME COLUMN namespace TO workspace",
-        "column projects.namespace: missing from schema.sql",
+        "ALTER TABLE projects RENAME COLUMN created_by TO creator",
+        "column projects.created_by: missing from schema.sql",
     ),
     "a column's default": (
         "ALTER TABLE cleanup_jobs ALTER COLUMN attempts SET DEFAULT 1",

@@ -15,7 +15,7 @@ def test_a_task_change_notifies_ids_only_and_a_purge_says_removed(sql_conn, data
             "SELECT notify_task_changed('ws', 'shop', %s, removed => true)", (task_id,)
         )
         got = [json.loads(n.payload) for n in listener.notifies(timeout=10, stop_after=2)]
-    changed = {"namespace": "ws", "project": "shop", "task": str(task_id)}
+    changed = {"workspace": "ws", "project": "shop", "task": str(task_id)}
     assert got == [changed, {**changed, "removed": True}]
 
 
@@ -43,7 +43,7 @@ def test_a_lease_holders_write_notifies_the_lease_as_it_left_it(sql_conn, databa
         got = [json.loads(n.payload) for n in listener.notifies(timeout=10, stop_after=1)]
     assert got == [
         {
-            "namespace": "ws",
+            "workspace": "ws",
             "project": "shop",
             "task": str(task_id),
             "lease": {"status": "applying", "epoch": 3, "owner": "host-a:1:abc", "cancel": False},
@@ -57,4 +57,4 @@ def test_a_runner_notice_says_runner_and_carries_no_lease(sql_conn, database_url
         listener.execute("LISTEN deploy_tasks")
         sql_conn.execute("SELECT notify_task_changed('ws', 'shop', %s, runner => true)", (task_id,))
         got = [json.loads(n.payload) for n in listener.notifies(timeout=10, stop_after=1)]
-    assert got == [{"namespace": "ws", "project": "shop", "task": str(task_id), "runner": True}]
+    assert got == [{"workspace": "ws", "project": "shop", "task": str(task_id), "runner": True}]

@@ -35,7 +35,7 @@ def test_an_image_deployment_costs_ten_statements_and_no_lease_reads(
 ):
     # Warm up (the first request loads templates, settings, ...), then count one deployment.
     wait_status(create_task(source={**IMAGE_SOURCE, "name": "warm"})["id"], "completed")
-    listened = runtime.fanout.connected.is_set()
+    listened = runtime.listener.connected.is_set()
     assert listened  # the control: own-write notifications do reach this process
     before = Counter(runtime.db.statements)
     task = create_task()  # a Deployment and a Service
@@ -46,7 +46,7 @@ def test_an_image_deployment_costs_ten_statements_and_no_lease_reads(
     # in commit order: a read an earlier one started has begun (and been counted) by then.
     wait_for(lambda: client.get("/healthz").get_json()["running"] == 0, message="the run to end")
     barrier = str(uuid.uuid4())
-    subscription = runtime.fanout.subscribe(task=barrier)
+    subscription = runtime.listener.subscribe(task=barrier)
     try:
         sql_conn.execute(
             "SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, json.dumps({"task": barrier}))
@@ -193,7 +193,7 @@ def test_a_deployments_own_writes_share_one_notice(make_app, database_url, sql_c
             "SELECT status FROM deploy_tasks WHERE id = %s", (task_id,)
         ).fetchone()["status"]
         assert status == "completed"
-        ids = {"namespace": "default", "project": "demo", "task": task_id}
+        ids = {"workspace": "default", "project": "demo", "task": task_id}
         assert _received(listener, sql_conn, task_id) == []  # nothing yet, not even the insert
         sent = runtime.db.statements["tasks_notify_runner"]
         runtime.runner_notices.send_pending()
@@ -215,5 +215,5 @@ def test_runner_notices_that_fail_to_send_stay_pending(runtime, database_url, sq
         notices.db = runtime.db  # the database is back
         notices.send_pending()
         assert _received(listener, sql_conn, str(task_id)) == [
-            {"namespace": "ws", "project": "shop", "task": str(task_id), "runner": True}
+            {"workspace": "ws", "project": "shop", "task": str(task_id), "runner": True}
         ]

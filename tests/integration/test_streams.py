@@ -53,7 +53,7 @@ def test_bootstrap_then_upserts_until_completed(make_app, cluster, serve, insert
     cluster.ready_after_polls = "never"  # hold the run in verify until the test says so
     earlier = insert_task(status="completed", project_id="demo")
     insert_task(status="completed", project_id="elsewhere")
-    insert_task(status="completed", project_id="demo", namespace="other-team")
+    insert_task(status="completed", project_id="demo", workspace="other-team")
     base = serve(make_app())
     stream = serve.stream(base)
 
@@ -89,9 +89,9 @@ def test_a_row_that_disappears_is_a_remove(make_app, serve, insert_task, sql_con
 
     # What the retention purge does: delete the row, and notify its ids.
     sql_conn.execute(
-        "WITH gone AS (DELETE FROM deploy_tasks WHERE id = %s RETURNING namespace, project_id, id) "
+        "WITH gone AS (DELETE FROM deploy_tasks WHERE id = %s RETURNING workspace, project_id, id) "
         "SELECT pg_notify('deploy_tasks', json_build_object("
-        "'namespace', namespace, 'project', project_id, 'task', id)::text) FROM gone",
+        "'workspace', workspace, 'project', project_id, 'task', id)::text) FROM gone",
         (task["id"],),
     )
     assert stream.next() == ("remove", {"id": str(task["id"])})
@@ -115,7 +115,7 @@ def test_a_listener_reconnect_rebootstraps_the_stream(make_app, serve, insert_ta
     event, data = stream.next()
     assert event == "snapshot"
     assert [i["id"] for i in data["items"]] == [str(unseen["id"])]
-    wait_for(runtime.fanout.connected.is_set, message="the listener to reconnect")
+    wait_for(runtime.listener.connected.is_set, message="the listener to reconnect")
     # And the stream is live again.
     task_id = create(base)
     stream.until(lambda e, d: e == "upsert" and d["id"] == task_id)
@@ -141,7 +141,7 @@ def test_a_re_read_that_fails_keeps_the_stream_and_the_next_snapshot_has_the_cha
     task = insert_task(status="failed", project_id="demo")
     sql_conn.execute(
         "SELECT pg_notify('deploy_tasks', json_build_object("
-        "'namespace', 'default', 'project', 'demo', 'task', %s::text)::text)",
+        "'workspace', 'default', 'project', 'demo', 'task', %s::text)::text)",
         (str(task["id"]),),
     )
     event, data = stream.next()

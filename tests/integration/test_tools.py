@@ -11,7 +11,7 @@ COMPARED = (
     "runner",
     "retried_from_task_id",
     "created_by",
-    "namespace",
+    "workspace",
 )
 
 

@@ -118,5 +118,5 @@ def test_python_and_postgres_enums_agree(sql_conn):
 
 
 def test_namespace_guard_keeps_tenants_apart(runtime, insert_task):
-    row = insert_task(status="queued", namespace="other")
-    assert transition(runtime.db, Move(row["id"], Status.CANCELLED, namespace="default")) == []
+    row = insert_task(status="queued", workspace="other")
+    assert transition(runtime.db, Move(row["id"], Status.CANCELLED, workspace="default")) == []

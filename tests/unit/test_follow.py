@@ -1,5 +1,5 @@
 """The one follow every live stream adapts (engine/readside/follow.py), on a real in-process
-fanout: what it yields for each notification, and that a failed read never ends it."""
+listener: what it yields for each notification, and that a failed read never ends it."""
 
 import time
 from types import SimpleNamespace
@@ -11,7 +11,7 @@ import pytest
 from engine.operations.config import Settings
 from engine.readside import follow as follows
 from engine.readside.follow import Change, Follow, Idle, Live, Removed, Snapshot
-from engine.readside.listener import CLOSED, REBOOTSTRAP, Fanout, LiveFeed
+from engine.readside.listener import CLOSED, REBOOTSTRAP, Listener, LiveFeed
 
 TASK = "6c1d7f0e-9f7e-4a53-8a43-5d2f3a0c1b11"
 
@@ -44,7 +44,7 @@ class Reads:
 @pytest.fixture
 def engine():
     return SimpleNamespace(
-        settings=Settings(stream_keepalive_s=30.0), fanout=Fanout(db=None), live=LiveFeed()
+        settings=Settings(stream_keepalive_s=30.0), listener=Listener(db=None), live=LiveFeed()
     )
 
 
@@ -56,7 +56,7 @@ def reads():
 def following(engine, reads, **options):
     follow = Follow(
         engine,
-        namespace="default",
+        workspace="default",
         project="demo",
         snapshot=reads.snapshot,
         change=reads.change,
@@ -66,7 +66,7 @@ def following(engine, reads, **options):
 
 
 def notify(engine, task=TASK, **extra):
-    engine.fanout.dispatch({"namespace": "default", "project": "demo", "task": task, **extra})
+    engine.listener.dispatch({"workspace": "default", "project": "demo", "task": task, **extra})
 
 
 def next_update(updates, timeout=5.0):
@@ -76,12 +76,12 @@ def next_update(updates, timeout=5.0):
 
 def test_it_subscribes_before_the_first_read_so_a_change_meanwhile_is_not_lost(engine, reads):
     def snapshot():
-        assert len(engine.fanout.subscribers) == 1  # subscribed already
+        assert len(engine.listener.subscribers) == 1  # subscribed already
         notify(engine)  # a change that commits while the snapshot is read
         return reads.snapshot()
 
     follow = Follow(
-        engine, namespace="default", project="demo", snapshot=snapshot, change=reads.change
+        engine, workspace="default", project="demo", snapshot=snapshot, change=reads.change
     )
     updates = iter(follow)
     assert isinstance(next_update(updates), Snapshot)
@@ -103,7 +103,7 @@ def test_a_change_a_purge_and_a_row_that_is_gone(engine, reads):
 def test_a_listener_reconnect_reads_a_whole_snapshot_again(engine, reads):
     _, updates = following(engine, reads)
     assert isinstance(next_update(updates), Snapshot)
-    for subscription in engine.fanout.subscribers:
+    for subscription in engine.listener.subscribers:
         subscription.offer(REBOOTSTRAP)
     assert isinstance(next_update(updates), Snapshot)
     assert reads.snapshots == 2
@@ -155,7 +155,7 @@ def test_due_work_is_read_on_an_idle_without_waiting_for_the_keepalive(engine, r
 def test_a_runners_live_frame_is_passed_on_unread(engine, reads):
     follow = Follow(
         engine,
-        namespace="default",
+        workspace="default",
         task=TASK,
         snapshot=reads.snapshot,
         change=reads.change,
@@ -171,21 +171,21 @@ def test_a_runners_live_frame_is_passed_on_unread(engine, reads):
 def test_the_listener_closing_ends_it_and_every_way_out_unsubscribes(engine, reads):
     _, updates = following(engine, reads)
     assert isinstance(next_update(updates), Snapshot)
-    assert len(engine.fanout.subscribers) == 1  # the control
-    for subscription in engine.fanout.subscribers:
+    assert len(engine.listener.subscribers) == 1  # the control
+    for subscription in engine.listener.subscribers:
         subscription.offer(CLOSED)
     with pytest.raises(StopIteration):
         next_update(updates)
-    assert engine.fanout.subscribers == set()
+    assert engine.listener.subscribers == set()
 
     follow = Follow(
-        engine, namespace="default", task=TASK, snapshot=reads.snapshot, change=reads.change
+        engine, workspace="default", task=TASK, snapshot=reads.snapshot, change=reads.change
     )
     follow.close()  # a 404 before the stream
-    assert engine.fanout.subscribers == set()
+    assert engine.listener.subscribers == set()
     watching = Follow(
         engine,
-        namespace="default",
+        workspace="default",
         task=TASK,
         snapshot=reads.snapshot,
         change=reads.change,
@@ -195,4 +195,4 @@ def test_the_listener_closing_ends_it_and_every_way_out_unsubscribes(engine, rea
     next_update(updates)
     updates.close()  # the viewer left
     engine.live.publish(TASK, "gateway", {"type": "delta", "text": "hi"})
-    assert engine.fanout.subscribers == set() and watching.subscription.queue.empty()
+    assert engine.listener.subscribers == set() and watching.subscription.queue.empty()

@@ -798,3 +798,86 @@ def test_settings_are_read_only_through_their_one_definition():
             continue
         found = readers.findall(path.read_text().replace("request.environ.get", ""))
         assert not found, f"{path.relative_to(ROOT)} reads {found}: use engine/operations/config.py"
+
+
+# -- one meaning per word: the tenant is the workspace, "namespace" is Kubernetes' -------------
+#: Modules where `namespace` is a Kubernetes namespace (manifests, the kube adapter, templates).
+KUBERNETES_MODULES = {
+    "engine/integrations/base.py",
+    "engine/integrations/kube.py",
+    "engine/integrations/kube_access.py",
+    "engine/integrations/kube_response.py",
+    "engine/integrations/kubeconfig.py",
+    "engine/integrations/sandbox.py",
+    "engine/integrations/templates.py",
+    "engine/readside/store.py",  # an applied resource's reference (kind/namespace/name)
+    "engine/runners/database.py",
+    "engine/runners/diagnosis.py",
+    "engine/runners/direct.py",
+    "engine/runners/template.py",
+    "blueprints/cluster_access.py",
+    "blueprints/responses.py",  # an app resource's Kubernetes namespace (AppResource)
+}
+#: Tenant uses of the word anywhere, Kubernetes modules included.
+TENANT_NAMESPACE = re.compile(
+    r"identity(\(\))?\.namespace\b|\bctx\.namespace\b|\bwho\.namespace\b|%\(namespace\)s"
+    r"|\brow\[\"namespace\"\]|payload(\.get\(|\[)\"namespace\"|Identity\([^)]*\bnamespace="
+    r"|[\"']namespace[\"']\s*[:,][^,]*,\s*[\"']project[\"']"  # a NOTIFY payload's key
+)
+
+
+def namespace_identifiers(source: str) -> list[int]:
+    """Lines where a Python identifier (name, attribute, parameter, keyword) is `namespace`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, (ast.arg, ast.keyword)):
+            name = node.arg
+        else:
+            continue
+        if name == "namespace":
+            lines.append(node.lineno)
+    return lines
+
+
+def tenant_namespace_uses(path: str, text: str) -> list[str]:
+    """Where `text` (a file at `path`) calls the tenant a namespace."""
+    found = [f"{path}: {m.group(0)}" for m in TENANT_NAMESPACE.finditer(text)]
+    if path.endswith(".sql"):
+        found += [
+            f"{path}:{n}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if re.search(r"\bnamespace\b", line, re.IGNORECASE)
+        ]
+    elif path.endswith(".py") and path not in KUBERNETES_MODULES:
+        found += [f"{path}:{n}: identifier namespace" for n in namespace_identifiers(text)]
+    return found
+
+
+def test_namespace_means_only_the_kubernetes_namespace():
+    """The tenant is `workspace` in SQL and code; `namespace` is left to Kubernetes contexts."""
+    files = [
+        *sorted((ROOT / "engine" / "sql").glob("*.sql")),
+        *[p for p in sorted((ROOT / "migrations").glob("*.sql")) if int(p.name[:4]) > 12],
+        *[
+            p
+            for d in ("engine", "blueprints", "commands")
+            for p in sorted((ROOT / d).rglob("*.py"))
+        ],
+        *sorted((ROOT / "templates").rglob("*.html")),
+    ]
+    found = [
+        hit for p in files for hit in tenant_namespace_uses(str(p.relative_to(ROOT)), p.read_text())
+    ]
+    assert found == []
+    # The controls: each kind of tenant use is caught, a Kubernetes one is not.
+    assert tenant_namespace_uses("engine/x.sql", "WHERE t.namespace = %(namespace)s")
+    assert tenant_namespace_uses("blueprints/x.py", "rows = read(db, identity.namespace)")
+    assert tenant_namespace_uses("engine/x.py", "def read(db, namespace):\n    pass\n")
+    assert tenant_namespace_uses("engine/x.py", "n = {'namespace': ws, 'project': p}")
+    assert tenant_namespace_uses("x.sql", "jsonb_build_object('namespace', ns, 'project', p)")
+    assert not tenant_namespace_uses("engine/runners/direct.py", "def f(namespace):\n    pass\n")
+    assert not tenant_namespace_uses("engine/x.py", "meta['namespace'] = ctx.target_namespace")

@@ -62,7 +62,7 @@ def test_a_json_line_is_one_object_with_context_and_structured_fields():
             "t-1",
             request_id="r-1",
             task_id="t-1",
-            namespace="default",
+            workspace="default",
             consecutiveFailures=3,
         )
     )
@@ -70,7 +70,7 @@ def test_a_json_line_is_one_object_with_context_and_structured_fields():
     parsed = json.loads(line)
     assert parsed["level"] == "WARNING" and parsed["logger"] == "engine.test"
     assert parsed["message"] == "task t-1 failed\nhard"
-    assert (parsed["request_id"], parsed["task_id"], parsed["namespace"]) == (
+    assert (parsed["request_id"], parsed["task_id"], parsed["workspace"]) == (
         "r-1",
         "t-1",
         "default",
