@@ -71,7 +71,11 @@ HTTP_STATUS: dict[type[DomainError], int] = {
     errors.IdempotencyKeyReused: 422,
     UnsupportedMediaType: 415,
     errors.ShuttingDown: 503,
+    errors.Overloaded: 503,
 }
+
+#: Codes whose answer tells the client when to try again (Retry-After, in seconds).
+RETRY_AFTER_S = {errors.Overloaded.code: errors.Overloaded.retry_after_s}
 
 #: Stable JSON codes of the plain HTTP errors an /api client can meet.
 HTTP_ERROR_CODES = {
@@ -97,9 +101,16 @@ def error_body(exc: DomainError) -> dict:
     return body
 
 
+def retry_after(body: dict) -> dict:
+    """The Retry-After header of an error body that has one ({} otherwise)."""
+    seconds = RETRY_AFTER_S.get(body.get("code")) if isinstance(body, dict) else None
+    return {} if seconds is None else {"Retry-After": str(seconds)}
+
+
 def domain_error(exc: DomainError):
     """Every domain error as JSON with its stable code (registered app-wide)."""
-    return jsonify(error_body(exc)), http_status(exc)
+    body = error_body(exc)
+    return jsonify(body), http_status(exc), retry_after(body)
 
 
 def http_error(exc: HTTPException):
