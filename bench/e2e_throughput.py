@@ -8,7 +8,8 @@ Defaults: 3 rounds; in each, every system (order rotated per round) at 4 and 16 
 clients for 20 s each; then ours alone, 16 clients for 60 s, backpressure on and off. Knobs (for
 a smoke run only; the recorded numbers use the defaults): BENCH_E2E_ROUNDS, BENCH_E2E_SECONDS,
 BENCH_E2E_CLIENTS (e.g. "2" or "4,16"), BENCH_E2E_OVERLOAD_SECONDS, BENCH_E2E_WINDOW_SECONDS,
-BENCH_E2E_SYSTEMS (e.g. "ours,celery"). A smoke run that proves the harness end to end:
+BENCH_E2E_SYSTEMS (e.g. "ours,celery"), BENCH_E2E_MAX_RUNS (our MAX_RUNS_PER_PROCESS). A smoke
+run that proves the harness end to end:
 
     BENCH_E2E_ROUNDS=1 BENCH_E2E_SECONDS=3 BENCH_E2E_CLIENTS=2 BENCH_E2E_OVERLOAD_SECONDS=6 \\
         BENCH_E2E_WINDOW_SECONDS=2 .venv/bin/python -m bench.e2e_throughput
@@ -80,6 +81,9 @@ POLL_S = 0.2
 RUN_TIMEOUT_S = 600.0
 #: Backpressure off: a limit no run reaches.
 UNLIMITED = "1000000"
+#: Our MAX_RUNS_PER_PROCESS in the rounds and the overload's "on" run (unset: the default).
+MAX_RUNS = os.environ.get("BENCH_E2E_MAX_RUNS")
+LIMIT_ENV = {"MAX_RUNS_PER_PROCESS": MAX_RUNS} if MAX_RUNS else {}
 SERVICE_ENV = {
     "AUTH_MODE": "dev",
     "WEB_CONCURRENCY": "2",
@@ -261,6 +265,7 @@ def running(system: str, url: str, log_dir: Path, env: dict | None = None):
         env = {
             **os.environ,
             **SERVICE_ENV,
+            **LIMIT_ENV,
             **(env or {}),
             "DATABASE_URL": url,
             "HOST": "127.0.0.1",
