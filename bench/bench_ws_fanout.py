@@ -258,6 +258,8 @@ def main(
             "HOST": "127.0.0.1",
             "DATA_DIR": tmp,
             "WORKER_CONNECTIONS": str(viewers + 200),
+            # `runs` in flight plus the parked task, all in this one worker.
+            "MAX_RUNS_PER_PROCESS": str(runs + 100),
             "ACCESS_LOG": "",
             "PYTHONUNBUFFERED": "1",
         }

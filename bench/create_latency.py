@@ -35,6 +35,8 @@ SETTINGS = dict(
     readiness_poll_s=1.0,
     shutdown_grace_s=1.0,
     db_pool_size=20,
+    # Runs pile up in flight here (each parked in the fake cluster): no backpressure in the way.
+    max_runs_per_process=1_000_000,
 )
 
 

@@ -14,8 +14,8 @@ clients (greenlets on one engine pool, as a worker's runners share theirs), in t
 way: `Database` runs each named query, and the process's runner notices announce the tasks
 once per tick, as in production.
 
-`python -m bench.deployment_floor` prints it alone; bench/e2e_throughput.py measures it in the
-same run as the peers, on the same server.
+`python -m bench.deployment_floor` prints it, on e2e_throughput's server (it no longer runs
+inside e2e_throughput, whose peers are now same-work services over HTTP).
 """
 
 from bench.common import fresh_database, median  # noqa: I001  (patches first)

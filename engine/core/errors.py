@@ -71,6 +71,14 @@ class ShuttingDown(DomainError):
     code = "shutting_down"
 
 
+class Overloaded(DomainError):
+    """This server already runs as many deployments as it can; retry after Retry-After seconds."""
+
+    code = "overloaded"
+    #: What a client waits before trying again (the Retry-After header); runs end and free room.
+    retry_after_s = 1
+
+
 class InvalidRequest(DomainError):
     """The request is not valid."""
 

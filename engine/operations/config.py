@@ -102,6 +102,13 @@ class Settings:
         below="db_pool_size",
         shown="half of `DB_POOL_SIZE`",
     )
+    max_runs_per_process: int = setting(
+        200,
+        "runs a process holds at once; a create or input resume beyond it is refused at once "
+        "with 503 `overloaded` and `Retry-After`, writing nothing",
+        SERVER,
+        at_least=1,
+    )
     runner_notice_interval_s: float = setting(
         0.05,
         "a process announces the tasks it created and its runners wrote to (steps, their own "

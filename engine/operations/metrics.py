@@ -69,6 +69,10 @@ RUN_ABORTS = Counter(
     "Runs this process stopped by an abort, by reason (cancel, lease_lost, shutdown).",
     ["reason"],
 )
+RUNS_REFUSED = Counter(
+    f"{PREFIX}_runs_refused",
+    "Creates and input resumes refused with 503 because the process ran MAX_RUNS_PER_PROCESS.",
+)
 LEASES_HELD = Gauge(
     f"{PREFIX}_leases_held", "Leases held by live processes.", multiprocess_mode="livesum"
 )

@@ -38,6 +38,7 @@ STABLE_CODES = {
     "not_found",
     "method_not_allowed",
     "shutting_down",
+    "overloaded",
     "idempotency_key_in_flight",
     "idempotency_key_reused",
     "task_not_rollbackable",
