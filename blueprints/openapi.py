@@ -21,10 +21,11 @@ from engine.runners.kinds import KINDS
 
 bp = Blueprint("openapi", __name__)
 
-#: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL and
-#: its attribution logo comes from Redocly's CDN (an image only; scripts stay 'self').
+#: The site's policy plus what Redoc needs on this one page: its icon font is a data: URL. Its
+#: attribution logo came from Redocly's CDN; the vendored copy shows an empty data: image instead
+#: (static/vendor/README.md), so no page fetches anything from outside.
 DOCS_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
-    "img-src 'self' data:;", "img-src 'self' data: https://cdn.redoc.ly; font-src 'self' data:;"
+    "img-src 'self' data:;", "img-src 'self' data:; font-src 'self' data:;"
 )
 #: Codes the API gives HTTP errors itself (blueprints/api.py http_error), idempotency's and
 #: the auth gate's.
@@ -369,8 +370,8 @@ def build(app) -> dict:
     """The document for `app`; KeyError naming a route that has no entry in OPERATIONS."""
     plugin = _marshmallow_plugin()
     spec = APISpec(
-        title="Deployment task engine",
-        version="1",
+        title="Deployment task engine API",
+        version="v1",
         openapi_version="3.1.0",
         plugins=[plugin],
         info={"description": __doc__.split("\n")[0]},
@@ -418,7 +419,8 @@ def openapi_json():
 DOCS_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Deployment task engine API</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,"></head>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="{{ style }}"></head>
 <body><div id="api-docs" data-spec-url="{{ spec }}"></div>
 <script type="module" src="{{ start }}"></script></body></html>
 """
@@ -431,5 +433,6 @@ def docs():
         DOCS_PAGE,
         spec=url_for("openapi.openapi_json"),
         start=url_for("static", filename="api-docs.js"),
+        style=url_for("static", filename="api-docs.css"),
     )
     return page, 200, {"Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}
