@@ -8,8 +8,7 @@ from uuid import UUID
 
 from engine.core.errors import InvalidRequest
 from engine.core.status import ACTIVE, Status
-from engine.runners.kinds import KINDS
-from engine.runners.template import INSTANCE_NAME as TEMPLATE_INSTANCE
+from engine.runners.kinds import KINDS, TEMPLATE_INSTANCE
 from engine.trust import secrets
 from engine.trust.untrusted import load_json
 

@@ -11,8 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from engine.readside.store import BOARD_LIMIT
-from tests.e2e.conftest import NARROW, image, open_pane, server_factory
-from tests.e2e.test_dashboard import serious_violations
+from tests.e2e.conftest import NARROW, image, open_pane, serious_violations, server_factory
 
 pytestmark = pytest.mark.e2e
 
