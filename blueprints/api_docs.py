@@ -26,7 +26,8 @@ def openapi_json():
 DOCS_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Deployment task engine API</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,"></head>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="{{ style }}"></head>
 <body><div id="api-docs" data-spec-url="{{ spec }}"></div>
 <script type="module" src="{{ start }}"></script></body></html>
 """
@@ -39,5 +40,6 @@ def docs():
         DOCS_PAGE,
         spec=url_for("openapi.openapi_json"),
         start=url_for("static", filename="api-docs.js"),
+        style=url_for("static", filename="api-docs.css"),
     )
     return page, 200, {"Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}

@@ -578,8 +578,8 @@ def build(app) -> dict:
     """The document for `app`; KeyError naming a route that has no entry in OPERATIONS."""
     plugin = _marshmallow_plugin()
     spec = APISpec(
-        title="Deployment task engine",
-        version="1",
+        title="Deployment task engine API",
+        version="v1",
         openapi_version="3.1.0",
         plugins=[plugin],
         info={"description": __doc__.split("\n")[0]},

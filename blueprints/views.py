@@ -96,6 +96,12 @@ class TaskView:
         )
 
     @property
+    def placed(self) -> bool:
+        """Whether the user dragged it somewhere; the others are laid out by the page's width."""
+        canvas = self.item.get("canvas") or {}
+        return all(isinstance(canvas.get(axis), (int, float)) for axis in ("x", "y"))
+
+    @property
     def position(self) -> tuple[float, float]:
         canvas = self.item.get("canvas") or {}
         if isinstance(canvas.get("x"), (int, float)) and isinstance(canvas.get("y"), (int, float)):

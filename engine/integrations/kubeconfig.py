@@ -102,16 +102,27 @@ class UnresolvableServer(InvalidKubeconfig):
 
 # -- parsing --------------------------------------------------------------------------------------
 
-#: Fields that would make the server read its own files or run commands for a user.
-_REFUSED_CLUSTER_FIELDS = {"certificate-authority": "certificate-authority-data", "proxy-url": None}
+#: How a user gets a kubeconfig with the files' contents inline (the next step of a refusal).
+_FLATTEN = "`kubectl config view --raw --minify --flatten` writes one"
+#: What to use instead of a credential this server never runs or reads.
+_TOKEN_OR_CERT = (
+    "use a token (for example from `kubectl create token <service-account>`) or a client "
+    "certificate (client-certificate-data and client-key-data) instead"
+)
+#: Fields that would make the server read its own files or run commands for a user, each with
+#: the next step a user takes (what to put in the kubeconfig instead).
+_REFUSED_CLUSTER_FIELDS = {
+    "certificate-authority": f"use certificate-authority-data, the file's content ({_FLATTEN})",
+    "proxy-url": "remove it: this server connects to the cluster's server address directly",
+}
 _REFUSED_USER_FIELDS = {
-    "client-certificate": "client-certificate-data",
-    "client-key": "client-key-data",
-    "tokenFile": "token",
-    "exec": None,
-    "auth-provider": None,
-    "username": None,
-    "password": None,
+    "client-certificate": f"use client-certificate-data, the file's content ({_FLATTEN})",
+    "client-key": f"use client-key-data, the file's content ({_FLATTEN})",
+    "tokenFile": "use token, with the token itself in the kubeconfig",
+    "exec": f"it runs a program to get credentials, which this server never does; {_TOKEN_OR_CERT}",
+    "auth-provider": f"it needs a login plugin, which this server never runs; {_TOKEN_OR_CERT}",
+    "username": f"user names and passwords are not accepted; {_TOKEN_OR_CERT}",
+    "password": f"user names and passwords are not accepted; {_TOKEN_OR_CERT}",
 }
 
 
@@ -181,10 +192,9 @@ def _pem(data, name: str) -> bytes:
 
 
 def _refuse(entry: dict, refused: dict, where: str) -> None:
-    for name, instead in refused.items():
+    for name, next_step in refused.items():
         if entry.get(name) not in (None, "", {}, []):
-            hint = f"; use {instead}" if instead else ""
-            raise InvalidKubeconfig(f"{where}.{name} is not supported by this server{hint}")
+            raise InvalidKubeconfig(f"{where}.{name} is not supported by this server; {next_step}")
 
 
 def _server_url(value) -> str:
@@ -216,14 +226,18 @@ def _server_url(value) -> str:
 def parse_kubeconfig(kubeconfig) -> KubeTarget:
     """The target of a kubeconfig's current context; InvalidKubeconfig naming the bad field."""
     if not isinstance(kubeconfig, dict):
-        raise InvalidKubeconfig("the kubeconfig must be a mapping")
+        raise InvalidKubeconfig(
+            "the kubeconfig must be a YAML document with clusters, contexts and users"
+        )
     # Every level is checked for its shape before it is used: the document is the caller's.
     contexts = _entries(kubeconfig, "contexts")
     name = kubeconfig.get("current-context")
     if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
         name = contexts[0].get("name")
     if not name:
-        raise InvalidKubeconfig("the kubeconfig has no current-context")
+        raise InvalidKubeconfig(
+            "the kubeconfig has no current-context: set one (`kubectl config use-context NAME`)"
+        )
     context = _named(contexts, name, "context")
     cluster = _named(_entries(kubeconfig, "clusters"), context.get("cluster", ""), "cluster")
     user_name = context.get("user")
@@ -349,8 +363,9 @@ class NetworkPolicy:
         """
         if target.scheme == "http" and not self.allow_http:
             raise InvalidKubeconfig(
-                "cluster.server must be https (this server does not allow "
-                "plain http: KUBE_ALLOW_HTTP)"
+                "cluster.server must be https: use the cluster's https address, or ask this "
+                "server's operator to allow plain http (the KUBE_ALLOW_HTTP setting; for test "
+                "clusters only)"
             )
         try:
             infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
@@ -362,8 +377,10 @@ class NetworkPolicy:
         # All of them, not just the first: a mixed answer is as good as a private one.
         if not all(self.allows(a) for a in addresses):
             raise InvalidKubeconfig(
-                "cluster.server is a loopback, link-local, private or otherwise internal address; "
-                "this server does not connect there (KUBE_ALLOWED_NETWORKS opts networks in)"
+                f"cluster.server {target.hostname} is a loopback, link-local, private or "
+                "otherwise internal address, which this server does not connect to by default: "
+                "use the cluster's public address, or ask this server's operator to allow that "
+                "network (the KUBE_ALLOWED_NETWORKS setting, a list of CIDRs such as 10.0.0.0/8)"
             )
         return addresses
 

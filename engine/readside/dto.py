@@ -8,7 +8,7 @@ from uuid import UUID
 
 from engine.core.errors import InvalidRequest
 from engine.core.status import ACTIVE, Status
-from engine.runners.kinds import KINDS
+from engine.runners.kinds import KINDS, TEMPLATE_INSTANCE
 from engine.trust import secrets
 from engine.trust.untrusted import load_json
 
@@ -98,7 +98,10 @@ def projection(row: dict) -> dict:
         "sourceKind": row["source_kind"],
         "summary": source_summary(row["source_kind"], source),
         "createdBy": row["created_by"],
+        # A template deployment reads as its instance (`webapp-3f2a`) once it has one: four
+        # deployments of one template must not all read "webapp".
         "title": source.get("name")
+        or (summary.get("resultIdentities") or {}).get(TEMPLATE_INSTANCE)
         or source.get("template")
         or source.get("repo")
         or (source.get("prompt") or "")[:200]

@@ -82,6 +82,9 @@ class TemplateSource(RequestSchema):
     )
 
 
+#: The result identity a template deployment is known by: its instance name (`webapp-3f2a`).
+TEMPLATE_INSTANCE = template.INSTANCE_NAME
+
 TEMPLATE = SourceKind(
     name="template",
     title="Template",

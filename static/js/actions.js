@@ -1,7 +1,8 @@
 // actions.js: the answers to action requests (htmx elements marked data-fragments: cancel,
 // redeploy, deploy, input): applied as fragments, or told as a flash when they fail; and the
 // optimistic "Cancelling…" between a cancel click and its answer.
-import { flash } from "./dom.js";
+import { byId, flash } from "./dom.js";
+import { focusChip, rememberFocusOf } from "./focus.js";
 import { applyFragments } from "./fragments.js";
 import { signedOut } from "./session.js";
 
@@ -37,11 +38,16 @@ function bridgeCancel(button, on) {
 document.addEventListener("htmx:beforeRequest", function (evt) {
   var elt = evt.detail.elt;
   if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-fragments")) return;
+  rememberFocusOf(elt);
+  var openBefore = openTaskId();
   if (elt.dataset.optimisticLabel) bridgeCancel(elt, true);
   elt.addEventListener("htmx:afterRequest", function (done) {
     if (done.target !== elt) return;
     if (done.detail.successful) {
       applyFragments(done.detail.xhr.responseText);
+      // A deploy that went through opens the new task's timeline: focus goes to its chip.
+      var opened = openTaskId();
+      if (elt.hasAttribute("data-focus-new-chip") && opened !== openBefore) focusChip(opened);
       return;
     }
     if (elt.dataset.optimisticLabel) bridgeCancel(elt, false);
@@ -53,6 +59,11 @@ document.addEventListener("htmx:beforeRequest", function (evt) {
                          : "That did not go through (" + (status || "network error") + "). Try again.");
   }, { once: true });
 });
+
+function openTaskId() {
+  var pane = byId("timeline-pane");
+  return (pane && pane.dataset.taskId) || null;
+}
 
 // The readable message of an error answer (error.html's box), if it sent one.
 function serverMessage(xhr) {

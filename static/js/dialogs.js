@@ -51,6 +51,31 @@ function toBase64(text) {
   return btoa(binary);
 }
 
+// What the user pasted or uploaded, as the X-Kubeconfig header (base64): the file as it is
+// (YAML or JSON), or a kubeconfig someone already base64-encoded, taken as it stands.
+function encodeKubeconfig(text) {
+  var blob = text.replace(/\s+/g, "");
+  if (/^[A-Za-z0-9+/]+={0,2}$/.test(blob) && blob.length % 4 === 0) {
+    try {
+      var decoded = atob(blob);
+      if (/(clusters|contexts|users)"?\s*:/.test(decoded)) return blob;
+    } catch (e) { /* not base64 after all: the text itself */ }
+  }
+  return toBase64(text);
+}
+
+// The server's refusal in the dialog's words: the API's header name means nothing here.
+function refusalWords(message) {
+  if (!message) return "This kubeconfig cannot be used.";
+  if (/^X-Kubeconfig must be/.test(message)) {
+    return "This is not a kubeconfig. Paste the whole file (YAML that lists clusters, " +
+      "contexts and users, as in ~/.kube/config) or upload it.";
+  }
+  var why = message.replace(/^X-Kubeconfig: /, "");
+  return "This kubeconfig cannot be used: " + why.charAt(0).toLowerCase() + why.slice(1) +
+    (/[.)]$/.test(why) ? "" : ".");
+}
+
 function clusterError(message) {
   var box = byId("cluster-error");
   if (!box) return;
@@ -63,18 +88,24 @@ function openClusterDialog() {
   if (!dialog) return false;
   clusterError("");
   showClusterTarget();
+  showAnswer(storedAnswer());
   if (!dialog.open) dialog.showModal();
   byId("cluster-kubeconfig").focus();
   return true;
+}
+
+function storedAnswer() {
+  if (!storedKubeconfig()) return null;
+  try { return JSON.parse(sessionStorage.getItem(CLUSTER_KEY) || "null"); } catch (e) { return null; }
 }
 
 function checkAndUseKubeconfig() {
   var text = byId("cluster-kubeconfig").value.trim();
   clusterError("");
   if (!text) { clusterError("Paste or upload a kubeconfig first."); return; }
-  var encoded = toBase64(text);
+  var encoded = encodeKubeconfig(text);
   var project = document.querySelector("main[data-project]");
-  showAccess(null);
+  showAnswer(null);
   fetch("/cluster-access/check", {
     method: "POST",
     headers: { "X-CSRF-Token": csrfToken(), "X-Kubeconfig": encoded,
@@ -85,14 +116,18 @@ function checkAndUseKubeconfig() {
                         function () { return { ok: false, body: {} }; });
   }).then(function (answer) {
     if (!answer.ok || !answer.body.ok) {
-      clusterError(answer.body.message || "This kubeconfig cannot be used.");
+      clusterError(refusalWords(answer.body.message));
       return;
     }
-    // The cluster's own answer: unreachable or refused keeps nothing; missing permissions
-    // are listed (the kubeconfig is kept: what is missing may not matter to this deploy).
+    // The cluster's whole answer is shown before any deploy. Unreachable or refused keeps
+    // nothing; missing permissions are listed and the kubeconfig is kept (what is missing may
+    // not matter to this deploy).
     var access = answer.body.access;
-    var problems = (access && access.problems) || [];
-    if (access && !access.reachable) { clusterError(problems.join(" ")); return; }
+    showAnswer(answer.body);
+    if (access && !access.reachable) {
+      clusterError("Nothing was kept: the cluster did not accept this kubeconfig (see below).");
+      return;
+    }
     try {
       sessionStorage.setItem(KUBECONFIG_KEY, encoded);
       sessionStorage.setItem(CLUSTER_KEY, JSON.stringify(answer.body));
@@ -102,23 +137,54 @@ function checkAndUseKubeconfig() {
     }
     byId("cluster-kubeconfig").value = "";
     showClusterTarget();
-    if (problems.length) { showAccess(problems); return; }
-    byId("cluster-dialog").close("ok");
     flash("Cluster access set: " + answer.body.context);
+    var done = document.querySelector("[data-cluster-close]");
+    if (done) done.focus();
   }, function () { clusterError("Could not reach the server. Try again."); });
 }
 
-// What the access check found missing, listed in the dialog (none: the list is hidden).
-function showAccess(problems) {
+// The access check's answer in the dialog: which cluster, whether it answered (and its
+// version), who the credential is, the namespace, and what is missing (or that nothing is).
+function showAnswer(body) {
+  var box = byId("cluster-answer");
+  if (!box) return;
+  box.hidden = !body;
+  if (!body) return;
+  var access = body.access;
+  function put(key, text, state) {
+    var dd = box.querySelector('[data-answer="' + key + '"]');
+    if (key !== "missing") dd.textContent = text;
+    if (state) dd.dataset.state = state; else delete dd.dataset.state;
+  }
+  put("target", "context " + body.context + ", cluster " + body.cluster +
+      (body.server ? " (" + body.server + ")" : ""));
+  var namespace = (access && access.namespace) || body.namespace || "default";
+  if (!access) {
+    put("reachable", "Not asked: this server deploys to its sandbox, which needs no access.");
+    put("user", "—");
+    put("namespace", namespace);
+  } else {
+    put("reachable", access.reachable
+      ? "Yes" + (access.version ? ", Kubernetes " + access.version : "")
+      : "No", access.reachable ? "good" : "bad");
+    put("user", access.user || (access.reachable ? "not told by the cluster" : "—"));
+    put("namespace", namespace + (access.namespaceExists === false ? " (does not exist yet)" : ""),
+        access.namespaceExists === false ? "bad" : null);
+  }
+  var problems = (access && access.problems) || [];
   var list = byId("cluster-access");
-  if (!list) return;
   list.textContent = "";
-  (problems || []).forEach(function (text) {
+  if (!problems.length) {
+    var none = document.createElement("li");
+    none.textContent = access ? "Nothing: deploys to this namespace can go ahead." : "Nothing checked.";
+    list.appendChild(none);
+  }
+  problems.forEach(function (text) {
     var item = document.createElement("li");
     item.textContent = text;
     list.appendChild(item);
   });
-  list.hidden = !(problems && problems.length);
+  put("missing", "", problems.length ? "bad" : (access ? "good" : null));
 }
 
 function forgetKubeconfig() {
@@ -129,6 +195,7 @@ function forgetKubeconfig() {
   var field = byId("cluster-kubeconfig");
   if (field) field.value = "";
   showClusterTarget();
+  showAnswer(null);
 }
 
 document.addEventListener("click", function (evt) {

@@ -54,5 +54,24 @@ export function restoreFocus() {
   if (!holder) return;  // not back yet
   var target = lostFocus.sel ? holder.querySelector(lostFocus.sel) : holder;
   lostFocus = null;
+  // The control itself may be gone (a finished task has no Cancel): stay on its chip, or on
+  // the pane that holds it (the timeline), never fall back to the top of the page.
+  if (!target || target.disabled) {
+    target = holder.querySelector(".chip-open") || holder.closest("[tabindex]");
+  }
   if (target) target.focus({ preventScroll: true });
+}
+
+// An action's own button is disabled while its request runs, which drops the focus: remember
+// where it was before that, so the answer can hand it on.
+export function rememberFocusOf(elt) {
+  if (elt && elt === document.activeElement) rememberFocus(document.body);
+}
+
+// After a deploy or redeploy: focus the new task's chip (the dock's newest).
+export function focusChip(taskId) {
+  var open = taskId && document.querySelector("#chip-" + taskId + " .chip-open");
+  if (!open) return;
+  open.focus({ preventScroll: true });
+  open.scrollIntoView({ block: "nearest" });
 }

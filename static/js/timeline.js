@@ -10,9 +10,11 @@ import { checkSignedIn, isSignedOut } from "./session.js";
 // -- the timeline websocket ---------------------------------------------------------------------
 var timeline = { url: null, socket: null, attempts: 0, timer: null };
 
-// Keep the websocket (and the model's stream) on the pane shown: open, switch or close them.
+// Keep the websocket (and the model's stream) on the pane shown: open, switch or close them;
+// and the address and the dock with it (which task is open).
 export function syncTimelineSocket() {
   var pane = document.querySelector("#timeline-pane[data-timeline-ws]");
+  syncOpenTask(pane ? pane.dataset.taskId : null);
   syncModelStream(pane);
   var url = pane ? pane.dataset.timelineWs : null;
   if (url === timeline.url) return;
@@ -69,6 +71,42 @@ function openTimelineSocket(url) {
     }, delay);
   };
 }
+
+// -- the open task in the address (?task=<id>) and in the dock -------------------------------
+// Opening a timeline pushes its address (a link to share: the server opens it from ?task=),
+// closing it pushes the project's own; Back and Forward open and close the pane to match.
+var arriving = null;  // a task Back or Forward asked for, until its timeline is in
+
+function taskInAddress() {
+  return new URL(location.href).searchParams.get("task");
+}
+
+function syncOpenTask(taskId) {
+  document.querySelectorAll("#dock-chips .chip[aria-current]").forEach(function (chip) {
+    if (chip.dataset.taskId !== taskId) chip.removeAttribute("aria-current");
+  });
+  var chip = taskId && byId("chip-" + taskId);
+  if (chip) chip.setAttribute("aria-current", "true");
+  if (arriving) {
+    if (arriving !== taskId) return;
+    arriving = null;
+  }
+  if (taskId === taskInAddress() || !document.querySelector("main[data-project]")) return;
+  var url = new URL(location.href);
+  if (taskId) url.searchParams.set("task", taskId);
+  else url.searchParams.delete("task");
+  history.pushState({ task: taskId }, "", url);
+}
+
+window.addEventListener("popstate", function () {
+  var wanted = taskInAddress();
+  var pane = document.querySelector("#timeline-pane.is-open");
+  if (wanted === (pane ? pane.dataset.taskId : null)) return;
+  if (!wanted) { arriving = null; closeTimeline(); return; }
+  arriving = wanted;
+  window.htmx.ajax("GET", "/tasks/" + encodeURIComponent(wanted) + "/timeline",
+                   { target: "#timeline-pane", swap: "outerHTML" });
+});
 
 // -- the model's streamed text (prompt and GitHub sources): the gateway stream --------------
 var model = { url: null, source: null };
@@ -134,6 +172,7 @@ export function followLogAgain() {
 
 // -- closing the pane -------------------------------------------------------------------------
 export function closeTimeline() {
+  arriving = null;
   var pane = byId("timeline-pane");
   var taskId = pane && pane.dataset.taskId;
   if (pane) {

@@ -240,7 +240,9 @@ def with_cluster(**cluster):
     [
         (
             with_user(exec={"command": "aws", "args": ["eks", "get-token"]}),
-            "user.exec is not supported",
+            # The next step in words: what to put in the kubeconfig instead.
+            "user.exec is not supported by this server; it runs a program to get credentials, "
+            "which this server never does; use a token",
         ),
         (with_user(**{"auth-provider": {"name": "oidc"}}), "user.auth-provider is not supported"),
         (
@@ -272,7 +274,7 @@ def with_cluster(**cluster):
             "no context named 'other'",
         ),
         ({"clusters": [], "users": [], "contexts": []}, "no current-context"),
-        ("just a string", "must be a mapping"),
+        ("just a string", "must be a YAML document with clusters, contexts and users"),
     ],
 )
 def test_unusable_kubeconfigs_are_refused_by_name(kubeconfig, message):

@@ -5,6 +5,7 @@ cluster) driven by headless Chromium (Debian's `chromium`, through Playwright's
 Screenshots land in test-artifacts/e2e/ (not committed).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -337,3 +338,24 @@ def image(name: str, tag: str = "1.0", marker: str = "") -> dict:
     """An image source; `marker` is a sandbox behaviour (sandbox-never-ready, ...)."""
     ref = f"registry.local/{marker + '-' if marker else ''}app:{tag}"
     return {"kind": "image", "image": ref, "name": name, "port": 8080}
+
+
+#: axe-core 4.11.0 from the npm registry (package axe-core, axe.min.js, MPL-2.0), test-only.
+AXE = Path(__file__).parent / "vendor" / "axe-4.11.0.min.js"
+AXE_SHA256 = "e9e5863c33a874f09bc01acd9234b7e3c871479f5eef8802fa582544465e6d01"
+
+
+def serious_violations(page) -> list[dict]:
+    """axe-core's serious and critical violations on the page as it is now."""
+    source = AXE.read_bytes()
+    assert hashlib.sha256(source).hexdigest() == AXE_SHA256
+    if not page.evaluate("() => !!window.axe"):
+        # Evaluated as a script through the debugging protocol (no eval in the page: a CSP
+        # without 'unsafe-eval' does not stop it).
+        page.evaluate(source.decode() + "\n;0")
+    return page.evaluate("""async () => {
+        const result = await axe.run(document, {resultTypes: ['violations']});
+        return result.violations.filter(v => ['serious', 'critical'].includes(v.impact))
+            .map(v => ({id: v.id, impact: v.impact, help: v.help,
+                        nodes: v.nodes.slice(0, 4).map(n => n.target.join(' '))}));
+    }""")

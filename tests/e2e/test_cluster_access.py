@@ -89,6 +89,13 @@ def test_a_kubeconfig_from_the_dialog_deploys_through_kmock_and_is_never_stored(
     )
     page.wait_for_function("document.querySelector('#cluster-kubeconfig').value.includes('ctx')")
     page.click("[data-cluster-save]")
+    # The access check's whole answer, in words, before anything is deployed.
+    page.wait_for_selector("#cluster-answer:not([hidden])")
+    answer = page.inner_text("#cluster-answer")
+    assert "Yes, Kubernetes v1.31.2" in answer and "dev@example.com" in answer, answer
+    assert "Nothing: deploys to this namespace can go ahead." in answer, answer
+    ui.shot("cluster-answer")
+    page.click("[data-cluster-close]")
     page.wait_for_selector("#cluster-dialog:not([open])", state="attached")
     assert page.inner_text("[data-cluster-label]") == "ctx on c"
     assert page.evaluate("sessionStorage.getItem('kubeconfig')") == encoded

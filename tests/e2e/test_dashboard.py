@@ -4,13 +4,17 @@ project's dock and canvas, errors in plain words, the keyboard, and zero console
 
 Many tasks are arranged with one SQL statement (fast), never through the browser."""
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
 from engine.readside.store import BOARD_LIMIT
-from tests.e2e.conftest import NARROW, WIDE, image, open_pane, server_factory
+from tests.e2e.conftest import (
+    NARROW,
+    WIDE,
+    image,
+    open_pane,
+    serious_violations,
+    server_factory,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -405,27 +409,6 @@ def test_the_landing_page_lists_a_started_project_and_checks_ids_without_console
     assert other.page.locator("a[href='/projects/empty-one']").count() == 1
     ui.assert_no_errors()
     other.assert_no_errors()
-
-
-#: axe-core 4.11.0 from the npm registry (package axe-core, axe.min.js, MPL-2.0), test-only.
-AXE = Path(__file__).parent / "vendor" / "axe-4.11.0.min.js"
-AXE_SHA256 = "e9e5863c33a874f09bc01acd9234b7e3c871479f5eef8802fa582544465e6d01"
-
-
-def serious_violations(page) -> list[dict]:
-    """axe-core's serious and critical violations on the page as it is now."""
-    source = AXE.read_bytes()
-    assert hashlib.sha256(source).hexdigest() == AXE_SHA256
-    if not page.evaluate("() => !!window.axe"):
-        # Evaluated as a script through the debugging protocol (no eval in the page: a CSP
-        # without 'unsafe-eval' does not stop it).
-        page.evaluate(source.decode() + "\n;0")
-    return page.evaluate("""async () => {
-        const result = await axe.run(document, {resultTypes: ['violations']});
-        return result.violations.filter(v => ['serious', 'critical'].includes(v.impact))
-            .map(v => ({id: v.id, impact: v.impact, help: v.help,
-                        nodes: v.nodes.slice(0, 4).map(n => n.target.join(' '))}));
-    }""")
 
 
 @pytest.mark.parametrize("viewport", [WIDE, NARROW], ids=["1280", "390"])
