@@ -420,9 +420,7 @@ class HaPostgres:
             if streaming != len(self.nodes) - 1:
                 return False
             # In synchronous mode Patroni switches over only to a synchronous standby.
-            return not self.synchronous or any(
-                m["role"] == "sync_standby" for m in self.members()
-            )
+            return not self.synchronous or any(m["role"] == "sync_standby" for m in self.members())
 
         wait_for(settled, timeout, interval=0.2, message="a primary and a streaming replica")
 
@@ -464,11 +462,16 @@ class HaPostgres:
     def switchover(self) -> tuple[str, str]:
         """A planned switchover to the replica: (old primary, new primary)."""
         old, new = self.primary().name, self.replica().name
-        said = self.patronictl(
-            "switchover", "dte", "--leader", old, "--candidate", new, "--force"
-        )
+        said = self.patronictl("switchover", "dte", "--leader", old, "--candidate", new, "--force")
         assert "Successfully switched over" in said, said
         return old, new
+
+    def set_synchronous(self, on: bool) -> None:
+        """Patroni's synchronous_mode, changed in the DCS for the whole cluster."""
+        self.patronictl(
+            "edit-config", "dte", "--force", "--set", f"synchronous_mode={str(on).lower()}"
+        )
+        self.synchronous = on
 
     def stop(self) -> None:
         self.bouncer.stop()
