@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-scaleout fuzz setup browser pgbouncer gunicorn bench clean lock lint format
+.PHONY: run test test-scaleout test-ha fuzz setup browser suite-packages gunicorn bench clean lock lint format
 
 # Installs come from the lock files only: every package, transitive ones included, pinned and
 # checked against its hash (requirements-dev.txt holds the app's lock plus the test tools).
@@ -36,12 +36,20 @@ run: setup
 browser:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-# The scale-out suite (tests/scaleout, part of `make test`) runs its statement pools through
-# Debian's PgBouncer once; it needs root for network namespaces and skips without it.
-pgbouncer:
-	command -v pgbouncer >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
+# The scale-out suite (tests/scaleout) runs its statement pools through Debian's PgBouncer; the HA
+# suite (tests/ha) runs etcd and two PostgreSQL 15 nodes under Patroni. Both need root (network
+# namespaces) and skip without it. The packages are installed with every service held down (a
+# policy-rc.d that refuses starts), so nothing is left running or enabled on the machine.
+SUITE_PACKAGES := pgbouncer patroni etcd-server etcd-client
+suite-packages:
+	@if [ "$$(id -u)" = 0 ] && ! (command -v pgbouncer && command -v patroni && command -v etcd) >/dev/null; then \
+		echo "Installing Debian's $(SUITE_PACKAGES) for the scale-out and HA suites (no service is started)"; \
+		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SUITE_PACKAGES)); \
+		status=$$?; rm -f /usr/sbin/policy-rc.d; exit $$status; \
+	fi
 
-test: setup browser pgbouncer lint
+test: setup browser suite-packages lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Lint and format checks (ruff.toml), before any test runs; `make format` applies both.
@@ -54,8 +62,12 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 # Only the multi-host suite: three hosts in network namespaces over one PostgreSQL.
-test-scaleout: setup pgbouncer
+test-scaleout: setup suite-packages
 	$(PY) -m pytest tests/scaleout $(PYTEST_ARGS)
+
+# Only the HA suite: a Patroni primary and replica failing over under load.
+test-ha: setup suite-packages
+	$(PY) -m pytest tests/ha $(PYTEST_ARGS)
 # The contract fuzzing of `make test` (tests/contract/test_api_contract.py), many times larger.
 FUZZ_EXAMPLES ?= 200
 FUZZ_STEPS ?= 100
