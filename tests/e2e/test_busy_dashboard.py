@@ -31,7 +31,7 @@ def seed(sql_conn, project: str, finished: int = 0, active: int = 0) -> None:
     the table."""
     sql_conn.execute(
         """
-        INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status,
+        INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status,
                                   source, artifact_summary, finished_at, failure_reason,
                                   failure_message, created_at)
         SELECT 'default', %(project)s, 'dev', 'image', 'direct',
@@ -51,7 +51,7 @@ def seed(sql_conn, project: str, finished: int = 0, active: int = 0) -> None:
     )
     sql_conn.execute(
         """
-        INSERT INTO deploy_tasks (namespace, project_id, created_by, source_kind, runner, status,
+        INSERT INTO deploy_tasks (workspace, project_id, created_by, source_kind, runner, status,
                                   phase, source, lease_owner, lease_expires_at, lease_epoch,
                                   lease_claimed_at, created_at)
         SELECT 'default', %(project)s, 'dev', 'image', 'direct', 'running', 'apply',
