@@ -421,6 +421,26 @@ CREATE TABLE session_revocations (
 CREATE INDEX session_revocations_by_expiry ON session_revocations (expires_at);
 
 -- ---------------------------------------------------------------------------------------------
+-- mcp_sessions: one row per MCP session of the protocol's handshake revisions (2024-11-05 ..
+-- 2025-11-25), one per `initialize`: the caller, the revision agreed, the last request. Ended by
+-- the client's DELETE, or by MCP_SESSION_IDLE_S without a request (each initialize purges a batch
+-- of idle ones). The stateless revision (2026-07-28) keeps nothing here.
+--
+-- Written by: engine/lifecycle/sessions.py (engine/sql/mcp_sessions.sql).
+-- ---------------------------------------------------------------------------------------------
+CREATE TABLE mcp_sessions (
+    session_id text PRIMARY KEY,
+    workspace  text NOT NULL,
+    user_id    text NOT NULL,
+    -- The protocol revision its `initialize` agreed.
+    version    text NOT NULL,
+    last_seen  timestamptz NOT NULL DEFAULT now()
+);
+
+-- The purge of idle sessions.
+CREATE INDEX mcp_sessions_by_last_seen ON mcp_sessions (last_seen);
+
+-- ---------------------------------------------------------------------------------------------
 -- schema_migrations: the ledger, one row per migration a database has (migrations/NNNN_name.sql).
 -- Created and written only by engine/operations/migrations.py (schema_migrations_create /
 -- _record), before the first migration runs.

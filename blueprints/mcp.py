@@ -10,8 +10,9 @@ Two eras of the protocol share the endpoint, told apart per request:
   The handle is the deployment task's id, so any process of any host answers any request.
 - 2024-11-05 to 2025-11-25, the `initialize` handshake: each handshake gets a session id of its
   own (signed, naming the version and the caller); later requests must carry it and a matching
-  version header. It expires MCP_SESSION_TTL_S after its `initialize` (404: the client
-  initializes again, as the transport spec has it).
+  version header. Sessions live in the database (engine/lifecycle/sessions.py), so any process
+  serves them; the client's DELETE ends one, and so do MCP_SESSION_IDLE_S without a request (404:
+  the client initializes again, as the transport spec has it).
 
 Each request is answered with one JSON body, or one SSE event when the client accepts only
 `text/event-stream`. The server offers no server-initiated stream (GET is 405). Tools, their input
@@ -21,11 +22,9 @@ tool error (`isError`) whose text starts with the stable error code.
 
 import json
 import logging
-import secrets
 import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from blueprints import openapi, toolbox
 from blueprints.auth import current_identity
@@ -34,7 +33,7 @@ from blueprints.jsonschema import schema_of
 from blueprints.request_helpers import runtime
 from engine.core.errors import DomainError
 from engine.core.status import Status
-from engine.lifecycle import actions
+from engine.lifecycle import actions, sessions
 from engine.readside import dto
 from engine.trust.untrusted import load_json
 
@@ -94,10 +93,6 @@ class RpcError(Exception):
         if self.data is not None:
             error["data"] = self.data
         return error
-
-
-def _serializer() -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(current_app.secret_key, salt="mcp-session")
 
 
 def _rpc_error(message_id, code: int, message: str) -> dict:
@@ -250,11 +245,9 @@ def _handshake_era(message: dict) -> Response:
         if "id" not in message:
             return _http_error(400, INVALID_REQUEST, "initialize is a request: it needs an id")
         version = _negotiate(message.get("params"))
-        # A session of its own per handshake: told apart in logs, never shared by two clients.
-        session = _serializer().dumps(
-            # "ns" holds the workspace: the key is older than the name, and live sessions carry it.
-            {"v": version, "ns": identity.workspace, "u": identity.user, "s": secrets.token_hex(8)}
-        )
+        # A session of its own per handshake, kept in the database (any process serves it),
+        # ended by the client's DELETE or after MCP_SESSION_IDLE_S without a request.
+        session = sessions.open_mcp_session(runtime().db, identity, version, idle_s=_idle_s())
         return _answer(
             message_id,
             {
@@ -299,12 +292,27 @@ def _batch(messages: list) -> Response:
     return jsonify(answers) if answers else _accepted()
 
 
-@bp.route("/mcp", methods=["GET", "DELETE"])
+@bp.get("/mcp")
 def no_stream():
-    """No server-initiated stream to open and no session state to delete: 405 (the spec's way)."""
-    response = _http_error(405, INVALID_REQUEST, "only POST is served here")
-    response.headers["Allow"] = "POST"
+    """No server-initiated stream to open: 405 (the spec's way)."""
+    response = _http_error(405, INVALID_REQUEST, "only POST and DELETE are served here")
+    response.headers["Allow"] = "POST, DELETE"
     return response
+
+
+@bp.delete("/mcp")
+def end_session():
+    """The client ends its session (a handshake revision's): 204, or 404 when it is not a live
+    session of the caller; 400 without one."""
+    origin = request.headers.get("Origin")
+    if origin and not origin_allowed(origin):
+        return _http_error(403, INVALID_REQUEST, "cross-origin requests are refused")
+    sent = request.headers.get(SESSION_HEADER)
+    if not sent:
+        return _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required")
+    if not sessions.close_mcp_session(runtime().db, current_identity(), sent[:200]):
+        return _http_error(404, INVALID_REQUEST, "unknown or ended session")
+    return Response(status=204)
 
 
 def _negotiate(params) -> str:
@@ -315,30 +323,27 @@ def _negotiate(params) -> str:
 
 def _session(identity) -> tuple[dict | None, Response | None]:
     """(session, None), or (None, refusal): 400 without a session or with a version header other
-    than the session's; 404 for a session that is not ours (forged, another server's key, or
-    another caller's), so the client starts anew."""
+    than the session's; 404 for a session that is not a live one of this caller (unknown,
+    another caller's, ended by DELETE, idle past MCP_SESSION_IDLE_S), so the client starts anew."""
     sent = request.headers.get(SESSION_HEADER)
     if not sent:
         refusal = _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required; initialize")
         return None, refusal
-    try:
-        session = _serializer().loads(
-            sent, max_age=current_app.extensions["engine"].settings.mcp_session_ttl_s
-        )
-    except SignatureExpired:
-        return _http_error(404, INVALID_REQUEST, "the session expired; initialize again")
-    except BadSignature:
-        return None, _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
-    if session.get("ns") != identity.workspace or session.get("u") != identity.user:
-        return None, _http_error(404, INVALID_REQUEST, "unknown session; initialize again")
+    known = sessions.touch_mcp_session(runtime().db, identity, sent[:200], idle_s=_idle_s())
+    if known is None:
+        return None, _http_error(404, INVALID_REQUEST, "unknown or ended session; initialize again")
     version = request.headers.get(VERSION_HEADER)
     # Before 2025-06-18 clients did not send the header; from then on it must be the session's.
-    if version is None and session["v"] in ("2024-11-05", "2025-03-26"):
-        version = session["v"]
-    if version != session["v"]:
-        message = f"{VERSION_HEADER} must be the session's ({session['v']})"
+    if version is None and known in ("2024-11-05", "2025-03-26"):
+        version = known
+    if version != known:
+        message = f"{VERSION_HEADER} must be the session's ({known})"
         return None, _http_error(400, INVALID_REQUEST, message)
-    return session, None
+    return {"v": known}, None
+
+
+def _idle_s() -> float:
+    return current_app.extensions["engine"].settings.mcp_session_idle_s
 
 
 # -- methods, both eras -----------------------------------------------------------------------

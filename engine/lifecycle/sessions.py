@@ -35,3 +35,46 @@ def revoke(db: Database, session_id: str, *, expires_at: float, now: datetime | 
 def is_revoked(db: Database, session_id: str) -> bool:
     """Whether `session_id` was signed out."""
     return bool(db.one("session_revocation_exists", session_id=session_id)["revoked"])
+
+
+# -- MCP sessions (the handshake revisions of the protocol; blueprints/mcp.py) ------------------
+
+
+def open_mcp_session(db: Database, identity, version: str, *, idle_s: float) -> str:
+    """A new MCP session of `identity` speaking `version`; its id (random, names nobody)."""
+    session_id = secrets.token_urlsafe(24)
+    db.execute(
+        "mcp_session_insert",
+        session_id=session_id,
+        workspace=identity.workspace,
+        user=identity.user,
+        version=version,
+        idle_s=idle_s,
+        now=None,
+        purge_limit=PURGE_BATCH,
+    )
+    return session_id
+
+
+def touch_mcp_session(db: Database, identity, session_id: str, *, idle_s: float) -> str | None:
+    """The revision of a live session of `identity` (kept alive by this request), or None."""
+    row = db.one(
+        "mcp_session_touch_if_live",
+        session_id=session_id,
+        workspace=identity.workspace,
+        user=identity.user,
+        idle_s=idle_s,
+        now=None,
+    )
+    return None if row is None else row["version"]
+
+
+def close_mcp_session(db: Database, identity, session_id: str) -> bool:
+    """End a session of `identity` (its client's DELETE); whether there was one to end."""
+    row = db.one(
+        "mcp_session_delete",
+        session_id=session_id,
+        workspace=identity.workspace,
+        user=identity.user,
+    )
+    return row is not None

@@ -385,9 +385,10 @@ class Settings:
         AUTH,
         above=0,
     )
-    mcp_session_ttl_s: float = setting(
+    mcp_session_idle_s: float = setting(
         3600.0,
-        "an MCP session (`Mcp-Session-Id`) ends this long after its `initialize`",
+        "an MCP session (`Mcp-Session-Id`, the handshake revisions) ends after this long "
+        "without a request; a client's DELETE ends it at once",
         AUTH,
         above=0,
     )

@@ -162,9 +162,21 @@ def settle(service, ids, timeout: float = 180, *, lost_allowed: bool = False) ->
         except psycopg.OperationalError:
             return None
         complete = lost_allowed or len(rows) == len(ids)
-        return rows if complete and all(r["status"] in TERMINAL for r in rows.values()) else None
+        return rows if complete and all(map(ended, rows.values())) else None
 
     return wait_for(all_terminal, timeout, interval=0.5, message="every deployment to end")
+
+
+def ended(row: dict) -> bool:
+    return row["status"] in TERMINAL
+
+
+def board_agrees(board: Board, project: str, rows: dict[str, dict]) -> bool:
+    """The viewer's board shows every row of its project, each with the row's status."""
+    shown = board.statuses
+    return all(rows[i]["status"] == s for i, s in shown.items() if i in rows) and {
+        i for i, r in rows.items() if r["project_id"] == project
+    } <= set(shown)
 
 
 def longest_gap(times: list[float], start: float) -> float:
@@ -202,15 +214,15 @@ def run_through(service, disrupt, label: str, *, lost_allowed: bool = False):
         failed = {i: r["failure_reason"] for i, r in rows.items() if r["status"] == "failed"}
         server_errors = {c: n for c, n in load.answers.items() if c >= 500 and c != 503}
 
-        def boards_agree():
-            return all(
-                all(rows[i]["status"] == s for i, s in board.statuses.items() if i in rows)
-                and {i for i, r in rows.items() if r["project_id"] == project}
-                <= set(board.statuses)
+        wait_for(
+            lambda: all(
+                board_agrees(board, project, rows)
                 for board, project in zip(boards, PROJECTS, strict=True)
-            )
-
-        wait_for(boards_agree, 60, interval=0.5, message="every viewer's board to agree")
+            ),
+            60,
+            interval=0.5,
+            message="every viewer's board to agree",
+        )
         measured.record(
             service.mode,
             label,

@@ -16,7 +16,6 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from blueprints.auth import MAX_PENDING_SIGN_INS
 from blueprints.oidc import REFUSAL_LOG_MAX_LINES, REFUSAL_LOG_MAX_REASONS, RefusalLog
@@ -278,22 +277,37 @@ def test_an_id_token_with_a_string_exp_signs_nobody_in(oidc_app, browser, issuer
 # -- MCP session expiry ----------------------------------------------------------------------
 
 
-def test_an_mcp_session_expires(make_app):
-    app = make_app(mcp_session_ttl_s=60.0)
+def test_an_mcp_session_ends_on_delete_and_when_idle(make_app, sql_conn):
+    app = make_app(mcp_session_idle_s=60.0)
     client = app.test_client()
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
-    session = client.post("/mcp", json=init, headers=headers).headers["Mcp-Session-Id"]
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-    fresh = client.post("/mcp", json=ping, headers={**headers, "Mcp-Session-Id": session})
-    assert fresh.status_code == 200  # control
 
-    class Earlier(TimestampSigner):
-        def get_timestamp(self):
-            return int(time.time()) - 61
+    def start() -> dict:
+        started = client.post("/mcp", json=init, headers=headers)
+        version = started.get_json()["result"]["protocolVersion"]
+        return {
+            **headers,
+            "Mcp-Session-Id": started.headers["Mcp-Session-Id"],
+            "MCP-Protocol-Version": version,
+        }
 
-    claims = URLSafeTimedSerializer(app.secret_key, salt="mcp-session").loads(session)
-    old = URLSafeTimedSerializer(app.secret_key, salt="mcp-session", signer=Earlier).dumps(claims)
-    expired = client.post("/mcp", json=ping, headers={**headers, "Mcp-Session-Id": old})
-    assert expired.status_code == 404
-    assert "expired" in expired.get_json()["error"]["message"]
+    first, second = start(), start()
+    assert first["Mcp-Session-Id"] != second["Mcp-Session-Id"]  # one session per initialize
+    assert client.post("/mcp", json=ping, headers=first).status_code == 200  # the control
+
+    # DELETE ends that session only; a second DELETE finds nothing to end.
+    assert client.delete("/mcp", headers=first).status_code == 204
+    assert client.post("/mcp", json=ping, headers=first).status_code == 404
+    assert client.delete("/mcp", headers=first).status_code == 404
+    assert client.post("/mcp", json=ping, headers=second).status_code == 200
+
+    # A session unused for longer than MCP_SESSION_IDLE_S has ended (its last request 61 s ago).
+    sql_conn.execute(
+        "UPDATE mcp_sessions SET last_seen = now() - interval '61 seconds' WHERE session_id = %s",
+        (second["Mcp-Session-Id"],),
+    )
+    idle = client.post("/mcp", json=ping, headers=second)
+    assert idle.status_code == 404
+    assert "initialize again" in idle.get_json()["error"]["message"]
