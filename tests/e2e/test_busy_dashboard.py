@@ -339,6 +339,9 @@ def test_every_page_has_no_serious_violation_and_fetches_nothing_from_outside(
     page.click("[data-deploy=image]")
     page.wait_for_selector(open_pane("image"))
     check("deploy pane")
+    page.goto(srv.base + "/projects/shop/apps/image:web")  # an app: history, rollback
+    page.wait_for_selector(".history-entry")
+    check("app page")
     bad = {k: v for k, v in found.items() if v}
     assert bad == {}, json.dumps(bad, indent=1)
     assert outside == []
