@@ -508,6 +508,17 @@ def _tool_links(tool) -> dict:
                 "operationId": "cancelDeployment",
                 "requestBody": {"taskId": "$response.body#/id"},
             },
+            **(
+                {
+                    # A new task that blocks asks for inputs; one that does not answers 409.
+                    "SubmitDeploymentInputs": {
+                        "operationId": "submitDeploymentInputs",
+                        "requestBody": {"taskId": "$response.body#/id", "inputs": {}},
+                    }
+                }
+                if tool.starts_task
+                else {}
+            ),
         }
     }
 

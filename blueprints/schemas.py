@@ -88,7 +88,8 @@ APP_KEY = validate.Regexp(
 class AppHistory(RequestSchema):
     """Query parameters of an app: a page of its deployment history."""
 
-    cursor = fields.String(validate=validate.Length(max=200))
+    #: The list's cursor (ListTasks): a page's nextCursor, decoded by dto.decode_cursor.
+    cursor = fields.String(validate=[validate.Length(1, 200), validate.Regexp(r"^[A-Za-z0-9_-]+$")])
     limit = fields.Integer(validate=validate.Range(1, 200), load_default=20)
 
 
