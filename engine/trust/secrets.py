@@ -150,13 +150,17 @@ def _scrub_edges(text: str, needles: list[str]) -> str:
     """Redact the start of a secret left at the end of `text` (before a trailing "..."): what a
     cut made elsewhere (an upstream message bounded before it reached us) leaves behind."""
     body, ellipsis = (text[:-3], "...") if text.endswith("...") else (text, "")
+    # A piece before a cut marker ("...") is taken from MIN_PARTIAL_CHARS on; without one, only
+    # from MIN_SECRET_CHARS on: a short word that merely begins like a secret ("devbox" before a
+    # key "devbox-...") is ordinary text, and the shortest secret accepted is that long anyway.
+    shortest = MIN_PARTIAL_CHARS if ellipsis else MIN_SECRET_CHARS
     for needle in needles:
         # Where the needle's start occurs in the body's last len(needle)-1 characters, earliest
         # first (the longest piece): linear, however long the secret (a client key).
         tail_start = max(0, len(body) - len(needle) + 1)
         head = needle[:MIN_PARTIAL_CHARS]
         at = body.find(head, tail_start)
-        while at != -1:
+        while at != -1 and len(body) - at >= shortest:
             if needle.startswith(body[at:]):
                 return body[:at] + REDACTED + ellipsis
             at = body.find(head, at + 1)

@@ -116,3 +116,12 @@ def test_a_failing_call_under_an_abort_signal_prints_no_greenlet_traceback(capfd
 
     assert "internal-console-text" in printed
     assert "internal-console-text" not in capfd.readouterr().err
+
+
+def test_a_short_word_that_begins_like_a_secret_is_ordinary_text():
+    from engine.trust.secrets import scrub
+
+    key = "devbox-signing-key-0123456789abcdef"
+    assert scrub("devbox", [key]) == "devbox"  # a step's name, not a cut secret
+    assert scrub("step devbox-sign", [key]) == "step [redacted]"  # a longer cut piece: redacted
+    assert scrub("cut at devb...", [key]) == "cut at [redacted]..."  # a marked cut: as before
