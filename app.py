@@ -141,7 +141,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         # one must bring a usable kubeconfig (blueprints/request_helpers.py kubeconfig_from_header).
         # The server address is checked against the operator's networks here, before any task
         # exists, and again (resolved once, connected to as checked) when a run builds its cluster.
-        from engine.integrations.kubeconfig import NetworkPolicy, check_kubeconfig
+        from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig
 
         network = NetworkPolicy.from_settings(settings)
         app.config["KUBECONFIG_CHECK"] = lambda kubeconfig: check_kubeconfig(kubeconfig, network)
@@ -192,7 +192,7 @@ def invoked_as_operator_command() -> bool:
 def build_devbox(settings: Settings):
     """The devbox API client when DEVBOX_URL is set, else this process's sandbox devboxes."""
     if not settings.devbox_url:
-        from engine.integrations.sandbox import SandboxDevbox
+        from engine.integrations.sandbox_ai import SandboxDevbox
 
         return SandboxDevbox()
     if not settings.devbox_signing_key:
@@ -210,7 +210,7 @@ def build_devbox(settings: Settings):
 def build_gateway(settings: Settings):
     """The chat-completions client when GATEWAY_URL is set, else the sandbox gateway."""
     if not settings.gateway_url:
-        from engine.integrations.sandbox import SandboxGateway
+        from engine.integrations.sandbox_ai import SandboxGateway
 
         return SandboxGateway(chunk_delay_s=settings.sandbox_gateway_delay_s)
     if not settings.gateway_model:

@@ -36,6 +36,7 @@ from engine.integrations.base import (
     upstream_text,
 )
 from engine.integrations.kube_diagnosis import log_tail
+from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig, pool_manager
 from engine.integrations.kube_readiness import (
     endpoint_slices_readiness,
     object_readiness,
@@ -52,11 +53,8 @@ from engine.integrations.kube_retry import (
 from engine.integrations.kubeconfig import (
     InvalidKubeconfig,
     KubeTarget,
-    NetworkPolicy,
     UnresolvableServer,
-    check_kubeconfig,
     parse_kubeconfig,
-    pool_manager,
 )
 
 __all__ = ["KubeBackend", "KubeCluster", "NoKubeconfig"]

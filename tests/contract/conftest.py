@@ -10,8 +10,8 @@ import trustme
 
 from engine.integrations import Integrations
 from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_network import NetworkPolicy
 from engine.integrations.kube_retry import RetryPolicy
-from engine.integrations.kubeconfig import NetworkPolicy
 from tests.contract.kmock_server import KMockServer
 
 TOKEN = "t0ken-for-contract-tests"

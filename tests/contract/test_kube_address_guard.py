@@ -16,8 +16,9 @@ from urllib3.util import connection as urllib3_connection
 from engine.core.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_network import NetworkPolicy
 from engine.integrations.kube_retry import RetryPolicy
-from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, parse_kubeconfig
+from engine.integrations.kubeconfig import InvalidKubeconfig, parse_kubeconfig
 from tests.contract.conftest import kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT, CountingListener, header
 from tests.helpers import IMAGE_SOURCE, wait_for

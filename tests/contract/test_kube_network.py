@@ -14,8 +14,9 @@ import pytest
 from engine.core.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig
 from engine.integrations.kube_retry import RetryPolicy
-from engine.integrations.kubeconfig import InvalidKubeconfig, NetworkPolicy, check_kubeconfig
+from engine.integrations.kubeconfig import InvalidKubeconfig
 from tests.contract.conftest import FAST_RETRY, LOOPBACK, kubeconfig_for
 from tests.contract.helpers import (
     DEPLOYMENT,

@@ -363,12 +363,12 @@ def test_every_adapter_implements_its_integration_protocol():
     templates.py beside its Template); each real and sandbox adapter has every method its
     protocol declares, and the runners call nothing on a devbox, gateway or template catalog that
     the protocol leaves out."""
-    from engine.integrations import base, devbox, gateway, kube, sandbox, templates
+    from engine.integrations import base, devbox, gateway, kube, sandbox, sandbox_ai, templates
 
     implementations = {
         base.Cluster: [kube.KubeCluster, kube.NoKubeconfig, sandbox.SandboxCluster],
-        base.Devbox: [devbox.DevboxClient, sandbox.SandboxDevbox],
-        base.Gateway: [gateway.GatewayClient, sandbox.SandboxGateway],
+        base.Devbox: [devbox.DevboxClient, sandbox_ai.SandboxDevbox],
+        base.Gateway: [gateway.GatewayClient, sandbox_ai.SandboxGateway],
         templates.Templates: [templates.TemplateCatalog],
     }
 
