@@ -82,7 +82,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     integrations = settings.overrides.get("integrations")
     if integrations is None:
         if settings.cluster_backend == "kubernetes":
-            from engine.integrations.kube import KubeBackend
+            from engine.integrations.kube_backend import KubeBackend
 
             backend = KubeBackend.from_settings(settings)
         else:

@@ -4,7 +4,8 @@ The kubeconfig arrives with the request as an in-memory dict and is a secret; ev
 (parsing, the server address check, TLS from memory) lives in engine/integrations/kubeconfig.py.
 Which failures are retried and how long to wait is kube_retry.py; how a response's error text is
 built (the API's own `Status.message`, bounded) is kube_response.py; the readiness rule of each
-kind is kube_readiness.py. This module holds the request path they meet on.
+kind is kube_readiness.py. This module holds the request path they meet on; kube_backend.py
+builds a run's cluster from its kubeconfig.
 
 Every call is bounded and abort-aware: each HTTP attempt runs in its own greenlet under the
 run's AbortSignal (an abort stops the wait at once; killing the greenlet closes its connection),
@@ -36,7 +37,7 @@ from engine.integrations.base import (
     upstream_text,
 )
 from engine.integrations.kube_diagnosis import log_tail
-from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig, pool_manager
+from engine.integrations.kube_network import pool_manager
 from engine.integrations.kube_readiness import (
     endpoint_slices_readiness,
     object_readiness,
@@ -51,13 +52,10 @@ from engine.integrations.kube_retry import (
     transport_failure,
 )
 from engine.integrations.kubeconfig import (
-    InvalidKubeconfig,
     KubeTarget,
-    UnresolvableServer,
-    parse_kubeconfig,
 )
 
-__all__ = ["KubeBackend", "KubeCluster", "NoKubeconfig"]
+__all__ = ["KubeCluster"]
 
 DEFAULT_FIELD_MANAGER = ENGINE_NAME
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -489,117 +487,3 @@ class KubeCluster:
         except Exception as exc:
             return exc
         return KubeResponse(response.status, response.headers, data)
-
-
-# -- the backend --------------------------------------------------------------------------------
-
-
-class KubeBackend:
-    """Builds a KubeCluster per run from the request's kubeconfig (CLUSTER_BACKEND=kubernetes)."""
-
-    label = "kubernetes"
-
-    def __init__(
-        self,
-        *,
-        field_manager: str = DEFAULT_FIELD_MANAGER,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
-        network: NetworkPolicy | None = None,
-    ):
-        self.field_manager = field_manager
-        self.request_timeout_s = request_timeout_s
-        self.retry = retry
-        self.network = network or NetworkPolicy()
-
-    @classmethod
-    def from_settings(cls, settings) -> "KubeBackend":
-        return cls(
-            field_manager=settings.kube_field_manager,
-            request_timeout_s=settings.kube_request_timeout_s,
-            retry=RetryPolicy(
-                max_retries=settings.kube_max_retries, backoff_s=settings.kube_retry_backoff_s
-            ),
-            network=NetworkPolicy.from_settings(settings),
-        )
-
-    def check(self, kubeconfig) -> KubeTarget:
-        """Validate a kubeconfig without connecting anywhere; InvalidKubeconfig when unusable."""
-        return check_kubeconfig(kubeconfig, self.network)
-
-    def cluster(self, kubeconfig: dict | None) -> "KubeCluster | NoKubeconfig":
-        """The cluster of a run's kubeconfig, connected only to its checked addresses; without a
-        usable one, a cluster whose every call refuses with the reason."""
-        if kubeconfig is None:
-            return NoKubeconfig()
-        try:
-            target = parse_kubeconfig(kubeconfig)
-            addresses = self.network.resolve(target)
-        except UnresolvableServer:
-            # Checked when the task was created; a name that stopped resolving is a cluster
-            # that cannot be reached, not a kubeconfig to fix.
-            return NoKubeconfig(
-                f"cannot reach the cluster at {target.hostname}:{target.port}: "
-                "the host name does not resolve",
-                error=ClusterUnreachable,
-            )
-        except InvalidKubeconfig as exc:
-            return NoKubeconfig(str(exc))
-        return KubeCluster(
-            target,
-            addresses,
-            field_manager=self.field_manager,
-            request_timeout_s=self.request_timeout_s,
-            retry=self.retry,
-        )
-
-
-class NoKubeconfig:
-    """A run without a usable kubeconfig (the API refuses those; other callers may not, and a
-    server name may resolve elsewhere by the time the run starts).
-
-    Runs that never touch the cluster go on; the first cluster call fails with a typed error the
-    runner reports ("applying Deployment/web failed: ..."), not as a crash at run start.
-    """
-
-    MESSAGE = "this run has no kubeconfig (send it in the X-Kubeconfig header)"
-
-    def __init__(self, message: str = MESSAGE, *, error: type[IntegrationError] | None = None):
-        self.message = message
-        #: What every call raises; None: ApplyError from apply, InvalidKubeconfig otherwise.
-        self.error = error
-
-    def apply(self, manifest: dict, *, abort: AbortSignal) -> AppliedResource:
-        abort.raise_if_aborted()
-        if self.error is not None:
-            raise self.error(self.message)
-        raise ApplyError(self.message, ResourceRef.of(manifest))
-
-    def readiness(self, ref: ResourceRef, *, abort: AbortSignal) -> Readiness:
-        abort.raise_if_aborted()
-        raise (self.error or InvalidKubeconfig)(self.message)
-
-    def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
-        abort.raise_if_aborted()
-        raise (self.error or InvalidKubeconfig)(self.message)
-
-    def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
-        abort.raise_if_aborted()
-        raise (self.error or InvalidKubeconfig)(self.message)
-
-    def server_version(self, *, abort: AbortSignal) -> str:
-        abort.raise_if_aborted()
-        raise (self.error or InvalidKubeconfig)(self.message)
-
-    def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
-        abort.raise_if_aborted()
-        raise (self.error or InvalidKubeconfig)(self.message)
-
-    def log_tail(
-        self, namespace: str, pod: str, container: str, *, lines: int, abort: AbortSignal
-    ) -> str:
-        abort.raise_if_aborted()
-        raise (self.error or InvalidKubeconfig)(self.message)
-
-    def close(self) -> None:
-        pass

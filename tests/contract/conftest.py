@@ -9,7 +9,7 @@ import pytest
 import trustme
 
 from engine.integrations import Integrations
-from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_backend import KubeBackend
 from engine.integrations.kube_network import NetworkPolicy
 from engine.integrations.kube_retry import RetryPolicy
 from tests.contract.kmock_server import KMockServer

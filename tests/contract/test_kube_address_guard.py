@@ -15,7 +15,7 @@ from urllib3.util import connection as urllib3_connection
 
 from engine.core.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
-from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_backend import KubeBackend
 from engine.integrations.kube_network import NetworkPolicy
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig, parse_kubeconfig

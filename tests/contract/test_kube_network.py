@@ -13,7 +13,7 @@ import pytest
 
 from engine.core.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
-from engine.integrations.kube import KubeBackend
+from engine.integrations.kube_backend import KubeBackend
 from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig
 from engine.integrations.kube_retry import RetryPolicy
 from engine.integrations.kubeconfig import InvalidKubeconfig

@@ -363,10 +363,19 @@ def test_every_adapter_implements_its_integration_protocol():
     templates.py beside its Template); each real and sandbox adapter has every method its
     protocol declares, and the runners call nothing on a devbox, gateway or template catalog that
     the protocol leaves out."""
-    from engine.integrations import base, devbox, gateway, kube, sandbox, sandbox_ai, templates
+    from engine.integrations import (
+        base,
+        devbox,
+        gateway,
+        kube,
+        kube_backend,
+        sandbox,
+        sandbox_ai,
+        templates,
+    )
 
     implementations = {
-        base.Cluster: [kube.KubeCluster, kube.NoKubeconfig, sandbox.SandboxCluster],
+        base.Cluster: [kube.KubeCluster, kube_backend.NoKubeconfig, sandbox.SandboxCluster],
         base.Devbox: [devbox.DevboxClient, sandbox_ai.SandboxDevbox],
         base.Gateway: [gateway.GatewayClient, sandbox_ai.SandboxGateway],
         templates.Templates: [templates.TemplateCatalog],
@@ -805,6 +814,8 @@ def test_settings_are_read_only_through_their_one_definition():
 KUBERNETES_MODULES = {
     "engine/integrations/base.py",
     "engine/integrations/kube.py",
+    "engine/integrations/kube_backend.py",
+    "engine/integrations/kube_network.py",
     "engine/integrations/kube_access.py",
     "engine/integrations/kube_response.py",
     "engine/integrations/kubeconfig.py",
