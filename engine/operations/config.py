@@ -2,8 +2,9 @@
 
 Each `Settings` field is read from the environment variable of its name in upper case
 (`lease_ttl_s` from LEASE_TTL_S), checked against its range at boot, and listed in README.md's
-settings tables, which are generated from these definitions (`python -m engine.operations.config
-README.md` rewrites them; tests/unit/test_config.py keeps them equal).
+settings tables, which are generated from these definitions (`python -m
+engine.operations.settings_readme README.md` rewrites them; tests/unit/test_config.py keeps them
+equal). What a setting is (its rule, `setting()`, its Definition) is setting_rules.py's.
 
 Adding a setting is one statement in `Settings`, e.g.
 
@@ -14,53 +15,25 @@ stops the import: it would never be read from the environment or checked.
 """
 
 import os
-import sys
-import types
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.integrations.base import ENGINE_NAME
 from engine.integrations.kube_diagnosis import CAUSES, FAIL_FAST_DEFAULT
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-#: The README section each group's table stands in, by the group's name in the table's markers.
-SERVER, SANDBOX, AI, CLUSTER, AUTH, OPERATING = (
-    "server",
-    "sandbox",
-    "ai",
-    "cluster",
-    "auth",
-    "operating",
+from engine.operations.setting_rules import (
+    AI,
+    AUTH,
+    CLUSTER,
+    OPERATING,
+    PROJECT_ROOT,
+    SANDBOX,
+    SERVER,
+    ConfigurationError,
+    Definition,
+    definitions_of,
+    setting,
+    shown,
 )
-GROUPS = (SERVER, SANDBOX, AI, CLUSTER, AUTH, OPERATING)
-
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-
-
-class ConfigurationError(RuntimeError):
-    """A setting the server cannot run with; boot stops with this one line."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What one setting may be, besides its type."""
-
-    doc: str
-    group: str
-    at_least: float | None = None
-    above: float | None = None
-    at_most: float | None = None
-    #: Another setting this one must stay strictly below (a cadence inside a deadline, ...).
-    below: str | None = None
-    choices: tuple[str, ...] = ()
-    #: The README's words for the default when its value says too little ("half of ...").
-    shown: str | None = None
-
-
-def setting(default, doc: str, group: str, *, secret: bool = False, **rule):
-    """A Settings field: its default, its one-line doc, its README group and its range."""
-    return field(default=default, repr=not secret, metadata={"rule": Rule(doc, group, **rule)})
 
 
 @dataclass(frozen=True)
@@ -478,7 +451,7 @@ class Settings:
                 rule.below is not None and not value < getattr(self, rule.below)
             ):
                 found.append(
-                    f"{definition.variable}={_shown(value)} is out of range "
+                    f"{definition.variable}={shown(value)} is out of range "
                     f"(allowed: {definition.allowed()})"
                 )
         try:
@@ -488,110 +461,8 @@ class Settings:
         return found
 
 
-@dataclass(frozen=True)
-class Definition:
-    """One setting as the environment, the boot check and the README see it."""
-
-    name: str
-    type: type
-    default: object
-    rule: Rule
-    secret: bool
-
-    @property
-    def variable(self) -> str:
-        return self.name.upper()
-
-    def parse(self, raw: str):
-        """The value of an environment string; ConfigurationError saying what was expected."""
-        text = raw.strip()
-        try:
-            if self.type is bool:
-                if text.lower() not in _TRUE | _FALSE:
-                    raise ValueError
-                return text.lower() in _TRUE
-            if self.type in (int, float):
-                return self.type(text)
-            if self.rule.choices:  # case-insensitive, spelled as the choices spell it
-                return next((c for c in self.rule.choices if c.lower() == text.lower()), text)
-            return self.type(raw)
-        except ValueError:
-            expected = {bool: "true or false", int: "an integer", float: "a number"}[self.type]
-            raise ConfigurationError(f"{self.variable}={raw!r} is not {expected}") from None
-
-    def allows(self, value) -> bool:
-        rule = self.rule
-        if rule.choices and value not in rule.choices:
-            return False
-        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            return True
-        return (
-            (rule.at_least is None or value >= rule.at_least)
-            and (rule.above is None or value > rule.above)
-            and (rule.at_most is None or value <= rule.at_most)
-        )
-
-    def allowed(self) -> str:
-        """The range in the README's words: `>= 1`, `> 0, < LEASE_TTL_S`, `dev`, `oidc`."""
-        rule = self.rule
-        if rule.choices:
-            return ", ".join(f"`{c}`" if c else "empty" for c in rule.choices)
-        if self.type is not int and self.type is not float:
-            return {bool: "`true`, `false`", Path: "a path"}.get(self.type, "text")
-        parts = [
-            f"{sign} {_number(bound)}"
-            for sign, bound in ((">=", rule.at_least), (">", rule.above), ("<=", rule.at_most))
-            if bound is not None
-        ]
-        if rule.below:
-            parts.append(f"< `{rule.below.upper()}`")
-        return ", ".join(parts)
-
-    def default_shown(self) -> str:
-        if self.rule.shown is not None:
-            return self.rule.shown
-        value = self.default
-        if value is None:
-            return "unset"
-        if value == "":
-            return "empty"
-        if isinstance(value, bool):
-            return f"`{str(value).lower()}`"
-        if isinstance(value, Path):
-            return f"`./{value.relative_to(PROJECT_ROOT)}`"
-        return f"`{_number(value) if isinstance(value, (int, float)) else value}`"
-
-
-def _number(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _shown(value) -> str:
-    return _number(value) if isinstance(value, (int, float)) else repr(value)
-
-
-def _plain_type(annotation) -> type:
-    """`str | None` -> str."""
-    if isinstance(annotation, types.UnionType):
-        return next(arg for arg in annotation.__args__ if arg is not type(None))
-    return annotation
-
-
-def _definitions() -> dict[str, Definition]:
-    found = {}
-    for f in fields(Settings):
-        if f.name == "overrides":
-            continue
-        if "rule" not in f.metadata:  # it would never be read from the environment or checked
-            raise TypeError(f"Settings.{f.name} must be declared with setting(...)")
-        found[f.name] = Definition(
-            f.name, _plain_type(f.type), f.default, f.metadata["rule"], secret=not f.repr
-        )
-    return found
-
-
 #: Every setting by field name, in the order Settings declares them.
-DEFINITIONS: dict[str, Definition] = _definitions()
+DEFINITIONS: dict[str, Definition] = definitions_of(Settings)
 
 
 def read(name: str, environ=None):
@@ -604,46 +475,7 @@ def read(name: str, environ=None):
     value = definition.parse(raw)
     if not definition.allows(value):
         raise ConfigurationError(
-            f"{definition.variable}={_shown(value)} is out of range "
+            f"{definition.variable}={shown(value)} is out of range "
             f"(allowed: {definition.allowed()})"
         )
     return value
-
-
-# -- the README's tables ---------------------------------------------------------------------------
-
-
-def readme_table(group: str) -> str:
-    """The Markdown table of one group's settings, as README.md holds it."""
-    lines = ["| variable | default | allowed | meaning |", "| --- | --- | --- | --- |"]
-    for definition in DEFINITIONS.values():
-        if definition.rule.group == group:
-            lines.append(
-                f"| `{definition.variable}` | {definition.default_shown()} | "
-                f"{definition.allowed()} | {definition.rule.doc} |"
-            )
-    return "\n".join(lines)
-
-
-def _markers(group: str) -> tuple[str, str]:
-    return (
-        f"<!-- settings:{group} (generated: python -m engine.operations.config README.md) -->",
-        f"<!-- /settings:{group} -->",
-    )
-
-
-def readme_with_tables(text: str) -> str:
-    """`text` with every group's table between its markers replaced by the generated one."""
-    for group in GROUPS:
-        begin, end = _markers(group)
-        head, found, rest = text.partition(begin + "\n")
-        _, found_end, tail = rest.partition(end)
-        if not found or not found_end:
-            raise ValueError(f"README.md has no {begin} ... {end} block")
-        text = f"{head}{begin}\n{readme_table(group)}\n{end}{tail}"
-    return text
-
-
-if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else PROJECT_ROOT / "README.md")
-    path.write_text(readme_with_tables(path.read_text()))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.operations import config
+from engine.operations import setting_rules, settings_readme
 from engine.operations.config import DEFINITIONS, ConfigurationError, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,15 +28,15 @@ def test_every_field_is_a_defined_setting_and_the_defaults_pass_their_checks():
     assert Settings().problems() == []
     for definition in DEFINITIONS.values():
         assert definition.rule.doc and "\n" not in definition.rule.doc, definition.name
-        assert definition.rule.group in config.GROUPS, definition.name
+        assert definition.rule.group in setting_rules.GROUPS, definition.name
         if definition.rule.below:
             assert definition.rule.below in DEFINITIONS, definition.name
 
 
 def test_the_readme_holds_the_generated_settings_tables():
     text = README.read_text()
-    # Regenerate with: python -m engine.operations.config README.md
-    assert config.readme_with_tables(text) == text
+    # Regenerate with: python -m engine.operations.settings_readme README.md
+    assert settings_readme.readme_with_tables(text) == text
     for definition in DEFINITIONS.values():
         row = f"| `{definition.variable}` | {definition.default_shown()} | {definition.allowed()} |"
         assert text.count(row) == 1, row
@@ -46,7 +46,7 @@ def test_a_readme_row_that_drifts_is_found():
     text = README.read_text()
     drifted = text.replace("| `RETENTION_DAYS` | `30` | >= 1 |", "| `RETENTION_DAYS` | `30` | |")
     assert drifted != text  # the control: the row is there to drift
-    assert config.readme_with_tables(drifted) != drifted
+    assert settings_readme.readme_with_tables(drifted) != drifted
 
 
 @pytest.mark.parametrize(
