@@ -66,6 +66,26 @@ def read_app(db, workspace: str, project_id: str, app_key: str) -> dict:
     }
 
 
+def read_app_page(
+    db, workspace: str, project_id: str, app_key: str, *, cursor: str | None, limit: int
+) -> dict:
+    """One app (read_app) with a page of its history newest first after the opaque list
+    `cursor`: `history` holds its entries (`items`) and the next page's `nextCursor`."""
+    app = read_app(db, workspace, project_id, app_key)
+    rows, next_cursor = read_app_history(
+        db,
+        workspace,
+        project_id,
+        app_key,
+        cursor=dto.decode_cursor(cursor) if cursor is not None else None,
+        limit=limit,
+    )
+    return {
+        **app,
+        "history": {"items": [history_entry(r) for r in rows], "nextCursor": next_cursor},
+    }
+
+
 def read_app_history(
     db, workspace: str, project_id: str, app_key: str, *, cursor: tuple | None, limit: int
 ) -> tuple[list[dict], str | None]:
