@@ -72,22 +72,15 @@ def list_tasks():
             **({"status": request.args.getlist("status")} if "status" in request.args else {}),
         },
     )
-    rows = read_task_page(
+    rows, next_cursor = read_task_page(
         runtime().db,
         current_identity().workspace,
         project_id=args.get("projectId"),
         statuses=args.get("status"),
         cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
-        limit=args["limit"] + 1,
+        limit=args["limit"],
     )
-    more = len(rows) > args["limit"]
-    rows = rows[: args["limit"]]
-    return jsonify(
-        {
-            "items": [dto.snapshot(r) for r in rows],
-            "nextCursor": dto.encode_cursor(rows[-1]) if more else None,
-        }
-    )
+    return jsonify({"items": [dto.snapshot(r) for r in rows], "nextCursor": next_cursor})
 
 
 @bp.get("/tasks/<uuid:task_id>")

@@ -11,6 +11,7 @@ Reads only: nothing here writes.
 from engine.core.errors import AppNotFound
 from engine.core.status import ACTIVE, Status
 from engine.readside import dto
+from engine.readside.store import read_page
 
 #: At most this many apps on a project's list (the newest first).
 APPS_LIMIT = 200
@@ -90,19 +91,15 @@ def read_app_history(
     db, workspace: str, project_id: str, app_key: str, *, cursor: tuple | None, limit: int
 ) -> tuple[list[dict], str | None]:
     """(up to `limit` task rows of the app newest first after `cursor`, the next page's cursor)."""
-    created_at, task_id = cursor or (None, None)
-    rows = db.all(
+    return read_page(
+        db,
         "task_list_app_page",
+        cursor=cursor,
+        limit=limit,
         workspace=workspace,
         project_id=project_id,
         app_key=app_key,
-        cursor_created_at=created_at,
-        cursor_id=task_id,
-        limit=limit + 1,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, dto.encode_cursor(rows[-1]) if more else None
 
 
 def rollbackable(row: dict) -> bool:
