@@ -160,7 +160,7 @@ CREATE INDEX deploy_tasks_by_project
 CREATE INDEX deploy_tasks_by_workspace
     ON deploy_tasks (workspace, created_at DESC, id DESC);
 -- At most one active clone per predecessor: the loser of a redeploy race loses the insert itself
--- (engine/db.py maps this index's violation to RedeployAlreadyActive).
+-- (task_insert inserts nothing; engine/lifecycle/actions.py answers RedeployAlreadyActive).
 CREATE UNIQUE INDEX deploy_tasks_one_active_clone
     ON deploy_tasks (workspace, retried_from_task_id)
     WHERE retried_from_task_id IS NOT NULL AND status IN ('queued', 'running', 'blocked', 'applying');

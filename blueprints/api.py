@@ -7,8 +7,14 @@ from marshmallow import ValidationError
 from blueprints import schemas
 from blueprints.api_calls import answer_once, create_from, json_answer, rollback_from
 from blueprints.auth import current_identity
-from blueprints.request_helpers import json_body, kubeconfig_from_header, load, runtime
-from engine.core.errors import AppNotFound, InvalidRequest
+from blueprints.request_helpers import (
+    json_body,
+    kubeconfig_from_header,
+    load,
+    load_app_key,
+    runtime,
+)
+from engine.core.errors import InvalidRequest
 from engine.lifecycle import actions
 from engine.readside import apps, dto
 from engine.readside.store import read_task_page
@@ -66,22 +72,15 @@ def list_tasks():
             **({"status": request.args.getlist("status")} if "status" in request.args else {}),
         },
     )
-    rows = read_task_page(
+    rows, next_cursor = read_task_page(
         runtime().db,
         current_identity().workspace,
         project_id=args.get("projectId"),
         statuses=args.get("status"),
         cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
-        limit=args["limit"] + 1,
+        limit=args["limit"],
     )
-    more = len(rows) > args["limit"]
-    rows = rows[: args["limit"]]
-    return jsonify(
-        {
-            "items": [dto.snapshot(r) for r in rows],
-            "nextCursor": dto.encode_cursor(rows[-1]) if more else None,
-        }
-    )
+    return jsonify({"items": [dto.snapshot(r) for r in rows], "nextCursor": next_cursor})
 
 
 @bp.get("/tasks/<uuid:task_id>")
@@ -177,21 +176,17 @@ def get_app(project_id, app_key):
     load_project_id(project_id)
     args = load(schemas.AppHistory, request.args.to_dict())
     workspace = current_identity().workspace
-    try:
-        schemas.APP_KEY(app_key)
-    except ValidationError:
-        raise AppNotFound() from None
-    app = apps.read_app(runtime().db, workspace, project_id, app_key)
-    rows, next_cursor = apps.read_app_history(
-        runtime().db,
-        workspace,
-        project_id,
-        app_key,
-        cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
-        limit=args["limit"],
+    load_app_key(app_key)
+    return jsonify(
+        apps.read_app_page(
+            runtime().db,
+            workspace,
+            project_id,
+            app_key,
+            cursor=args.get("cursor"),
+            limit=args["limit"],
+        )
     )
-    history = {"items": [apps.history_entry(r) for r in rows], "nextCursor": next_cursor}
-    return jsonify({**app, "history": history})
 
 
 def load_project_id(project_id: str) -> None:

@@ -3,13 +3,12 @@ to this" on its completed deployments (issue 28). Server-rendered; the rollback 
 CSRF-checked form that htmx also posts (so the page's kubeconfig header travels with it)."""
 
 from flask import Blueprint, Response, redirect, render_template, request, url_for
-from marshmallow import ValidationError
 
 from blueprints import csrf, schemas
 from blueprints.auth import current_identity
-from blueprints.request_helpers import kubeconfig_from_header, load, runtime
+from blueprints.request_helpers import kubeconfig_from_header, load, load_app_key, runtime
 from blueprints.views import page_error, valid_project
-from engine.core.errors import AppDeployAlreadyActive, AppNotFound, DomainError
+from engine.core.errors import AppDeployAlreadyActive, DomainError
 from engine.lifecycle import actions, rollback
 from engine.readside import apps, dto
 
@@ -23,27 +22,23 @@ bp.register_error_handler(DomainError, page_error)
 def app(project_id, app_key):
     """The app page; ?cursor= pages to older deployments."""
     valid_project(project_id)
-    try:
-        schemas.APP_KEY(app_key)
-    except ValidationError:
-        raise AppNotFound() from None
+    load_app_key(app_key)
     args = load(schemas.AppHistory, request.args.to_dict())
     workspace = current_identity().workspace
-    shown = apps.read_app(runtime().db, workspace, project_id, app_key)
-    rows, older = apps.read_app_history(
+    shown = apps.read_app_page(
         runtime().db,
         workspace,
         project_id,
         app_key,
-        cursor=dto.decode_cursor(args["cursor"]) if "cursor" in args else None,
+        cursor=args.get("cursor"),
         limit=args["limit"],
     )
     return render_template(
         "app.html",
         project_id=project_id,
         app=shown,
-        history=[apps.history_entry(r) for r in rows],
-        older=older,
+        history=shown["history"]["items"],
+        older=shown["history"]["nextCursor"],
     )
 
 

@@ -8,8 +8,9 @@ from flask import current_app, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from blueprints import schemas
 from blueprints.errors import KubeconfigRequired, MalformedBody, UnsupportedMediaType
-from engine.core.errors import InvalidRequest
+from engine.core.errors import AppNotFound, InvalidRequest
 from engine.integrations.base import IntegrationError
 from engine.process import EngineRuntime
 from engine.trust.untrusted import MalformedJson, load_json, load_yaml
@@ -26,6 +27,14 @@ def load(schema: type, data) -> dict:
         return schema().load(data)
     except ValidationError as exc:
         raise InvalidRequest("the request has invalid fields", fields=exc.messages)
+
+
+def load_app_key(app_key: str) -> None:
+    """AppNotFound unless `app_key` has an app key's shape: no app can have such a key."""
+    try:
+        schemas.APP_KEY(app_key)
+    except ValidationError:
+        raise AppNotFound() from None
 
 
 def json_body() -> dict:

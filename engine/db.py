@@ -17,12 +17,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from engine.core.abort import Aborted, AbortSignal
-from engine.core.errors import (
-    AppDeployAlreadyActive,
-    DatabaseUnavailable,
-    DomainError,
-    RedeployAlreadyActive,
-)
+from engine.core.errors import DatabaseUnavailable
 from engine.sql import queries
 
 log = logging.getLogger(__name__)
@@ -30,12 +25,6 @@ log = logging.getLogger(__name__)
 NOTIFY_CHANNEL = "deploy_tasks"
 #: Connection poolers the statement pool may go through ("": straight to PostgreSQL).
 POOLERS = {"", "pgbouncer"}
-
-#: Constraint violations that are domain outcomes, keyed on the constraint name.
-CONSTRAINT_ERRORS: dict[str, type[DomainError]] = {
-    "deploy_tasks_one_active_clone": RedeployAlreadyActive,
-    "deploy_tasks_one_active_rollback": AppDeployAlreadyActive,
-}
 
 #: SQLSTATEs that say "not now" rather than "not this": the server is shutting down or starting
 #: (admin_shutdown, crash_shutdown, cannot_connect_now), or the statement lost a race it can win
@@ -317,7 +306,7 @@ class Leased:
 @contextmanager
 def _translated(abort: AbortSignal | None):
     """psycopg's errors in the engine's words: a cancel by the abort is Aborted, a transient
-    fault DatabaseUnavailable, a named constraint its domain error; the rest as they are."""
+    fault DatabaseUnavailable; the rest as they are."""
     try:
         yield
     except DatabaseUnavailable:
@@ -326,11 +315,6 @@ def _translated(abort: AbortSignal | None):
         if abort is not None and abort.aborted:
             raise Aborted(abort.reason) from exc
         raise
-    except psycopg.errors.IntegrityError as exc:
-        mapped = CONSTRAINT_ERRORS.get(exc.diag.constraint_name or "")
-        if mapped is None:
-            raise
-        raise mapped() from exc
     except (psycopg.Error, PoolTimeout) as exc:
         if transient(exc):
             raise Unavailable(f"database unavailable: {describe(exc)}") from exc

@@ -95,7 +95,7 @@ def _pod(pod: dict, events: dict[str, list[dict]]) -> list[Finding]:
     if not findings and status.get("phase") == "Running":
         probe = _event_text(own_events, "Unhealthy", starts="Readiness probe failed")
         if probe:
-            findings.append(Finding(READINESS_PROBE_FAILED, name, _cut(probe)))
+            findings.append(Finding(READINESS_PROBE_FAILED, name, _text(probe)))
     return findings
 
 
@@ -119,17 +119,17 @@ def _container(name: str, state: dict, images: dict, events: list[dict]) -> list
             Finding(
                 IMAGE_NOT_FOUND if missing else IMAGE_PULL_FAILED,
                 name,
-                _cut(f"{verb} image {image}: {detail}"),
+                _text(f"{verb} image {image}: {detail}"),
             )
         ]
     if reason == "InvalidImageName":
-        return [Finding(INVALID_IMAGE_NAME, name, _cut(f"invalid image name {image}: {said}"))]
+        return [Finding(INVALID_IMAGE_NAME, name, _text(f"invalid image name {image}: {said}"))]
     if reason in _CONFIG_WAITING:
         return [
             Finding(
                 CONTAINER_CONFIG_ERROR,
                 name,
-                _cut(f"container {container} cannot be created: {said or reason}"),
+                _text(f"container {container} cannot be created: {said or reason}"),
             )
         ]
     ended = terminated or last
@@ -138,7 +138,7 @@ def _container(name: str, state: dict, images: dict, events: list[dict]) -> list
             Finding(
                 OOM_KILLED,
                 name,
-                _cut(
+                _text(
                     f"container {container} was killed for using more memory than its limit "
                     f"(OOMKilled), restarted {restarts} times"
                 ),
@@ -153,7 +153,7 @@ def _container(name: str, state: dict, images: dict, events: list[dict]) -> list
             Finding(
                 CRASH_LOOP,
                 name,
-                _cut(
+                _text(
                     f"container {container} keeps crashing: exit code {code} ({why}), "
                     f"restarted {restarts} times"
                 ),
@@ -205,11 +205,8 @@ def _list(value) -> list:
 
 
 def _text(value) -> str:
+    """An API value or a finding's message fit to show: one line, bounded ("" if not text)."""
     return upstream_text(value, MESSAGE_MAX_CHARS)
-
-
-def _cut(text: str) -> str:
-    return upstream_text(text, MESSAGE_MAX_CHARS)
 
 
 LOG_LINE_MAX_CHARS = 200

@@ -220,15 +220,10 @@ def _create_task(
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
     refuse_short_secrets(memory, set(stripped), source=source, inputs=inputs)
     runner_name, _ = runner_for(persisted["kind"])
-    # The id is chosen here, so an insert sent again after a lost connection finds its own row
-    # instead of making a second task.
-    task_id = uuid.uuid4()
-    row = runtime.db.one(
-        "task_insert",
-        id=task_id,
-        workspace=identity.workspace,
+    row = insert_task(
+        runtime,
+        identity,
         project_id=project_id,
-        created_by=identity.user,
         source_kind=persisted["kind"],
         runner=runner_name,
         source=persisted,
@@ -237,8 +232,6 @@ def _create_task(
         retried_from_task_id=predecessor_task_id,
         rolled_back_from_task_id=None,
     )
-    if row is None:  # this insert sent again after a lost connection: its first attempt's row?
-        row = read_task(runtime.db, identity.workspace, task_id)
     if row is None:  # not ours: another clone of the predecessor is active (the one-clone rule)
         exc = RedeployAlreadyActive()
         winner = runtime.db.one(
@@ -247,22 +240,77 @@ def _create_task(
         if winner is not None:
             exc.snapshot = dto.snapshot(get_task(runtime, identity, winner["id"]))
         raise exc
-    # No notice of the insert of its own: the claim's (and the run's first writes') announce the
-    # task in the process's next tick; a claim that loses to a cancel was notified by it.
+    # None: cancelled between insert and claim; report the truth.
+    return claim_and_launch(
+        runtime,
+        identity,
+        row["id"],
+        from_status=Status.QUEUED,
+        memory=memory,
+        sensitive=stripped,
+        kubeconfig=kubeconfig,
+    ) or get_task(runtime, identity, row["id"])
+
+
+def insert_task(runtime: EngineRuntime, identity: Identity, **columns) -> dict | None:
+    """Insert a queued task of the caller's workspace (`columns`: task_insert's other values);
+    its row, or None when a one-active rule (one active clone of a predecessor, one active
+    rollback of an app) kept it out."""
+    # The id is chosen here, so an insert sent again after a lost connection finds its own row
+    # instead of making a second task. No notice of the insert of its own: the claim's (and the
+    # run's first writes') announce the task in the process's next tick; a claim that loses to a
+    # cancel was notified by it.
+    task_id = uuid.uuid4()
+    row = runtime.db.one(
+        "task_insert",
+        id=task_id,
+        workspace=identity.workspace,
+        created_by=identity.user,
+        **columns,
+    )
+    if row is None:  # this insert sent again after a lost connection: its first attempt's row?
+        row = read_task(runtime.db, identity.workspace, task_id)
+    return row
+
+
+def claim_and_launch(
+    runtime: EngineRuntime,
+    identity: Identity,
+    task_id: UUID,
+    *,
+    from_status: Status,
+    memory: dict,
+    sensitive: list[str],
+    kubeconfig: dict | None,
+) -> dict | None:
+    """Claim the task from `from_status` and start its runner here with `memory` once the claim
+    commits; the claimed row, or None when the task moved first."""
     leased_at = runtime.db.clock()
     claimed = leases.claim(
         runtime.db,
-        row["id"],
+        task_id,
         owner=runtime.owner,
         lease_ttl_s=runtime.settings.lease_ttl_s,
         workspace=identity.workspace,
-        from_status=Status.QUEUED,
+        from_status=from_status,
         actor=identity.user,
         notices=runtime.runner_notices,
     )
     if claimed is None:
-        # Cancelled between insert and claim: report the truth.
-        return get_task(runtime, identity, row["id"])
+        return None
+    # Sensitive names the row lacks (declared while the task was blocked) are recorded on it
+    # before the runner starts: the runner scrubs by them and never shows their values to a
+    # model; a clone re-asks them.
+    added = sorted(set(sensitive) & set(memory) - set(claimed["sensitive_keys"]))
+    if added:
+        recorded = runtime.db.one(
+            "task_record_sensitive_keys_if_held",
+            names=added,
+            task_id=task_id,
+            epoch=claimed["lease_epoch"],
+            owner=runtime.owner,
+        )
+        claimed = recorded or claimed
     # Inside a keyed request's transaction (engine/lifecycle/idempotency.py) the run starts only
     # once the task, its claim and the key's answer are committed.
     runtime.db.after_commit(
@@ -313,34 +361,17 @@ def _submit_inputs(
         {}, inputs, list(sensitive_keys or []) + list(row["sensitive_keys"]) + declared
     )
     refuse_short_secrets(memory, set(stripped), source=None, inputs=inputs)
-    leased_at = runtime.db.clock()
-    claimed = leases.claim(
-        runtime.db,
+    claimed = claim_and_launch(
+        runtime,
+        identity,
         task_id,
-        owner=runtime.owner,
-        lease_ttl_s=runtime.settings.lease_ttl_s,
-        workspace=identity.workspace,
         from_status=Status.BLOCKED,
-        actor=identity.user,
-        notices=runtime.runner_notices,
+        memory=memory,
+        sensitive=stripped,
+        kubeconfig=kubeconfig,
     )
     if claimed is None:
         raise TaskNotBlocked(snapshot=dto.snapshot(get_task(runtime, identity, task_id)))
-    # Names declared sensitive now are recorded on the row before the runner starts: the runner
-    # scrubs by them and never shows their values to a model; a clone re-asks them.
-    added = sorted(set(stripped) & set(memory) - set(claimed["sensitive_keys"]))
-    if added:
-        recorded = runtime.db.one(
-            "task_record_sensitive_keys_if_held",
-            names=added,
-            task_id=task_id,
-            epoch=claimed["lease_epoch"],
-            owner=runtime.owner,
-        )
-        claimed = recorded or claimed
-    runtime.db.after_commit(
-        lambda: runtime.launch(claimed, inputs=memory, kubeconfig=kubeconfig, leased_at=leased_at)
-    )
     return claimed
 
 

@@ -11,18 +11,15 @@ active is refused with the active task's snapshot.
 """
 
 import logging
-import uuid
 from uuid import UUID
 
-from engine.core import leases
 from engine.core.errors import AppDeployAlreadyActive, NotRollbackable
 from engine.core.status import Status
-from engine.lifecycle.actions import get_task
+from engine.lifecycle.actions import claim_and_launch, get_task, insert_task
 from engine.lifecycle.identity import Identity
 from engine.operations import metrics
 from engine.process import EngineRuntime
 from engine.readside import dto
-from engine.readside.store import read_task
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +41,10 @@ def _rollback_task(
         raise NotRollbackable(snapshot=dto.snapshot(target))
     _refuse_while_active(runtime, identity, target)
     identities = dict(target["artifact_summary"].get("resultIdentities") or {})
-    # The id is chosen here, so an insert sent again after a lost connection finds its own row.
-    new_id = uuid.uuid4()
-    row = runtime.db.one(
-        "task_insert",
-        id=new_id,
-        workspace=identity.workspace,
+    row = insert_task(
+        runtime,
+        identity,
         project_id=target["project_id"],
-        created_by=identity.user,
         source_kind=target["source_kind"],
         runner=target["runner"],
         source=target["source"],
@@ -60,8 +53,6 @@ def _rollback_task(
         retried_from_task_id=None,
         rolled_back_from_task_id=task_id,
     )
-    if row is None:  # this insert sent again after a lost connection: its first attempt's row?
-        row = read_task(runtime.db, identity.workspace, new_id)
     if row is None:  # lost the race to another rollback of the app (its one-active index)
         _refuse_while_active(runtime, identity, target)
         raise AppDeployAlreadyActive()
@@ -72,25 +63,17 @@ def _rollback_task(
         identity.user,
         extra={"task_id": str(row["id"]), "workspace": identity.workspace},
     )
-    leased_at = runtime.db.clock()
-    claimed = leases.claim(
-        runtime.db,
+    # No secret values: the runner parks blocked for every recorded sensitive input. None:
+    # cancelled between insert and claim; report the truth.
+    return claim_and_launch(
+        runtime,
+        identity,
         row["id"],
-        owner=runtime.owner,
-        lease_ttl_s=runtime.settings.lease_ttl_s,
-        workspace=identity.workspace,
         from_status=Status.QUEUED,
-        actor=identity.user,
-        notices=runtime.runner_notices,
-    )
-    if claimed is None:
-        return get_task(runtime, identity, row["id"])  # cancelled between insert and claim
-    # No secret values: the runner parks blocked for every recorded sensitive input. Inside a
-    # keyed request's transaction the run starts once the task and the key's answer commit.
-    runtime.db.after_commit(
-        lambda: runtime.launch(claimed, inputs={}, kubeconfig=kubeconfig, leased_at=leased_at)
-    )
-    return claimed
+        memory={},
+        sensitive=[],
+        kubeconfig=kubeconfig,
+    ) or get_task(runtime, identity, row["id"])
 
 
 def _refuse_while_active(runtime: EngineRuntime, identity: Identity, target: dict) -> None:

@@ -11,6 +11,7 @@ Reads only: nothing here writes.
 from engine.core.errors import AppNotFound
 from engine.core.status import ACTIVE, Status
 from engine.readside import dto
+from engine.readside.store import read_page
 
 #: At most this many apps on a project's list (the newest first).
 APPS_LIMIT = 200
@@ -66,23 +67,39 @@ def read_app(db, workspace: str, project_id: str, app_key: str) -> dict:
     }
 
 
+def read_app_page(
+    db, workspace: str, project_id: str, app_key: str, *, cursor: str | None, limit: int
+) -> dict:
+    """One app (read_app) with a page of its history newest first after the opaque list
+    `cursor`: `history` holds its entries (`items`) and the next page's `nextCursor`."""
+    app = read_app(db, workspace, project_id, app_key)
+    rows, next_cursor = read_app_history(
+        db,
+        workspace,
+        project_id,
+        app_key,
+        cursor=dto.decode_cursor(cursor) if cursor is not None else None,
+        limit=limit,
+    )
+    return {
+        **app,
+        "history": {"items": [history_entry(r) for r in rows], "nextCursor": next_cursor},
+    }
+
+
 def read_app_history(
     db, workspace: str, project_id: str, app_key: str, *, cursor: tuple | None, limit: int
 ) -> tuple[list[dict], str | None]:
     """(up to `limit` task rows of the app newest first after `cursor`, the next page's cursor)."""
-    created_at, task_id = cursor or (None, None)
-    rows = db.all(
+    return read_page(
+        db,
         "task_list_app_page",
+        cursor=cursor,
+        limit=limit,
         workspace=workspace,
         project_id=project_id,
         app_key=app_key,
-        cursor_created_at=created_at,
-        cursor_id=task_id,
-        limit=limit + 1,
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, dto.encode_cursor(rows[-1]) if more else None
 
 
 def rollbackable(row: dict) -> bool:

@@ -347,6 +347,19 @@ def task_found(row: dict | None) -> dict:
     return row
 
 
+def read_page(
+    db, query: str, *, cursor: tuple | None, limit: int, **params
+) -> tuple[list[dict], str | None]:
+    """(up to `limit` rows of a keyset-paged query, newest first after `cursor` ((created_at,
+    id), or None), the next page's cursor: None on the last page)."""
+    created_at, task_id = cursor or (None, None)
+    # One row more than asked says whether another page follows.
+    rows = db.all(query, cursor_created_at=created_at, cursor_id=task_id, limit=limit + 1, **params)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, dto.encode_cursor(rows[-1]) if more else None
+
+
 def read_task_page(
     db,
     workspace: str,
@@ -355,17 +368,16 @@ def read_task_page(
     statuses: list[str] | None,
     cursor: tuple | None,
     limit: int,
-) -> list[dict]:
-    """Up to `limit` task rows, newest first, after `cursor` ((created_at, id), or None)."""
-    created_at, task_id = cursor or (None, None)
-    return db.all(
+) -> tuple[list[dict], str | None]:
+    """(up to `limit` task rows newest first after `cursor`, the next page's cursor)."""
+    return read_page(
+        db,
         "task_list_page",
+        cursor=cursor,
+        limit=limit,
         workspace=workspace,
         project_id=project_id,
         statuses=statuses,
-        cursor_created_at=created_at,
-        cursor_id=task_id,
-        limit=limit,
     )
 
 
