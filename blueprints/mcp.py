@@ -26,15 +26,13 @@ import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from blueprints import openapi, toolbox
+from blueprints import mcp_tasks, openapi, toolbox
 from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.jsonschema import schema_of
 from blueprints.request_helpers import runtime
 from engine.core.errors import DomainError
-from engine.core.status import Status
 from engine.lifecycle import actions, sessions
-from engine.readside import dto
 from engine.trust.untrusted import load_json
 
 log = logging.getLogger(__name__)
@@ -56,17 +54,12 @@ NAME_HEADER = "Mcp-Name"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 SERVER_INFO = {"name": "deployment-task-engine", "version": "1"}
 INSTRUCTIONS = (
     "Deploy sources into projects and follow them: create_deployment starts one, "
     "wait_for_deployment waits until it ends or needs inputs, explain_deployment "
     "says what happened and what to do next."
 )
-#: How often an assistant following a deployment task should poll (tasks/get), and how long the
-#: task stays readable after it ends (the purge, 30 days).
-POLL_INTERVAL_MS = 2000
-TASK_TTL_MS = 30 * 24 * 3600 * 1000
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION = -32020, -32022
@@ -229,7 +222,7 @@ def _discover() -> dict:
         "supportedVersions": list(STATELESS_VERSIONS),
         "capabilities": {
             "tools": {"listChanged": False},
-            "extensions": {TASKS_EXTENSION: {}},
+            "extensions": {mcp_tasks.TASKS_EXTENSION: {}},
         },
         "instructions": INSTRUCTIONS,
     }
@@ -361,7 +354,7 @@ def _dispatch(method: str, params: dict, capabilities: dict | None) -> dict:
         if method == "server/discover":
             return _discover()
         if method == "tasks/get":
-            return _task_state(_task_row(params))
+            return mcp_tasks.task_state(_task_row(params))
         if method == "tasks/cancel":
             row = _task_row(params)
             try:
@@ -406,40 +399,9 @@ def _call_tool(params: dict, capabilities: dict | None) -> dict:
     if tool is None:
         raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}"[:200])
     body, status, _ = toolbox.invoke(tool, params.get("arguments") or {})
-    if status < 400 and tool.starts_task and _speaks_tasks(capabilities):
-        return _task_state(_task_row({"taskId": body["id"]}))
-    return _tool_result(body, is_error=status >= 400)
-
-
-def _tool_result(body: dict, *, is_error: bool) -> dict:
-    """A CallToolResult; an error one is for the model to read and correct its call."""
-    text = json.dumps(body)
-    if is_error:
-        text = f"{body['code']}: {body['message']}\n{text}"
-    return {
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": body,
-        "isError": is_error,
-    }
-
-
-# -- the Tasks extension: a deployment task is the protocol's task ----------------------------
-
-#: Our status -> the Tasks extension's.
-TASK_STATUS = {
-    Status.QUEUED: "working",
-    Status.RUNNING: "working",
-    Status.APPLYING: "working",
-    Status.BLOCKED: "input_required",
-    Status.COMPLETED: "completed",
-    Status.FAILED: "failed",
-    Status.CANCELLED: "cancelled",
-}
-
-
-def _speaks_tasks(capabilities: dict | None) -> bool:
-    extensions = (capabilities or {}).get("extensions")
-    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+    if status < 400 and tool.starts_task and mcp_tasks.speaks_tasks(capabilities):
+        return mcp_tasks.task_state(_task_row({"taskId": body["id"]}))
+    return mcp_tasks.tool_result(body, is_error=status >= 400)
 
 
 def _task_row(params: dict) -> dict:
@@ -448,35 +410,6 @@ def _task_row(params: dict) -> dict:
         return actions.get_task(runtime(), current_identity(), task_id)
     except (ValueError, DomainError):
         raise RpcError(INVALID_PARAMS, "unknown taskId") from None
-
-
-def _task_state(row: dict) -> dict:
-    """The extension's task (resultType "task") for a deployment task; once it ended, with the
-    result the tool gives without the extension (the task's snapshot)."""
-    snapshot = dto.snapshot(row)
-    status = TASK_STATUS[Status(row["status"])]
-    state = {
-        "resultType": "task",
-        "taskId": snapshot["id"],
-        "status": status,
-        "statusMessage": _status_message(snapshot),
-        "createdAt": snapshot["createdAt"],
-        "lastUpdatedAt": snapshot["updatedAt"],
-        "ttl": TASK_TTL_MS,
-        "pollInterval": POLL_INTERVAL_MS,
-    }
-    if status in ("completed", "failed", "cancelled"):
-        state["result"] = _tool_result(snapshot, is_error=False)
-    return state
-
-
-def _status_message(snapshot: dict) -> str:
-    if snapshot["status"] == Status.BLOCKED:
-        names = ", ".join(i["name"] for i in snapshot["pendingInputs"] or [])
-        return f"waiting for inputs ({names}): answer with submit_deployment_inputs"
-    if snapshot["status"] == Status.FAILED:
-        return (snapshot["failure"] or {}).get("message") or "failed"
-    return f"deployment {snapshot['status']}"
 
 
 def _answer(
