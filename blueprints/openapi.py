@@ -170,6 +170,11 @@ SNAPSHOT_LINKS = {
     "GetTask": {"operationId": "getTask", "parameters": {"task_id": "$response.body#/id"}},
     "ListEvents": {"operationId": "listEvents", "parameters": {"task_id": "$response.body#/id"}},
     "CancelTask": {"operationId": "cancelTask", "parameters": {"task_id": "$response.body#/id"}},
+    # The apps of the task's project, this task's app among them.
+    "ListApps": {
+        "operationId": "listApps",
+        "parameters": {"project_id": "$response.body#/projectId"},
+    },
 }
 #: A failed or cancelled task's redeploy: a new task naming it as its predecessor.
 REDEPLOY_LINK = {

@@ -10,6 +10,7 @@ from marshmallow import ValidationError, fields, validate, validates_schema
 
 from engine.core.status import Status
 from engine.runners.kinds import KINDS, MAX_VALUE, NAME
+from engine.trust.secrets import MIN_SECRET_CHARS
 from engine.trust.untrusted import RequestSchema
 
 #: A project id is a Kubernetes object name.
@@ -34,8 +35,17 @@ InputValues = fields.Dict(
     values=fields.String(validate=validate.Length(max=MAX_VALUE)),
     validate=validate.Length(max=100),
 )
+#: What makes a value sensitive, and the one rule on it JSON Schema cannot state (it spans two
+#: fields or a name's meaning): said in words in the document.
+SENSITIVE_RULE = (
+    "names of inputs (or source env/args entries) that are sensitive, besides those named like a "
+    f"secret (password, token, api_key, ...); a sensitive value needs at least "
+    f"{MIN_SECRET_CHARS} characters (a shorter one could not be scrubbed from logs): 400 otherwise"
+)
 SensitiveKeys = fields.List(
-    fields.String(validate=validate.Length(1, 128)), validate=validate.Length(max=100)
+    fields.String(validate=validate.Length(1, 128)),
+    validate=validate.Length(max=100),
+    metadata={"description": SENSITIVE_RULE},
 )
 
 
@@ -74,9 +84,7 @@ class SubmitInputs(RequestSchema):
         required=True,
         validate=validate.Length(max=100),
     )
-    sensitiveKeys = fields.List(
-        fields.String(validate=validate.Length(1, 128)), validate=validate.Length(max=100)
-    )
+    sensitiveKeys = SensitiveKeys
 
 
 #: An app key (deploy_tasks.app_key): its kind, then the instance or object name.

@@ -16,7 +16,7 @@ from marshmallow import Schema, ValidationError, fields, validate
 
 from engine.runners import ai, database, direct, template
 from engine.runners.context import RunContext, TaskHandle
-from engine.trust.untrusted import RequestSchema, WholeNumber
+from engine.trust.untrusted import STORABLE_TEXT_PATTERN, RequestSchema, WholeNumber
 
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(
@@ -58,10 +58,19 @@ class SourceKind:
 class ArgValue(fields.Field):
     """A template argument: a string, an integer or a boolean (its declaration types it)."""
 
-    #: What the chat tools' JSON Schema says of it (blueprints/jsonschema.py).
-    json_schema = {"type": ["string", "integer", "boolean"]}
+    #: What the documents (OpenAPI, the chat tools' JSON Schema) say of it: each bound applies to
+    #: its own type. An integer stays exact in every JSON reader (a double's 53 bits).
+    json_schema = {
+        "type": ["string", "integer", "boolean"],
+        "minimum": -(2**53 - 1),
+        "maximum": 2**53 - 1,
+        "maxLength": MAX_VALUE,
+        "pattern": STORABLE_TEXT_PATTERN,
+    }
 
     def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, float) and value.is_integer():  # 60.0 is an integer to JSON Schema
+            value = int(value)
         if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**53):
             return value
         if isinstance(value, str) and len(value) <= MAX_VALUE:
@@ -194,9 +203,11 @@ GITHUB = SourceKind(
 
 
 # -- prompt --------------------------------------------------------------------------------------
-#: Some character that is not whitespace, anywhere. Python counts \x1c-\x1f as whitespace and
-#: JSON Schema's regex dialect does not: naming them keeps the document's reading the server's.
-BLANK_OR_NOT = r"^[\s\x1c-\x1f]*[^\s\x1c-\x1f]"
+#: Some character that is not whitespace, anywhere, and no NUL character (the storable-text rule
+#: of RequestSchema, which the documents can only state in a field's one pattern). Python counts
+#: \x1c-\x1f as whitespace and JSON Schema's regex dialect does not: naming them keeps the
+#: document's reading the server's.
+NOT_BLANK = r"^[\s\x1c-\x1f]*[^\s\x1c-\x1f\x00][^\x00]*$"
 
 
 class PromptSource(RequestSchema):
@@ -207,7 +218,7 @@ class PromptSource(RequestSchema):
         required=True,
         validate=[
             validate.Length(1, 4000),
-            validate.Regexp(BLANK_OR_NOT, error="must not be blank"),
+            validate.Regexp(NOT_BLANK, error="must not be blank"),
         ],
     )
 

@@ -4,12 +4,28 @@ Every write that carries a well-formed idempotency key gets a fresh one, so a ke
 reused with a different body (which the server rightly refuses with 422): schemathesis would
 otherwise send the same shrunk key ("0") with every body. Malformed keys are left alone: they
 are the negative data the server must refuse.
+
+The one request rule JSON Schema cannot state: a sensitive value (an input listed in
+sensitiveKeys, or an input, env or args entry named like a secret) needs at least
+secrets.MIN_SECRET_CHARS characters, since a shorter one could not be scrubbed from logs. The
+rule spans two fields or a name's meaning, so the document says it in words and these hooks
+lengthen such values in generated bodies; tests/integration/test_secret_side_doors.py tests the
+refusal itself.
+
+And one artefact of schemathesis's links: it merges a link's body values into a generated body,
+nested objects included, so a source taken whole from a response (GetTask's DeployAgain) comes
+out mixed with another kind's generated fields, which no client following the link would send.
+In the stateful phase a source keeps only its own kind's fields.
 """
 
 import re
 import uuid
 
 import schemathesis
+
+from engine.lifecycle.actions import SECRET_BEARING_FIELDS
+from engine.runners.kinds import KINDS
+from engine.trust import secrets
 
 KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -25,3 +41,27 @@ def before_call(ctx, case, **kwargs):
         case.headers["Idempotency-Key"] = _fresh(case.headers["Idempotency-Key"])
     if isinstance(case.body, dict) and "idempotencyKey" in case.body:
         case.body["idempotencyKey"] = _fresh(case.body["idempotencyKey"])
+    if isinstance(case.body, dict):
+        _lengthen_sensitive(case.body)
+        if case.meta is not None and case.meta.phase.name.value == "stateful":
+            _one_kind(case.body.get("source"))
+
+
+def _one_kind(source) -> None:
+    kind = KINDS.get(source.get("kind")) if isinstance(source, dict) else None
+    if kind is not None:
+        for name in set(source) - set(kind.schema().fields):
+            del source[name]
+
+
+def _lengthen_sensitive(body: dict) -> None:
+    declared = body.get("sensitiveKeys")
+    declared = {k for k in declared if isinstance(k, str)} if isinstance(declared, list) else set()
+    source = body.get("source") if isinstance(body.get("source"), dict) else {}
+    for values in (body.get("inputs"), *(source.get(f) for f in SECRET_BEARING_FIELDS)):
+        if not isinstance(values, dict):
+            continue
+        for name, value in values.items():
+            short = isinstance(value, str) and 0 < len(value) < secrets.MIN_SECRET_CHARS
+            if short and secrets.is_sensitive(name, declared=declared):
+                values[name] = value.ljust(secrets.MIN_SECRET_CHARS, "s")

@@ -2,6 +2,7 @@
 reads: the API's schemas, the chat tools' JSON Schema, the deploy panes, the runner lookup and
 the timeline's step count."""
 
+import jsonschema
 import pytest
 from marshmallow import ValidationError
 
@@ -44,3 +45,34 @@ def test_the_step_count_a_timeline_shows_is_the_one_its_runner_declares():
         k: len(steps) for k, steps in declared.items()
     }
     assert presentation.expected_steps("ftp") == 0
+
+
+@pytest.mark.parametrize(
+    "value, accepted",
+    [
+        (2**53 - 1, True),
+        (-(2**53 - 1), True),
+        (2**53, False),
+        (86128158778557709942784, False),
+        (551973451.0, True),  # an integer to JSON Schema
+        (1.5, False),
+        ("x" * 32_768, True),
+        ("x" * 32_769, False),
+        (None, False),
+    ],
+)
+def test_a_template_argument_is_accepted_exactly_where_the_document_says(value, accepted):
+    """The bounds the documents state for a template argument are the server's own."""
+    documented = field_schema(SourceField())["oneOf"][sorted(KINDS).index("template")]
+    body = {"kind": "template", "template": "web", "args": {"a": value}}
+    try:
+        jsonschema.validate(body, documented)
+        valid = True
+    except jsonschema.ValidationError:
+        valid = False
+    try:
+        KINDS["template"].schema().load(body)
+        loaded = True
+    except ValidationError:
+        loaded = False
+    assert (valid, loaded) == (accepted, accepted)
