@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 # Installs come from the lock files only: every package, transitive ones included, pinned and
 # checked against its hash (requirements-dev.txt holds the app's lock plus the test tools).
+# pip shows each package and a progress bar while it downloads; nothing is installed outside .venv.
 $(STAMP): requirements.txt requirements-dev.txt
+	@echo "Creating $(VENV) and installing requirements-dev.txt into it (pip, every package pinned and hash-checked)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.txt
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	$(PY) -m pip install --progress-bar on --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -34,19 +36,17 @@ run: setup
 # The e2e tests drive Debian's chromium through Playwright (pip, requirements-dev.txt) with
 # executable_path: no Playwright browser download, ever.
 browser:
-	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	@command -v chromium >/dev/null || (echo "Installing Debian's chromium (apt, system-wide) for the browser tests" && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 # The scale-out suite (tests/scaleout) runs its statement pools through Debian's PgBouncer; the HA
 # suite (tests/ha) runs etcd and two PostgreSQL 15 nodes under Patroni. Both need root (network
-# namespaces) and skip without it. The packages are installed with every service held down (a
-# policy-rc.d that refuses starts), so nothing is left running or enabled on the machine.
+# namespaces) and skip without it. tests/install_suite_packages.sh installs them with every
+# service held down and disables the services apt enabled, so nothing is left running or enabled.
 SUITE_PACKAGES := pgbouncer patroni etcd-server etcd-client
 suite-packages:
 	@if [ "$$(id -u)" = 0 ] && ! (command -v pgbouncer && command -v patroni && command -v etcd) >/dev/null; then \
-		echo "Installing Debian's $(SUITE_PACKAGES) for the scale-out and HA suites (no service is started)"; \
-		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SUITE_PACKAGES)); \
-		status=$$?; rm -f /usr/sbin/policy-rc.d; exit $$status; \
+		sh tests/install_suite_packages.sh $(SUITE_PACKAGES); \
 	fi
 
 test: setup browser suite-packages lint

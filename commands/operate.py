@@ -1,5 +1,5 @@
-"""Operator commands on tasks, cleanup jobs and streaks: `flask --app wsgi <command>` (README
-"Operating"). The schema's are in commands/db.py.
+"""Operator commands on tasks, cleanup jobs and streaks: `flask --app wsgi <command>`
+(docs/operating.md, "Operator commands"). The schema's are in commands/db.py.
 
 Readable tables by default, `--json` for scripts. Exit codes: 0 done (and, for `streaks` and
 `db status`, nothing wrong); 1 something needs attention (a current streak, a pending migration,

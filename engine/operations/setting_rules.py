@@ -1,6 +1,6 @@
-"""What a setting is: its rule (doc, README group, range), the `setting()` that declares one, and
-its Definition as the environment, the boot check and the README see it. The settings themselves
-are engine/operations/config.py's."""
+"""What a setting is: its rule (doc, docs group, range), the `setting()` that declares one, and
+its Definition as the environment, the boot check and docs/configuration.md see it. The settings
+themselves are engine/operations/config.py's."""
 
 import types
 from dataclasses import dataclass, field, fields
@@ -8,7 +8,8 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-#: The README section each group's table stands in, by the group's name in the table's markers.
+#: The section of docs/configuration.md each group's table stands in, by the group's name in the
+#: table's markers.
 SERVER, SANDBOX, AI, CLUSTER, AUTH, OPERATING = (
     "server",
     "sandbox",
@@ -38,18 +39,18 @@ class Rule:
     #: Another setting this one must stay strictly below (a cadence inside a deadline, ...).
     below: str | None = None
     choices: tuple[str, ...] = ()
-    #: The README's words for the default when its value says too little ("half of ...").
+    #: The docs' words for the default when its value says too little ("half of ...").
     shown: str | None = None
 
 
 def setting(default, doc: str, group: str, *, secret: bool = False, **rule):
-    """A Settings field: its default, its one-line doc, its README group and its range."""
+    """A Settings field: its default, its one-line doc, its docs group and its range."""
     return field(default=default, repr=not secret, metadata={"rule": Rule(doc, group, **rule)})
 
 
 @dataclass(frozen=True)
 class Definition:
-    """One setting as the environment, the boot check and the README see it."""
+    """One setting as the environment, the boot check and the docs see it."""
 
     name: str
     type: type
@@ -91,7 +92,7 @@ class Definition:
         )
 
     def allowed(self) -> str:
-        """The range in the README's words: `>= 1`, `> 0, < LEASE_TTL_S`, `dev`, `oidc`."""
+        """The range in the docs' words: `>= 1`, `> 0, < LEASE_TTL_S`, `dev`, `oidc`."""
         rule = self.rule
         if rule.choices:
             return ", ".join(f"`{c}`" if c else "empty" for c in rule.choices)

@@ -1,6 +1,6 @@
-"""README.md's settings tables, generated from the one definition of every setting
-(engine/operations/config.py): `python -m engine.operations.settings_readme README.md` rewrites
-them; tests/unit/test_config.py keeps them equal."""
+"""docs/configuration.md's settings tables, generated from the one definition of every setting
+(engine/operations/config.py): `python -m engine.operations.settings_readme` rewrites them (or
+those of the file it is given); tests/unit/test_config.py keeps them equal."""
 
 import sys
 from pathlib import Path
@@ -8,9 +8,12 @@ from pathlib import Path
 from engine.operations.config import DEFINITIONS, PROJECT_ROOT
 from engine.operations.setting_rules import GROUPS
 
+#: The page that holds every group's table, each between its markers.
+CONFIGURATION_PAGE = PROJECT_ROOT / "docs" / "configuration.md"
+
 
 def readme_table(group: str) -> str:
-    """The Markdown table of one group's settings, as README.md holds it."""
+    """The Markdown table of one group's settings, as docs/configuration.md holds it."""
     lines = ["| variable | default | allowed | meaning |", "| --- | --- | --- | --- |"]
     for definition in DEFINITIONS.values():
         if definition.rule.group == group:
@@ -35,11 +38,11 @@ def readme_with_tables(text: str) -> str:
         head, found, rest = text.partition(begin + "\n")
         _, found_end, tail = rest.partition(end)
         if not found or not found_end:
-            raise ValueError(f"README.md has no {begin} ... {end} block")
+            raise ValueError(f"the page has no {begin} ... {end} block")
         text = f"{head}{begin}\n{readme_table(group)}\n{end}{tail}"
     return text
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else PROJECT_ROOT / "README.md")
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else CONFIGURATION_PAGE
     path.write_text(readme_with_tables(path.read_text()))

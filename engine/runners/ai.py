@@ -35,7 +35,7 @@ from engine.runners.ai_answer import (
     sanitize_declaration,
     substitute,
 )
-from engine.runners.context import RunContext, TaskHandle
+from engine.runners.context import RunContext, TaskHandle, resources
 from engine.trust import secrets
 
 log = logging.getLogger(__name__)
@@ -476,7 +476,7 @@ def _deploy(
         deploymentPlan=sanitize(answer["plan"], sensitive),
         resourceYamls=[yaml.safe_dump(doc, sort_keys=False) for doc in persisted],
     )
-    handle.update_timeline("plan", "done", f"{len(manifests)} resources planned")
+    handle.update_timeline("plan", "done", f"{resources(len(manifests))} planned")
     applied = [substitute(doc, ctx.inputs) for doc in manifests]
     direct.apply_and_verify(handle, ctx, lambda _ctx: applied)
 

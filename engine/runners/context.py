@@ -102,3 +102,8 @@ class RunContext:
     artifacts: dict = field(default_factory=dict)
     #: The tenant (the workspace); server devbox tokens are scoped to it.
     workspace: str = "default"
+
+
+def resources(count: int) -> str:
+    """A count of resources as a timeline line says it: "1 resource", "3 resources"."""
+    return f"{count} resource" if count == 1 else f"{count} resources"

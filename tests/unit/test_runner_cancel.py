@@ -131,3 +131,20 @@ def test_the_runner_completes_only_when_ready(never_ready):
     assert handle.outcome == ("failed" if never_ready else "completed")
     if never_ready:
         assert ("fail", "readiness_timeout") in handle.writes
+
+
+@pytest.mark.parametrize(("port", "words"), [(None, "1 resource"), (80, "2 resources")])
+def test_the_render_step_counts_its_resources_in_words(port, words):
+    details = []
+
+    class DetailHandle(FakeHandle):
+        def update_timeline(self, step, state, detail=None, **extra):
+            details.append((step, state, detail))
+            super().update_timeline(step, state, detail, **extra)
+
+    ctx = context(FakeCluster())
+    ctx.source = {"kind": "image", "image": "nginx", "name": "web"}
+    if port:
+        ctx.source["port"] = port
+    direct.run(DetailHandle(), ctx)
+    assert ("render", "done", words) in details
