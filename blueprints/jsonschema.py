@@ -30,7 +30,13 @@ def field_schema(field: fields.Field) -> dict:
     if getattr(field, "json_schema", None):
         out = dict(field.json_schema)
     elif isinstance(field, SourceField):
-        out = {"oneOf": [schema_of(KINDS[name].schema) for name in sorted(KINDS)]}
+        # Titled: a generated client names each kind's class by it, not by its place in the list.
+        out = {
+            "oneOf": [
+                {"title": KINDS[name].title, **schema_of(KINDS[name].schema)}
+                for name in sorted(KINDS)
+            ]
+        }
     elif isinstance(field, fields.Nested):
         out = schema_of(field.schema)
     elif isinstance(field, fields.List):

@@ -559,7 +559,10 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
         ):
             out["pattern"] = STORABLE_TEXT_PATTERN  # the storable-text rule of RequestSchema
         if isinstance(field, schemas.SourceField):
-            out["oneOf"] = [self.schema2jsonschema(KINDS[name].schema) for name in sorted(KINDS)]
+            out["oneOf"] = [
+                {"title": KINDS[name].title, **self.schema2jsonschema(KINDS[name].schema)}
+                for name in sorted(KINDS)
+            ]
         if getattr(field, "json_schema", None):
             out.update(field.json_schema)
         for validator in field.validators:
@@ -572,12 +575,22 @@ def _marshmallow_plugin() -> MarshmallowPlugin:
 
 
 def _conditional_requirements(documented: dict, described: dict) -> None:
-    """A request schema's requirements that depend on other fields (its `json_schema_extra`:
-    anyOf/oneOf), which apispec cannot read from a marshmallow validator."""
+    """A request schema's requirements that depend on other fields (its `json_schema_variants`),
+    which apispec cannot read from a marshmallow validator: the body becomes `anyOf` whole object
+    schemas, one per variant, each titled and with its own `required`. (An `anyOf` of bare
+    `required` lists beside the properties says the same in JSON Schema, but a generated client
+    reads such a body as untyped: openapi-python-client makes it `Any` and drops every field.)"""
     body = described.get("requestBody", {}).get("content", {}).get("application/json", {})
-    extra = getattr(body.get("schema"), "json_schema_extra", None)
-    if extra:
-        documented["requestBody"]["content"]["application/json"]["schema"].update(extra)
+    variants = getattr(body.get("schema"), "json_schema_variants", None)
+    if variants:
+        content = documented["requestBody"]["content"]["application/json"]
+        whole = content["schema"]
+        content["schema"] = {
+            "anyOf": [
+                {**whole, "title": title, "required": sorted({*whole.get("required", ()), *needs})}
+                for title, needs in variants.items()
+            ]
+        }
 
 
 def openapi_path(rule: str) -> str:

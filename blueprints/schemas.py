@@ -58,10 +58,8 @@ class CreateTask(RequestSchema):
     sensitiveKeys = SensitiveKeys
     predecessorTaskId = fields.UUID()
 
-    #: The rule below in JSON Schema, for the OpenAPI document.
-    json_schema_extra = {
-        "anyOf": [{"required": ["projectId", "source"]}, {"required": ["predecessorTaskId"]}]
-    }
+    #: The rule below for the OpenAPI document: each way to create (a title) and what it requires.
+    json_schema_variants = {"NewTask": ["projectId", "source"], "Redeploy": ["predecessorTaskId"]}
 
     @validates_schema
     def _fresh_create_needs_target_and_source(self, data, **kwargs):

@@ -29,7 +29,7 @@ def test_the_document_is_valid_openapi_31_and_names_every_api_route(app, client)
 def test_the_document_comes_from_the_validation_schemas(client):
     document = client.get("/api/v1/openapi.json").get_json()
     create = document["paths"]["/api/v1/tasks"]["post"]
-    body = create["requestBody"]["content"]["application/json"]["schema"]
+    body, _ = create["requestBody"]["content"]["application/json"]["schema"]["anyOf"]
     assert body["additionalProperties"] is False
     assert body["properties"]["projectId"]["pattern"] == PROJECT_ID.regex.pattern
     image = next(
@@ -37,6 +37,7 @@ def test_the_document_comes_from_the_validation_schemas(client):
         for s in body["properties"]["source"]["oneOf"]
         if s["properties"]["kind"]["const"] == "image"
     )
+    assert image["title"] == "Container image"  # a generated client's class name, not an index
     assert image["properties"]["port"] == {"type": "integer", "minimum": 1, "maximum": 65535}
     assert image["properties"]["env"]["maxProperties"] == 100
     assert "pattern" in image["properties"]["env"]["propertyNames"]
@@ -154,11 +155,13 @@ def test_the_document_states_what_the_server_requires_checks_and_answers(client)
     document = client.get("/api/v1/openapi.json").get_json()
     create = document["paths"]["/api/v1/tasks"]["post"]
     body = create["requestBody"]["content"]["application/json"]["schema"]
-    # Conditional requirements: a fresh create, or a redeploy naming its predecessor.
-    assert body["anyOf"] == [
-        {"required": ["projectId", "source"]},
-        {"required": ["predecessorTaskId"]},
-    ]
+    # Conditional requirements: a fresh create, or a redeploy naming its predecessor; each a
+    # whole object (the same fields), so a generated client types both bodies.
+    fresh, redeploy = body["anyOf"]
+    assert (fresh["title"], fresh["required"]) == ("NewTask", ["projectId", "source"])
+    assert (redeploy["title"], redeploy["required"]) == ("Redeploy", ["predecessorTaskId"])
+    assert fresh["properties"] == redeploy["properties"]
+    assert fresh["additionalProperties"] is redeploy["additionalProperties"] is False
     assert client.post("/api/v1/tasks", json={}).status_code == 400
     headers = {p["name"]: p["schema"] for p in create["parameters"]}
     assert headers["X-Kubeconfig"]["pattern"] and headers["Idempotency-Key"]["maxLength"] == 255
