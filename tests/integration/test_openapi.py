@@ -43,7 +43,12 @@ def test_the_document_comes_from_the_validation_schemas(client):
     assert "pattern" in image["properties"]["env"]["propertyNames"]
     headers = {p["name"] for p in create["parameters"]}
     assert {"Idempotency-Key", "X-Kubeconfig"} <= headers
-    assert set(create["responses"]["201"]["links"]) == {"GetTask", "ListEvents", "CancelTask"}
+    assert set(create["responses"]["201"]["links"]) == {
+        "GetTask",
+        "ListEvents",
+        "CancelTask",
+        "ListApps",
+    }
     # Errors: one body with the stable codes, used by every error response.
     codes = document["components"]["schemas"]["Error"]["properties"]["code"]["enum"]
     assert {
