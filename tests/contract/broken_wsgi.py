@@ -6,6 +6,7 @@ Each rule breaks one operation in the one way its check must catch (the check is
 it), and only that operation, so the other checks still see a working API.
 """
 
+import io
 import json
 
 from wsgi import app as engine_app  # first: gevent's patching, then the app
@@ -14,6 +15,8 @@ from wsgi import app as engine_app  # first: gevent's patching, then the app
 def app(environ, start_response):
     """The engine's answer, broken where BROKEN says."""
     method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+    if method == "POST" and path == "/api/v1/tasks":
+        _fresh_create(environ)
     captured = {}
 
     def capture(status, headers, exc_info=None):
@@ -55,8 +58,28 @@ def app(environ, start_response):
     elif method == "POST" and path == "/api/v1/tools/explain_deployment":
         # positive_data_acceptance
         replace("400 BAD REQUEST", error)
-    elif method == "POST" and path.startswith("/api/v1/tasks/") and path.endswith("/cancel"):
-        # ensure_resource_availability: a task just created cannot be cancelled: "not found"
+    elif path.startswith("/api/v1/tasks/") and (
+        (method == "POST" and path.endswith("/cancel"))
+        or (method == "GET" and path.endswith("/events") and status.startswith("200"))
+    ):
+        # ensure_resource_availability: a task just created can be neither cancelled nor have
+        # its events listed: "not found" (two of a create's links, so a run follows one of them)
         replace("404 NOT FOUND", json.dumps({"code": "task_not_found", "message": "x"}).encode())
     start_response(status, headers)
     return [body]
+
+
+def _fresh_create(environ) -> None:
+    """For ensure_resource_availability: every create starts a fresh task (a redeploy's
+    predecessorTaskId is dropped), so with the control's pinned source each one succeeds and
+    the stateful phase has tasks to follow links from."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    raw = environ["wsgi.input"].read(length) if length else b""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        body.pop("predecessorTaskId", None)
+        raw = json.dumps(body).encode()
+    environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(raw), str(len(raw))

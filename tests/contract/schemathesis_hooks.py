@@ -5,12 +5,12 @@ reused with a different body (which the server rightly refuses with 422): schema
 otherwise send the same shrunk key ("0") with every body. Malformed keys are left alone: they
 are the negative data the server must refuse.
 
-The one request rule JSON Schema cannot state: a sensitive value (an input listed in
-sensitiveKeys, or an input, env or args entry named like a secret) needs at least
-secrets.MIN_SECRET_CHARS characters, since a shorter one could not be scrubbed from logs. The
-rule spans two fields or a name's meaning, so the document says it in words and these hooks
-lengthen such values in generated bodies; tests/integration/test_secret_side_doors.py tests the
-refusal itself.
+The one request rule JSON Schema cannot state: a sensitive value needs at least
+secrets.MIN_SECRET_CHARS characters, since a shorter one could not be scrubbed from logs. What
+is sensitive spans fields and requests (sensitiveKeys, a name like a secret's, the keys an
+earlier request of the same task declared), so the document says it in words and these hooks
+lengthen every short input, env and args value in generated bodies;
+tests/integration/test_secret_side_doors.py tests the refusal itself.
 
 And one artefact of schemathesis's links: it merges a link's body values into a generated body,
 nested objects included, so a source taken whole from a response (GetTask's DeployAgain) comes
@@ -55,13 +55,12 @@ def _one_kind(source) -> None:
 
 
 def _lengthen_sensitive(body: dict) -> None:
-    declared = body.get("sensitiveKeys")
-    declared = {k for k in declared if isinstance(k, str)} if isinstance(declared, list) else set()
+    """Any input, env or args value may be sensitive (declared now, by an earlier request of
+    its task, or by its name): none is left shorter than a secret may be."""
     source = body.get("source") if isinstance(body.get("source"), dict) else {}
     for values in (body.get("inputs"), *(source.get(f) for f in SECRET_BEARING_FIELDS)):
         if not isinstance(values, dict):
             continue
         for name, value in values.items():
-            short = isinstance(value, str) and 0 < len(value) < secrets.MIN_SECRET_CHARS
-            if short and secrets.is_sensitive(name, declared=declared):
+            if isinstance(value, str) and 0 < len(value) < secrets.MIN_SECRET_CHARS:
                 values[name] = value.ljust(secrets.MIN_SECRET_CHARS, "s")
