@@ -3,7 +3,8 @@ control (tests/contract/test_api_contract.py). Served by gunicorn as
 `tests.contract.broken_wsgi:app`; never imported by the application.
 
 Each rule breaks one operation in the one way its check must catch (the check is named beside
-it), and only that operation, so the other checks still see a working API.
+it), and only that operation, so the other checks still see a working API; the one exception,
+ensure_resource_availability, breaks two of a create's links and has every create start fresh.
 """
 
 import io
