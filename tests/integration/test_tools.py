@@ -51,7 +51,11 @@ def test_tools_are_listed_with_json_schema_parameters(client):
         if s["properties"]["kind"].get("const") == "template"
     )
     assert template["properties"]["args"]["additionalProperties"] == {
-        "type": ["string", "integer", "boolean"]
+        "type": ["string", "integer", "boolean"],
+        "minimum": -(2**53 - 1),
+        "maximum": 2**53 - 1,
+        "maxLength": 32_768,
+        "pattern": r"^[^\x00]*$",
     }
     assert items["cancel_deployment"]["parameters"]["properties"]["taskId"]["format"] == "uuid"
     assert all(t["description"] for t in items.values())
