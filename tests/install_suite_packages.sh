@@ -21,7 +21,8 @@ rm -f /usr/sbin/policy-rc.d
 for package in $fresh; do
     # Template units (name@.service) are never enabled by a package; the others may be.
     for unit in $(dpkg -L "$package" | sed -nE 's#^(/usr)?/lib/systemd/system/([^@/]+\.(service|socket|timer))$#\2#p'); do
-        deb-systemd-helper disable "$unit"
+        # It acts only for a package's own maintainer scripts, which this variable names.
+        DPKG_MAINTSCRIPT_PACKAGE="$package" deb-systemd-helper disable "$unit"
     done
     for script in $(dpkg -L "$package" | sed -nE 's#^/etc/init\.d/([^/]+)$#\1#p'); do
         update-rc.d "$script" disable >/dev/null 2>&1
