@@ -11,7 +11,7 @@ from blueprints.request_helpers import (
     json_body,
     kubeconfig_from_header,
     load,
-    load_app_key,
+    requested_app_page,
     runtime,
 )
 from engine.core.errors import InvalidRequest
@@ -174,19 +174,7 @@ def list_apps(project_id):
 def get_app(project_id, app_key):
     """One app: its current resources, endpoints and a page of its history, newest first."""
     load_project_id(project_id)
-    args = load(schemas.AppHistory, request.args.to_dict())
-    workspace = current_identity().workspace
-    load_app_key(app_key)
-    return jsonify(
-        apps.read_app_page(
-            runtime().db,
-            workspace,
-            project_id,
-            app_key,
-            cursor=args.get("cursor"),
-            limit=args["limit"],
-        )
-    )
+    return jsonify(requested_app_page(current_identity().workspace, project_id, app_key))
 
 
 def load_project_id(project_id: str) -> None:

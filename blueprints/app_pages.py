@@ -4,13 +4,13 @@ CSRF-checked form that htmx also posts (so the page's kubeconfig header travels 
 
 from flask import Blueprint, Response, redirect, render_template, request, url_for
 
-from blueprints import csrf, schemas
+from blueprints import csrf
 from blueprints.auth import current_identity
-from blueprints.request_helpers import kubeconfig_from_header, load, load_app_key, runtime
+from blueprints.request_helpers import kubeconfig_from_header, requested_app_page, runtime
 from blueprints.views import page_error, valid_project
 from engine.core.errors import AppDeployAlreadyActive, DomainError
 from engine.lifecycle import actions, rollback
-from engine.readside import apps, dto
+from engine.readside import dto
 
 bp = Blueprint("app_pages", __name__)
 csrf.protect(bp)
@@ -22,17 +22,7 @@ bp.register_error_handler(DomainError, page_error)
 def app(project_id, app_key):
     """The app page; ?cursor= pages to older deployments."""
     valid_project(project_id)
-    load_app_key(app_key)
-    args = load(schemas.AppHistory, request.args.to_dict())
-    workspace = current_identity().workspace
-    shown = apps.read_app_page(
-        runtime().db,
-        workspace,
-        project_id,
-        app_key,
-        cursor=args.get("cursor"),
-        limit=args["limit"],
-    )
+    shown = requested_app_page(current_identity().workspace, project_id, app_key)
     return render_template(
         "app.html",
         project_id=project_id,

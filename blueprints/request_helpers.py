@@ -13,6 +13,7 @@ from blueprints.errors import KubeconfigRequired, MalformedBody, UnsupportedMedi
 from engine.core.errors import AppNotFound, InvalidRequest
 from engine.integrations.base import IntegrationError
 from engine.process import EngineRuntime
+from engine.readside import apps
 from engine.trust.untrusted import MalformedJson, load_json, load_yaml
 
 
@@ -29,12 +30,23 @@ def load(schema: type, data) -> dict:
         raise InvalidRequest("the request has invalid fields", fields=exc.messages)
 
 
-def load_app_key(app_key: str) -> None:
-    """AppNotFound unless `app_key` has an app key's shape: no app can have such a key."""
+def requested_app_page(workspace: str, project_id: str, app_key: str) -> dict:
+    """The app with the page of its history the request's ?cursor=&limit= ask for (the JSON
+    API's and the app page's one read). AppNotFound for a key no app can have (not an app key's
+    shape), InvalidRequest for a bad query."""
     try:
         schemas.APP_KEY(app_key)
     except ValidationError:
         raise AppNotFound() from None
+    args = load(schemas.AppHistory, request.args.to_dict())
+    return apps.read_app_page(
+        runtime().db,
+        workspace,
+        project_id,
+        app_key,
+        cursor=args.get("cursor"),
+        limit=args["limit"],
+    )
 
 
 def json_body() -> dict:
