@@ -49,6 +49,11 @@ SensitiveKeys = fields.List(
 )
 
 
+#: A page's cursor (the task list's and an app's history): what dto.encode_cursor writes, unpadded
+#: URL-safe base64 (decode_cursor checks the rest).
+Cursor = fields.String(validate=[validate.Length(1, 200), validate.Regexp(r"^[A-Za-z0-9_-]+$")])
+
+
 class CreateTask(RequestSchema):
     """Create a deployment task; with predecessorTaskId, a redeploy of a failed or cancelled one."""
 
@@ -94,8 +99,7 @@ APP_KEY = validate.Regexp(
 class AppHistory(RequestSchema):
     """Query parameters of an app: a page of its deployment history."""
 
-    #: The list's cursor (ListTasks): a page's nextCursor, decoded by dto.decode_cursor.
-    cursor = fields.String(validate=[validate.Length(1, 200), validate.Regexp(r"^[A-Za-z0-9_-]+$")])
+    cursor = Cursor
     limit = fields.Integer(validate=validate.Range(1, 200), load_default=20)
 
 
@@ -111,8 +115,7 @@ class ListTasks(RequestSchema):
 
     projectId = fields.String(validate=PROJECT_ID)
     status = fields.List(fields.String(validate=validate.OneOf([s.value for s in Status])))
-    #: What dto.encode_cursor writes: unpadded URL-safe base64 (decode_cursor checks the rest).
-    cursor = fields.String(validate=[validate.Length(1, 200), validate.Regexp(r"^[A-Za-z0-9_-]+$")])
+    cursor = Cursor
     limit = fields.Integer(validate=validate.Range(1, 200), load_default=50)
 
 

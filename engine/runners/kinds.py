@@ -16,7 +16,7 @@ from marshmallow import Schema, ValidationError, fields, validate
 
 from engine.runners import ai, database, direct, template
 from engine.runners.context import RunContext, TaskHandle
-from engine.trust.untrusted import STORABLE_TEXT_PATTERN, RequestSchema, WholeNumber
+from engine.trust.untrusted import STORABLE_TEXT_PATTERN, RequestSchema, WholeNumber, whole
 
 #: A Kubernetes object name (DNS-1123 label).
 NAME = validate.Regexp(
@@ -69,8 +69,7 @@ class ArgValue(fields.Field):
     }
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, float) and value.is_integer():  # 60.0 is an integer to JSON Schema
-            value = int(value)
+        value = whole(value)
         if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 2**53):
             return value
         if isinstance(value, str) and len(value) <= MAX_VALUE:

@@ -154,13 +154,16 @@ def _merge(into: dict, other: dict) -> None:
             into[key] = value
 
 
+def whole(value):
+    """60.0 as 60 (both are integers to JSON Schema); any other value as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class WholeNumber(fields.Integer):
-    """A strict integer that may be written 60 or 60.0 (both are integers to JSON Schema)."""
+    """A strict integer that may be written 60 or 60.0."""
 
     def _validated(self, value):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        return super()._validated(value)
+        return super()._validated(whole(value))
 
 
 class RequestSchema(Schema):
