@@ -1,5 +1,6 @@
 """Helpers shared by the Kubernetes contract tests (and the browser test that deploys to kmock):
-the deployment they apply, kmock responders, and how a test reads the outcome through the API."""
+the deployment they apply, kmock responders, and how a test reads the outcome through the API;
+and the sandbox the OpenAPI contract tests serve (test_api_contract.py, the generated client)."""
 
 import base64
 
@@ -8,6 +9,17 @@ from gevent.server import StreamServer
 
 from tests.contract.conftest import kubeconfig_for
 from tests.helpers import wait_for_status
+
+#: A sandbox that settles a deployment in a fraction of a second.
+FAST_SANDBOX = {
+    "SANDBOX_APPLY_DELAY_S": "0.01",
+    "SANDBOX_READY_DELAY_S": "0.05",
+    "READINESS_POLL_S": "0.05",
+    "ACCESS_LOG": "",
+}
+#: A kubeconfig the sandbox accepts (it deploys nowhere real), sent as the documented
+#: X-Kubeconfig header: creates reach the engine instead of stopping at a garbled header.
+SANDBOX_KUBECONFIG = base64.b64encode(b"apiVersion: v1\nkind: Config\n").decode()
 
 DEPLOYMENT_PATH = "/apis/apps/v1/namespaces/demo/deployments/web"
 SERVICE_PATH = "/api/v1/namespaces/demo/services/web"

@@ -23,7 +23,6 @@ The positive control (test_each_check_catches_a_broken_response) proves every ot
 on a response broken for it.
 """
 
-import base64
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import requests
 
+from tests.contract.helpers import FAST_SANDBOX, SANDBOX_KUBECONFIG
 from tests.helpers import IMAGE_SOURCE, ROOT
 
 #: Checks that cannot fail here (see the module docstring).
@@ -63,15 +63,6 @@ MIN_LINK_COVERAGE = 0.8
 MORE_SEEDS = (15,)
 #: The positive control's seeds, the next only while a check has not failed yet.
 CONTROL_SEEDS = (14, 15, 16, 17)
-#: A kubeconfig the sandbox accepts (it deploys nowhere real): creates then reach the engine
-#: instead of stopping at a garbled X-Kubeconfig header.
-KUBECONFIG = base64.b64encode(b"apiVersion: v1\nkind: Config\n").decode()
-FAST_SANDBOX = {
-    "SANDBOX_APPLY_DELAY_S": "0.01",
-    "SANDBOX_READY_DELAY_S": "0.05",
-    "READINESS_POLL_S": "0.05",
-    "ACCESS_LOG": "",
-}
 
 
 def schemathesis_run(
@@ -87,7 +78,7 @@ def schemathesis_run(
     existing = requests.post(
         f"{base}/api/v1/tasks",
         json={"projectId": "contract", "source": IMAGE_SOURCE},
-        headers={"X-Kubeconfig": KUBECONFIG},
+        headers={"X-Kubeconfig": SANDBOX_KUBECONFIG},
         timeout=30,
     )
     assert existing.status_code == 201, existing.text
@@ -124,7 +115,7 @@ def schemathesis_run(
         "--checks",
         "all",
         "-H",
-        f"X-Kubeconfig: {KUBECONFIG}",
+        f"X-Kubeconfig: {SANDBOX_KUBECONFIG}",
         "--report",
         "json,ndjson,junit",
         "--report-dir",

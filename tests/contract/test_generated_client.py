@@ -14,7 +14,6 @@ Two ways a document loses a client, each shown by a control on a deliberately br
   and the flow, which builds the typed body, cannot even import it.
 """
 
-import base64
 import copy
 import json
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import requests
 
+from tests.contract.helpers import FAST_SANDBOX, SANDBOX_KUBECONFIG
 from tests.helpers import ROOT
 
 GENERATOR = Path(sys.executable).parent / "openapi-python-client"
@@ -30,15 +30,6 @@ GENERATOR = Path(sys.executable).parent / "openapi-python-client"
 GENERATOR_CONFIG = "package_name_override: engine_client\npost_hooks: []\n"
 FLOW = ROOT / "tests/contract/generated_client_flow.py"
 CREATE = ("/api/v1/tasks", "post")
-#: A sandbox that settles a deployment in a fraction of a second.
-FAST_SANDBOX = {
-    "SANDBOX_APPLY_DELAY_S": "0.01",
-    "SANDBOX_READY_DELAY_S": "0.05",
-    "READINESS_POLL_S": "0.05",
-    "ACCESS_LOG": "",
-}
-#: A kubeconfig the sandbox accepts (it deploys nowhere real), sent as the documented header.
-KUBECONFIG = base64.b64encode(b"apiVersion: v1\nkind: Config\n").decode()
 
 
 def generate(document: dict, out: Path) -> subprocess.CompletedProcess:
@@ -53,7 +44,7 @@ def generate(document: dict, out: Path) -> subprocess.CompletedProcess:
 
 
 def run_flow(out: Path, base: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(FLOW), str(out), base, KUBECONFIG]
+    argv = [sys.executable, str(FLOW), str(out), base, SANDBOX_KUBECONFIG]
     return subprocess.run(argv, capture_output=True, text=True, cwd=out, timeout=300)
 
 
