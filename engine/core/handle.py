@@ -140,12 +140,20 @@ class TaskHandle:
             events=[{"kind": "step", "payload": p} for p in steps], patch=artifacts, phase=phase
         )
 
-    def set_state(self, *, status: Status | None = None, phase: str | None = None) -> None:
-        """Move running -> applying (a guarded transition) and/or set the phase."""
+    def set_state(
+        self,
+        *,
+        status: Status | None = None,
+        phase: str | None = None,
+        steps: list[dict] = (),
+        artifacts: dict | None = None,
+    ) -> None:
+        """Move running -> applying (a guarded transition) and/or set the phase; with `steps`
+        (from `step`) and `artifacts`, recorded in the same statement."""
         if status is not None:
-            self._move(status, phase=phase)
-        elif phase is not None:
-            self._write(phase=phase)
+            self._move(status, phase=phase, steps=steps, artifacts=artifacts)
+        elif phase is not None or steps or artifacts is not None:
+            self.record_steps(list(steps), artifacts=artifacts, phase=phase)
 
     def set_artifacts(self, **patch) -> None:
         """Merge keys into the artifact summary (resultIdentities, plannedResources, ...)."""
@@ -214,10 +222,11 @@ class TaskHandle:
         self.set_artifacts(pendingInputs=inputs)
         self._move(Status.BLOCKED, reason="inputs_required", message=message)
 
-    def complete(self) -> None:
-        """applying -> completed: every required result resource is ready. A cancel pending wins:
-        the move is refused and Aborted(CANCEL) raised, as a checkpoint would."""
-        self._move(Status.COMPLETED, phase="done")
+    def complete(self, steps: list[dict] = ()) -> None:
+        """applying -> completed: every required result resource is ready; `steps` (from `step`)
+        are recorded before the verdict in the same statement. A cancel pending wins: the move is
+        refused (and its steps with it) and Aborted(CANCEL) raised, as a checkpoint would."""
+        self._move(Status.COMPLETED, phase="done", steps=steps)
 
     def fail(self, reason: str, message: str) -> None:
         """-> failed with a reason code and a message for the user."""
@@ -249,12 +258,7 @@ class TaskHandle:
     ) -> None:
         """One fenced statement: events ({kind, payload}, in order), an artifact patch and a
         phase, whichever are given."""
-        if patch is not None:
-            # Kept in memory too, so a cancel can itemize what was applied.
-            if "plannedResources" in patch:
-                self.planned = list(patch["plannedResources"])
-            if "appliedResources" in patch:
-                self.applied = list(patch["appliedResources"])
+        self._remember(patch)
         with self._leased():
             row = self.db.one(
                 "task_write_if_held",
@@ -269,6 +273,15 @@ class TaskHandle:
         if row is not None and self._notices is not None:
             self._notices.changed(row["workspace"], row["project_id"], self.task_id)
         self._confirmed(row)
+
+    def _remember(self, patch: dict | None) -> None:
+        """Keep the plan and the applied resources of a patch in memory too, so a cancel can
+        itemize what was applied."""
+        if patch is not None:
+            if "plannedResources" in patch:
+                self.planned = list(patch["plannedResources"])
+            if "appliedResources" in patch:
+                self.applied = list(patch["appliedResources"])
 
     def _confirmed(self, row: dict | None) -> None:
         """Act on what a fenced statement said about the lease: gone raises LeaseLost; a cancel
@@ -287,9 +300,12 @@ class TaskHandle:
         reason: str | None = None,
         message: str | None = None,
         phase: str | None = None,
+        steps: list[dict] = (),
+        artifacts: dict | None = None,
     ) -> None:
         if to is not Status.APPLYING:
             self.ending = to
+        self._remember(artifacts)
         move = Move(
             self.task_id,
             to,
@@ -300,6 +316,8 @@ class TaskHandle:
             message=message,
             phase=phase,
             actor="runner",
+            steps=tuple(self._scrub([{"kind": "step", "payload": p} for p in steps])),
+            artifacts=None if artifacts is None else self._scrub(artifacts),
         )
         with self._leased():
             moved = transition(self.db, move, abort=self._live_abort(), notices=self._notices)

@@ -62,6 +62,10 @@ class Move:
     message: str | None = None
     phase: str | None = None
     actor: str | None = None
+    #: A lease holder's timeline steps ({kind, payload}, scrubbed by its handle), recorded in
+    #: order before the verdict, and keys merged into the artifact summary, in the same statement.
+    steps: tuple[dict, ...] = ()
+    artifacts: dict | None = None
     #: The database clock, pinned by tests (None: now()).
     now: datetime | None = None
 
@@ -71,6 +75,8 @@ class Move:
             raise IllegalTransition("only a move to running claims a lease")
         if self.to in LEASED and self.claim is None and self.fence is None:
             raise IllegalTransition(f"a move to {self.to} is a lease holder's write")
+        if (self.steps or self.artifacts is not None) and self.fence is None:
+            raise IllegalTransition("only a lease holder's move records steps and artifacts")
 
     @property
     def sources(self) -> tuple[Status, ...]:
@@ -129,6 +135,9 @@ def statement_params(move: Move, *, notify: bool) -> dict:
         "message": move.message,
         "phase": move.phase,
         "actor": move.actor,
+        # JSON text, like the verdicts: no per-call adaptation of a Python list.
+        "steps": json.dumps(list(move.steps)) if move.steps else "[]",
+        "patch": move.artifacts,
         "claim_owner": claim.owner if claim else None,
         "claim_ttl_s": claim.ttl_s if claim else None,
         "now": move.now,

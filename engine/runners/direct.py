@@ -78,22 +78,24 @@ def with_endpoint(applied: dict, manifest: dict, namespace: str | None) -> dict:
 def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> None:
     """Render with `render_manifests(ctx)`, apply document by document, then wait for
     readiness. Each fenced write doubles as a checkpoint (a pending cancel raises Aborted from it),
-    so the "started" write before each apply is what stops a cancelled run before the cluster."""
-    handle.update_timeline("render", "started")
+    so the write that begins each apply is what stops a cancelled run before the cluster.
+
+    Rendering is in memory: its steps, the plan, the move to applying and the first apply's
+    start are one statement, before anything reaches the cluster."""
     manifests = render_manifests(ctx)
     refs = [ResourceRef.of(m) for m in manifests]
-    handle.update_timeline(
-        "render",
-        "done",
-        resources(len(manifests)),
+    steps = [handle.step("render", "started"), handle.step("render", "done", resources(len(refs)))]
+    if refs:
+        steps.append(handle.step("apply", "started", refs[0].label(), resource=refs[0].as_json()))
+    handle.set_state(
+        status=Status.APPLYING,
+        phase="apply",
+        steps=steps,
         artifacts={"plannedResources": [r.as_json() for r in refs], "appliedResources": []},
     )
-
-    handle.set_state(status=Status.APPLYING, phase="apply")
     if not manifests:
         verify(handle, ctx, manifests)
         return
-    handle.update_timeline("apply", "started", refs[0].label(), resource=refs[0].as_json())
     applied: list[dict] = []
     for i, (manifest, ref) in enumerate(zip(manifests, refs, strict=True)):
         try:
@@ -174,8 +176,7 @@ def verify(
             return
         handle.abort.sleep(ctx.readiness_poll_s)
         handle.checkpoint()  # the first poll follows the "started" write; later ones a sleep
-    handle.update_timeline("verify", "done", "all required resources ready")
-    handle.complete()
+    handle.complete(steps=[handle.step("verify", "done", "all required resources ready")])
 
 
 def _names_the_cluster(error: IntegrationError) -> bool:

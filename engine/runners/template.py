@@ -50,36 +50,30 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
     if values is None:
         return
 
-    handle.checkpoint()
     instance = ctx.result_identities.get(INSTANCE_NAME)
     # The runner never parks after this point, so "allocated in this run" is "allocated by this
     # task": the only identity whose partial resources failure cleanup may delete.
     fresh = instance is None
     if fresh:
         instance = template.allocate_instance_name()
-    handle.update_timeline(
-        "identity",
-        "done",
-        instance,
-        reused=not fresh,
-        artifacts={"resultIdentities": {**ctx.result_identities, INSTANCE_NAME: instance}}
-        if fresh
-        else None,
-    )
-
     manifests = template.render(instance=instance, namespace=ctx.target_namespace, values=values)
-    handle.update_timeline(
-        "render",
-        "done",
-        resources(len(manifests)),
+    # The identity, the plan, the move to applying and the apply's start: one statement (and a
+    # checkpoint: a pending cancel raises from it), before anything reaches the cluster.
+    identities = {"resultIdentities": {**ctx.result_identities, INSTANCE_NAME: instance}}
+    handle.set_state(
+        status=Status.APPLYING,
+        phase="apply",
+        steps=[
+            handle.step("identity", "done", instance, reused=not fresh),
+            handle.step("render", "done", resources(len(manifests))),
+            handle.step("apply", "started", f"{template.name} as {instance}"),
+        ],
         artifacts={
+            **(identities if fresh else {}),
             "plannedResources": [ResourceRef.of(m).as_json() for m in manifests],
             "appliedResources": [],
         },
     )
-
-    handle.set_state(status=Status.APPLYING, phase="apply")
-    handle.update_timeline("apply", "started", f"{template.name} as {instance}")
     try:
         applied = catalog.instantiate(manifests, cluster=ctx.cluster, abort=handle.abort)
     except InstantiationError as exc:

@@ -299,8 +299,11 @@ FROM changed c;
 -- %(from_statuses)s where every precondition asked holds, record the verdict event under
 -- %(move_key)s (a statement sent again after a lost connection finds its own move by it) and
 -- notify (unless %(notify)s is false: a runner's own move, which its process announces with its
--- runner notices), in one statement, returning the whole moved rows. No row back: not allowed
--- from here, or fenced off. Each optional precondition is NULL (or false) when not asked.
+-- runner notices), in one statement, returning the whole moved rows. A lease holder's move also
+-- records its timeline steps before the verdict (%(steps)s, '[]' for none) and merges
+-- %(patch)s into the artifact summary: what ends a run, or begins applying, is one statement.
+-- No row back: not allowed from here, or fenced off. Each optional precondition is NULL (or
+-- false) when not asked.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (
@@ -309,6 +312,9 @@ WITH clock AS (
         previous_status = t.status,
         status = %(to)s::task_status,
         phase = coalesce(%(phase)s::text, t.phase),
+        -- A lease holder's move may merge keys into the artifact summary (engine/core/handle.py).
+        artifact_summary = CASE WHEN %(patch)s::jsonb IS NULL THEN t.artifact_summary
+                                ELSE t.artifact_summary || %(patch)s::jsonb END,
         lease_epoch = CASE WHEN %(claim_owner)s::text IS NOT NULL
                            THEN t.lease_epoch + 1 ELSE t.lease_epoch END,
         lease_owner = CASE WHEN %(claim_owner)s::text IS NOT NULL THEN %(claim_owner)s::text
@@ -350,13 +356,21 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
+    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}; keyed "<move key>.<n>")
+    -- and then the verdict event, in that order: ORDER BY makes the sequence numbers follow it.
     INSERT INTO deploy_task_events (task_id, kind, payload, key)
-    SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
-        'from', m.previous_status, 'to', m.status,
-        'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
-        %(move_key)s::text
-    FROM moved m
+    SELECT m.id, e.kind, e.payload, e.key
+    FROM moved m CROSS JOIN LATERAL (
+        SELECT s.event ->> 'kind', s.event -> 'payload', %(move_key)s::text || '.' || s.n, s.n
+        FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(event, n)
+        UNION ALL
+        SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
+            'from', m.previous_status, 'to', m.status,
+            'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
+            'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
+            %(move_key)s::text, NULL
+    ) AS e(kind, payload, key, n)
+    ORDER BY m.id, e.n NULLS LAST
 )
 SELECT m.*, CASE WHEN %(notify)s::bool THEN
            notify_task_changed(m.workspace, m.project_id, m.id, status => m.status,
@@ -378,6 +392,9 @@ WITH clock AS (
         previous_status = t.status,
         status = %(to)s::task_status,
         phase = coalesce(%(phase)s::text, t.phase),
+        -- A lease holder's move may merge keys into the artifact summary (engine/core/handle.py).
+        artifact_summary = CASE WHEN %(patch)s::jsonb IS NULL THEN t.artifact_summary
+                                ELSE t.artifact_summary || %(patch)s::jsonb END,
         lease_epoch = CASE WHEN %(claim_owner)s::text IS NOT NULL
                            THEN t.lease_epoch + 1 ELSE t.lease_epoch END,
         lease_owner = CASE WHEN %(claim_owner)s::text IS NOT NULL THEN %(claim_owner)s::text
@@ -419,13 +436,21 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
+    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}; keyed "<move key>.<n>")
+    -- and then the verdict event, in that order: ORDER BY makes the sequence numbers follow it.
     INSERT INTO deploy_task_events (task_id, kind, payload, key)
-    SELECT m.id, 'status', jsonb_strip_nulls(jsonb_build_object(
-        'from', m.previous_status, 'to', m.status,
-        'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-        'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
-        %(move_key)s::text
-    FROM moved m
+    SELECT m.id, e.kind, e.payload, e.key
+    FROM moved m CROSS JOIN LATERAL (
+        SELECT s.event ->> 'kind', s.event -> 'payload', %(move_key)s::text || '.' || s.n, s.n
+        FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(event, n)
+        UNION ALL
+        SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
+            'from', m.previous_status, 'to', m.status,
+            'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
+            'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
+            %(move_key)s::text, NULL
+    ) AS e(kind, payload, key, n)
+    ORDER BY m.id, e.n NULLS LAST
 )
 SELECT m.id, m.workspace, m.project_id, m.status, m.previous_status, m.lease_epoch, m.lease_owner,
        m.cancel_requested_at, m.created_at, m.finished_at, CASE WHEN %(notify)s::bool THEN

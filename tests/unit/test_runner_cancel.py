@@ -51,14 +51,14 @@ class FakeHandle:
     def record_steps(self, steps, *, artifacts=None, phase=None):
         self._write("steps", [(s["step"], s["state"]) for s in steps])
 
-    def set_state(self, *, status=None, phase=None):
-        self._write("state", status, phase)
+    def set_state(self, *, status=None, phase=None, steps=(), artifacts=None):
+        self._write("state", status, phase, [(s["step"], s["state"]) for s in steps])
 
     def set_artifacts(self, **patch):
         self._write("artifacts", sorted(patch))
 
-    def complete(self):
-        self._write("complete")
+    def complete(self, steps=()):
+        self._write("complete", [(s["step"], s["state"]) for s in steps])
         self.outcome = "completed"
 
     def fail(self, reason, message):
@@ -138,9 +138,9 @@ def test_the_render_step_counts_its_resources_in_words(port, words):
     details = []
 
     class DetailHandle(FakeHandle):
-        def update_timeline(self, step, state, detail=None, **extra):
+        def step(self, step, state, detail=None, **extra):
             details.append((step, state, detail))
-            super().update_timeline(step, state, detail, **extra)
+            return super().step(step, state, detail, **extra)
 
     ctx = context(FakeCluster())
     ctx.source = {"kind": "image", "image": "nginx", "name": "web"}
