@@ -209,7 +209,7 @@ def create(project_id):
         body["projectId"] = project_id
     if not field_errors:
         try:
-            schemas.CreateTask().load(body)
+            schemas.CreateTask.shared().load(body)
         except ValidationError as exc:
             field_errors = flatten_errors(exc.messages)
     if field_errors:

@@ -25,7 +25,7 @@ def runtime() -> EngineRuntime:
 def load(schema: type, data) -> dict:
     """Validate `data` with `schema`; InvalidRequest naming every bad field."""
     try:
-        return schema().load(data)
+        return schema.shared().load(data)
     except ValidationError as exc:
         raise InvalidRequest("the request has invalid fields", fields=exc.messages)
 

@@ -27,7 +27,7 @@ class SourceField(fields.Field):
         known = KINDS.get(kind) if isinstance(kind, str) else None
         if known is None:
             raise ValidationError(f"kind must be one of: {', '.join(sorted(KINDS))}")
-        return known.schema().load(value)
+        return known.schema.shared().load(value)
 
 
 InputValues = fields.Dict(

@@ -4,6 +4,8 @@ import ast
 import re
 from pathlib import Path
 
+from psycopg import _queries as psycopg_queries
+
 from engine.core.status import ACTIVE, LEASED, TERMINAL, Status
 from engine.sql import queries
 
@@ -63,6 +65,26 @@ def test_every_named_query_is_written_in_a_sql_file():
     }
     assert "task_transition_moved" in headers  # the control
     assert sorted(set(queries) - headers) == []
+
+
+def test_every_query_is_short_enough_for_psycopg_to_cache_its_conversion():
+    """Longer text is re-parsed on every call (a twelfth of a deployment's server CPU once the
+    transition outgrew it, measured with py-spy). The text sent drops comments and indentation,
+    which is safe only while no string literal spans lines."""
+    limit = psycopg_queries.MAX_CACHED_STATEMENT_LENGTH
+    too_long = {n: len(t.encode()) for n, t in queries.items() if len(t.encode()) > limit}
+    assert too_long == {}
+    # The control: the transition as written (comments, indentation) is over the limit.
+    written = (ROOT / "engine/sql/deploy_tasks.sql").read_text()
+    block = written.split("-- task_transition_moved --", 1)[1].split("\n\n", 1)[0]
+    assert len(block.encode()) > limit
+    spanning = [
+        name
+        for name, text in queries.items()
+        for line in text.splitlines()
+        if not line.startswith("--") and line.count("'") % 2
+    ]
+    assert spanning == []
 
 
 def test_runners_and_integrations_import_no_storage():

@@ -2,13 +2,14 @@
 reads: the API's schemas, the chat tools' JSON Schema, the deploy panes, the runner lookup and
 the timeline's step count."""
 
+import gevent
 import jsonschema
 import pytest
 from marshmallow import ValidationError
 
 from blueprints import forms, presentation
 from blueprints.jsonschema import field_schema
-from blueprints.schemas import SourceField
+from blueprints.schemas import CreateTask, SourceField
 from engine.runners import ai, database, direct, runner_for, template
 from engine.runners.kinds import KINDS
 
@@ -76,3 +77,27 @@ def test_a_template_argument_is_accepted_exactly_where_the_document_says(value, 
     except ValidationError:
         loaded = False
     assert (valid, loaded) == (accepted, accepted)
+
+
+def test_one_shared_schema_serves_every_load_and_keeps_no_state_between_them():
+    """Requests share one schema instance (RequestSchema.shared): a refused load leaves nothing
+    behind for the next, and loads interleaved in greenlets each see only their own fields."""
+    shared = CreateTask.shared()
+    assert CreateTask.shared() is shared
+    good = {"projectId": "demo", "source": {"kind": "image", "image": "nginx", "name": "web"}}
+    with pytest.raises(ValidationError) as refused:
+        shared.load({"projectId": "Not A Name", "source": {"kind": "ftp"}, "extra": 1})
+    assert set(refused.value.messages) == {"projectId", "source", "extra"}
+    assert shared.load(good)["projectId"] == "demo"
+
+    def load(i):
+        body = {**good, "projectId": f"p{i}"}
+        if i % 2:
+            body["source"] = {"kind": "ftp"}
+        try:
+            return shared.load(body)["projectId"]
+        except ValidationError as exc:
+            return sorted(exc.messages)
+
+    results = [g.value for g in gevent.joinall([gevent.spawn(load, i) for i in range(20)])]
+    assert results == [f"p{i}" if i % 2 == 0 else ["source"] for i in range(20)]
