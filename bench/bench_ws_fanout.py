@@ -26,6 +26,7 @@ import re
 import select
 import sys
 import time
+import uuid
 from pathlib import Path
 
 
@@ -289,8 +290,10 @@ def main(
             worker = worker_pid(server.pid)
 
             # One task, parked blocked; this process holds its lease whenever it runs.
-            row = db.one(
+            task_id = uuid.uuid4()
+            inserted = db.one(
                 "task_insert",
+                id=task_id,
                 workspace="default",
                 project_id="bench",
                 created_by="bench",
@@ -300,8 +303,9 @@ def main(
                 sensitive_keys=[],
                 artifact_summary={},
                 retried_from_task_id=None,
+                rolled_back_from_task_id=None,
             )
-            task_id = row["id"]
+            assert inserted, "the bench task was not inserted"
             claim = Move(task_id, Status.RUNNING, claim=Claim("bench", 3600))
             epoch = transition(db, claim)[0]["lease_epoch"]
 

@@ -1,7 +1,8 @@
 """The database floor of a deployment: its own statements alone, as fast as they go.
 
-A deployment commits ten statements (BENCHMARKS.md names each and why it must exist): its insert,
-its claim, six fenced runner writes and two fenced status moves. Here they run with nothing else:
+A deployment commits six statements (BENCHMARKS.md names each and why it must exist): its insert,
+its claim, two fenced status moves that carry the run's steps around them (applying, completed)
+and one fenced write per resource applied. Here they run with nothing else:
 no HTTP, no request handling, no runner between them, no cluster. Whatever the service does
 besides its statements only adds CPU to a deployment, so the CPU-bound rate here (the machine's
 cores over the client's and the server's CPU per deployment) is the ceiling of end-to-end
@@ -100,11 +101,12 @@ def replay(db: Database, notices: RunnerNotices, script, clients: int, count: in
     left = [count]
 
     def deploy():
-        row = db.one("task_insert", **{**insert, "id": uuid4()})  # each replay its own task
+        task_id = uuid4()  # each replay its own task
+        assert db.one("task_insert", **{**insert, "id": task_id})
         for name, params in rest:
-            moved = db.all(name, **_as_task(params, row["id"]))
+            moved = db.all(name, **_as_task(params, task_id))
             assert moved, f"{name} wrote nothing: the replay is not the deployment"
-            notices.changed(row["workspace"], row["project_id"], row["id"])
+            notices.changed(insert["workspace"], insert["project_id"], task_id)
 
     def client():
         while left[0] > 0:

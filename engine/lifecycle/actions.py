@@ -220,7 +220,7 @@ def _create_task(
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
     refuse_short_secrets(memory, set(stripped), source=source, inputs=inputs)
     runner_name, _ = runner_for(persisted["kind"])
-    row = insert_task(
+    task_id = insert_task(
         runtime,
         identity,
         project_id=project_id,
@@ -232,7 +232,7 @@ def _create_task(
         retried_from_task_id=predecessor_task_id,
         rolled_back_from_task_id=None,
     )
-    if row is None:  # not ours: another clone of the predecessor is active (the one-clone rule)
+    if task_id is None:  # not ours: another clone of the predecessor is active (the one-clone rule)
         exc = RedeployAlreadyActive()
         winner = runtime.db.one(
             "task_get_successor", task_id=predecessor_task_id, workspace=identity.workspace
@@ -244,17 +244,17 @@ def _create_task(
     return claim_and_launch(
         runtime,
         identity,
-        row["id"],
+        task_id,
         from_status=Status.QUEUED,
         memory=memory,
         sensitive=stripped,
         kubeconfig=kubeconfig,
-    ) or get_task(runtime, identity, row["id"])
+    ) or get_task(runtime, identity, task_id)
 
 
-def insert_task(runtime: EngineRuntime, identity: Identity, **columns) -> dict | None:
+def insert_task(runtime: EngineRuntime, identity: Identity, **columns) -> UUID | None:
     """Insert a queued task of the caller's workspace (`columns`: task_insert's other values);
-    its row, or None when a one-active rule (one active clone of a predecessor, one active
+    its id, or None when a one-active rule (one active clone of a predecessor, one active
     rollback of an app) kept it out."""
     # The id is chosen here, so an insert sent again after a lost connection finds its own row
     # instead of making a second task. No notice of the insert of its own: the claim's (and the
@@ -270,7 +270,7 @@ def insert_task(runtime: EngineRuntime, identity: Identity, **columns) -> dict |
     )
     if row is None:  # this insert sent again after a lost connection: its first attempt's row?
         row = read_task(runtime.db, identity.workspace, task_id)
-    return row
+    return None if row is None else task_id
 
 
 def claim_and_launch(

@@ -41,7 +41,7 @@ def _rollback_task(
         raise NotRollbackable(snapshot=dto.snapshot(target))
     _refuse_while_active(runtime, identity, target)
     identities = dict(target["artifact_summary"].get("resultIdentities") or {})
-    row = insert_task(
+    new_id = insert_task(
         runtime,
         identity,
         project_id=target["project_id"],
@@ -53,7 +53,7 @@ def _rollback_task(
         retried_from_task_id=None,
         rolled_back_from_task_id=task_id,
     )
-    if row is None:  # lost the race to another rollback of the app (its one-active index)
+    if new_id is None:  # lost the race to another rollback of the app (its one-active index)
         _refuse_while_active(runtime, identity, target)
         raise AppDeployAlreadyActive()
     log.info(
@@ -61,19 +61,19 @@ def _rollback_task(
         target["app_key"],
         task_id,
         identity.user,
-        extra={"task_id": str(row["id"]), "workspace": identity.workspace},
+        extra={"task_id": str(new_id), "workspace": identity.workspace},
     )
     # No secret values: the runner parks blocked for every recorded sensitive input. None:
     # cancelled between insert and claim; report the truth.
     return claim_and_launch(
         runtime,
         identity,
-        row["id"],
+        new_id,
         from_status=Status.QUEUED,
         memory={},
         sensitive=[],
         kubeconfig=kubeconfig,
-    ) or get_task(runtime, identity, row["id"])
+    ) or get_task(runtime, identity, new_id)
 
 
 def _refuse_while_active(runtime: EngineRuntime, identity: Identity, target: dict) -> None:

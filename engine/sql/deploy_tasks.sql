@@ -55,8 +55,9 @@ WHERE workspace = %(workspace)s AND retried_from_task_id = %(task_id)s
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- task_insert --
--- Insert a queued task %(id)s with its 'created' event. It does not notify: the process that
--- inserts a task claims it next, and the claim's runner notice announces both
+-- Insert a queued task %(id)s with its 'created' event; its id back (the claim that follows
+-- reads the whole row). It does not notify: the process that inserts a task claims it next, and
+-- the claim's runner notice announces both
 -- (engine/core/notices.py). No row back: that id exists already (this insert sent again after a
 -- lost connection), or another clone of the predecessor is active (the one-clone index).
 WITH created AS (
@@ -76,7 +77,7 @@ WITH created AS (
                 ELSE jsonb_build_object('rolledBackFromTaskId', rolled_back_from_task_id) END
     FROM created
 )
-SELECT * FROM created;
+SELECT id FROM created;
 
 -- task_list_app_page --
 -- One page of an app's history, newest first, after the (created_at, id) cursor: every task of
@@ -356,12 +357,13 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
-    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}; keyed "<move key>.<n>")
-    -- and then the verdict event, in that order: ORDER BY makes the sequence numbers follow it.
+    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}) and then the verdict
+    -- event, in that order: ORDER BY makes the sequence numbers follow it. The steps need no key:
+    -- they are inserted only with a move, and the verdict's key keeps a move from being made twice.
     INSERT INTO deploy_task_events (task_id, kind, payload, key)
     SELECT m.id, e.kind, e.payload, e.key
     FROM moved m CROSS JOIN LATERAL (
-        SELECT s.event ->> 'kind', s.event -> 'payload', %(move_key)s::text || '.' || s.n, s.n
+        SELECT s.event ->> 'kind', s.event -> 'payload', NULL::text, s.n
         FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(event, n)
         UNION ALL
         SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
@@ -436,12 +438,13 @@ WITH clock AS (
            OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
     RETURNING t.*
 ), recorded AS (
-    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}; keyed "<move key>.<n>")
-    -- and then the verdict event, in that order: ORDER BY makes the sequence numbers follow it.
+    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}) and then the verdict
+    -- event, in that order: ORDER BY makes the sequence numbers follow it. The steps need no key:
+    -- they are inserted only with a move, and the verdict's key keeps a move from being made twice.
     INSERT INTO deploy_task_events (task_id, kind, payload, key)
     SELECT m.id, e.kind, e.payload, e.key
     FROM moved m CROSS JOIN LATERAL (
-        SELECT s.event ->> 'kind', s.event -> 'payload', %(move_key)s::text || '.' || s.n, s.n
+        SELECT s.event ->> 'kind', s.event -> 'payload', NULL::text, s.n
         FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(event, n)
         UNION ALL
         SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
