@@ -2,8 +2,11 @@
 
 import base64
 import json
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.trust import secrets
 
@@ -125,3 +128,56 @@ def test_a_short_word_that_begins_like_a_secret_is_ordinary_text():
     assert scrub("devbox", [key]) == "devbox"  # a step's name, not a cut secret
     assert scrub("step devbox-sign", [key]) == "step [redacted]"  # a longer cut piece: redacted
     assert scrub("cut at devb...", [key]) == "cut at [redacted]..."  # a marked cut: as before
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_one_search_for_a_needles_start_skips_only_texts_the_exact_checks_leave_alone(data):
+    """Needles.starts lets a text with no needle's start through untouched; the exact checks (a
+    pattern matching every text forces them) must agree on every text, cut pieces included."""
+    secret = data.draw(st.text(min_size=8, max_size=16), label="secret")
+    pieces = st.sampled_from([secret, secret[:4], secret[:5], secret[1:], "...", " ", "ab"])
+    text = "".join(data.draw(st.lists(pieces, max_size=6), label="pieces"))
+    needles = secrets._needles([secret])
+    exact = secrets.Needles(set(needles))
+    exact.starts = re.compile("")
+    assert secrets._scrub(text, needles) == secrets._scrub(text, exact)
+    # The control: had the search looked for longer starts, a 4-character cut piece before
+    # "..." would slip through.
+    if text == secret[:4] + "...":
+        assert secrets._scrub(text, needles) == secrets.REDACTED + "..."
+
+
+def test_a_cut_piece_as_short_as_the_shortest_start_is_still_found():
+    secret = "s3cr3t-value-123"
+    assert secrets.scrub(f"see {secret[:4]}...", [secret]) == f"see {secrets.REDACTED}..."
+
+
+def _stream_reference(needles, pieces):
+    """The stream scrubber's rule, character by character (as it was written first): the oracle
+    the skipping one must agree with."""
+    out, pending = [], ""
+    for piece in pieces:
+        text, i = pending + piece, 0
+        while i < len(text):
+            rest = len(text) - i
+            if any(len(n) > rest and n.startswith(text[i:]) for n in needles):
+                break
+            match = next((n for n in needles if text.startswith(n, i)), None)
+            out.append(secrets.REDACTED if match else text[i])
+            i += len(match) if match else 1
+        pending = text[i:]
+    return "".join(out) + (secrets._scrub(pending, needles) if pending else "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_stream_scrubber_skips_plain_text_and_still_agrees_with_the_per_character_rule(data):
+    values = data.draw(st.lists(st.text(min_size=8, max_size=12), min_size=1, max_size=3))
+    words = [v[:k] for v in values for k in (3, 4, 6, len(v))] + ["ab", " ", "...", "\n"]
+    text = "".join(data.draw(st.lists(st.sampled_from(words), max_size=12)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=4)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    scrubber = secrets.StreamScrubber(values)
+    streamed = "".join(scrubber.feed(p) for p in pieces) + scrubber.flush()
+    assert streamed == _stream_reference(secrets._needles(values), pieces)
