@@ -106,6 +106,45 @@ def test_stale_epoch_writes_are_no_ops(runtime, insert_task, sql_conn):
     )
 
 
+def test_a_lease_holders_move_records_its_steps_before_its_verdict_and_merges_its_artifacts(
+    runtime, insert_task, sql_conn
+):
+    row = insert_task(status="running", lease_owner="me", lease_epoch=7)
+    steps = ({"kind": "step", "payload": {"step": "render", "state": "done"}},)
+    with pytest.raises(IllegalTransition):  # only a fenced move carries a runner's steps
+        Move(row["id"], Status.FAILED, steps=steps)
+    with pytest.raises(IllegalTransition):
+        Move(row["id"], Status.FAILED, artifacts={"plannedResources": []})
+
+    def events():
+        return [
+            (r["kind"], r["payload"].get("step") or r["payload"].get("to"), r["key"] is None)
+            for r in sql_conn.execute(
+                "SELECT kind, payload, key FROM deploy_task_events WHERE task_id = %s ORDER BY seq",
+                (row["id"],),
+            )
+        ]
+
+    planned = {"plannedResources": [{"kind": "Deployment", "name": "web"}]}
+    stale = Move(row["id"], Status.APPLYING, fence=Fence(6, "me"), steps=steps, artifacts=planned)
+    assert transition(runtime.db, stale) == []
+    assert events() == []  # the control: fenced off, the steps are not written either
+    held = Move(
+        row["id"], Status.APPLYING, fence=Fence(7, "me"), steps=steps * 2, artifacts=planned
+    )
+    assert transition(runtime.db, held)
+    # The steps first, in order and keyless (the verdict's key is the move's), then the verdict.
+    assert events() == [
+        ("step", "render", True),
+        ("step", "render", True),
+        ("status", "applying", False),
+    ]
+    summary = sql_conn.execute(
+        "SELECT artifact_summary FROM deploy_tasks WHERE id = %s", (row["id"],)
+    ).fetchone()["artifact_summary"]
+    assert summary["plannedResources"] == planned["plannedResources"]
+
+
 def test_python_and_postgres_enums_agree(sql_conn):
     labels = [
         r["enumlabel"]
