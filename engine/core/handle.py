@@ -148,11 +148,11 @@ class TaskHandle:
         steps: list[dict] = (),
         artifacts: dict | None = None,
     ) -> None:
-        """Move running -> applying (a guarded transition) and/or set the phase; with `steps`
-        (from `step`) and `artifacts`, recorded in the same statement."""
+        """Move running -> applying (a guarded transition), or without a status set the phase;
+        `steps` (from `step`) and `artifacts` are recorded in the same statement either way."""
         if status is not None:
             self._move(status, phase=phase, steps=steps, artifacts=artifacts)
-        elif phase is not None or steps or artifacts is not None:
+        else:
             self.record_steps(list(steps), artifacts=artifacts, phase=phase)
 
     def set_artifacts(self, **patch) -> None:

@@ -57,9 +57,14 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
     if fresh:
         instance = template.allocate_instance_name()
     manifests = template.render(instance=instance, namespace=ctx.target_namespace, values=values)
+    artifacts = {
+        "plannedResources": [ResourceRef.of(m).as_json() for m in manifests],
+        "appliedResources": [],
+    }
+    if fresh:
+        artifacts["resultIdentities"] = {**ctx.result_identities, INSTANCE_NAME: instance}
     # The identity, the plan, the move to applying and the apply's start: one statement (and a
     # checkpoint: a pending cancel raises from it), before anything reaches the cluster.
-    identities = {"resultIdentities": {**ctx.result_identities, INSTANCE_NAME: instance}}
     handle.set_state(
         status=Status.APPLYING,
         phase="apply",
@@ -68,11 +73,7 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
             handle.step("render", "done", resources(len(manifests))),
             handle.step("apply", "started", f"{template.name} as {instance}"),
         ],
-        artifacts={
-            **(identities if fresh else {}),
-            "plannedResources": [ResourceRef.of(m).as_json() for m in manifests],
-            "appliedResources": [],
-        },
+        artifacts=artifacts,
     )
     try:
         applied = catalog.instantiate(manifests, cluster=ctx.cluster, abort=handle.abort)

@@ -175,11 +175,12 @@ class RequestSchema(Schema):
     checks the base class)."""
 
     @classmethod
+    @functools.cache
     def shared(cls) -> "RequestSchema":
         """This schema's one instance. Building one deep-copies every declared field (a create
         built two: 2.5% of the server's CPU under load, py-spy); a marshmallow 4 schema keeps no
         state between loads (each load collects its own errors), so one serves every request."""
-        return _shared(cls)
+        return cls()
 
     @pre_load
     def _storable_text(self, data, **kwargs):
@@ -190,8 +191,3 @@ class RequestSchema(Schema):
                 _merge(messages, _nest(path, reason))
             raise ValidationError(messages)
         return data
-
-
-@functools.cache
-def _shared(schema: type[RequestSchema]) -> RequestSchema:
-    return schema()
