@@ -235,6 +235,8 @@ def test_the_dock_shows_the_newest_first_whatever_the_titles(server, open_page, 
         )
 
     ui = open_page(srv, "order")
+    for task_id in created.values():  # the dock is drawn after the page opens
+        ui.chip(task_id).wait_for()
     assert dock() == [created["app-3"], created["app-10"], created["app-2"]]
     # A task created while the page is open goes first too (the live insert keeps the order).
     created["app-11"] = api(srv).create("order", image("app-11"))["id"]
