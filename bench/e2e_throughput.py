@@ -4,7 +4,7 @@ The real measurement (a quiet machine: nothing else running, no test suite besid
 
     .venv/bin/python -m bench.e2e_throughput          # or `make bench`, which records it
 
-Defaults: 3 rounds; in each, every system (order rotated per round) at 4 and 16 closed-loop HTTP
+Defaults: 6 rounds; in each, every system (order rotated per round) at 4 and 16 closed-loop HTTP
 clients for 20 s each; then ours alone, 16 clients for 60 s, backpressure on and off. Knobs (for
 a smoke run only; the recorded numbers use the defaults): BENCH_E2E_ROUNDS, BENCH_E2E_SECONDS,
 BENCH_E2E_CLIENTS (e.g. "2" or "4,16"), BENCH_E2E_OVERLOAD_SECONDS, BENCH_E2E_WINDOW_SECONDS,
@@ -28,8 +28,9 @@ Per run: sustained deployments/s from the first create to the last completion (t
 clock: created_at to finished_at of the run's rows); create p50/p99 (the client's, accepted
 creates only); create -> completed p50/p99; CPU per deployment of the system's processes (web
 and queue workers; Redis apart) and of PostgreSQL (postmaster, backends and reaped children),
-from the first create until the last deployment completed. Completion is seen by polling one
-count every 0.2 s. Medians of the rounds.
+from the first create until the last deployment completed, each run after a CHECKPOINT (what
+the run before left dirty is not this run's). Completion is seen by polling one count every
+0.2 s. Medians of the rounds, and each round's own ours / peer ratios beside them.
 
 Overload: ours, 16 clients for 60 s with backpressure on (MAX_RUNS_PER_PROCESS, the default) and
 off; create -> completed p99 of the deployments created in the first and in the last 10 s.
@@ -68,7 +69,9 @@ from tests.helpers import IMAGE_SOURCE, ServerProcess, free_port  # noqa: E402
 
 #: This benchmark's own server: it loads pg_stat_statements, which the shared one does not.
 PG_DIR = Path(os.environ.get("BENCH_THROUGHPUT_PG_DIR", f"{BENCH_PG_DIR}-throughput"))
-ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "3"))
+#: A multiple of the systems' count: each order of the rotation as often as the others (the
+#: order within a round may matter: BENCHMARKS.md, "Six statements a deployment").
+ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "6"))
 SECONDS = float(os.environ.get("BENCH_E2E_SECONDS", "20"))
 CLIENTS = tuple(int(c) for c in os.environ.get("BENCH_E2E_CLIENTS", "4,16").split(","))
 OVERLOAD_S = float(os.environ.get("BENCH_E2E_OVERLOAD_SECONDS", "60"))
@@ -385,6 +388,10 @@ def one_run(system: System, run: Running, admin: str, clients: int, seconds: flo
     project = f"r-{uuid.uuid4().hex[:8]}"
     procs = run.processes()
     redis = redis_process() if system.name == "celery" else None
+    # The server's own processes (checkpointer, WAL writer) count as PostgreSQL's CPU: whatever
+    # the run before left dirty is written now, not charged to this run's system.
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
     cpu0, pg0 = cpu_seconds(procs), postgres_cpu_seconds(admin)
     redis0 = cpu_seconds([redis]) if redis else 0.0
     create_ms, refused = load(run.base, system.create_path, clients, seconds, project)
@@ -493,6 +500,39 @@ def by_system(runs: list[RunResult]) -> dict[tuple[int, str], dict[str, float]]:
     return table
 
 
+def paired_ratios(rounds: list[list[RunResult]]) -> dict[tuple[int, str], list[tuple]]:
+    """Per (clients, peer), each round's ours / peer (rate, CPU): the two ran minutes apart in the
+    same round, so a drift of the machine's speed over the run (a quarter, seen here) moves
+    both, where the medians of the rounds may pair our fast round with a peer's slow one."""
+    out: dict[tuple[int, str], list[tuple]] = {}
+    for mine in rounds:
+        by = {(r.clients, r.system): r for r in mine}
+        for (clients, name), r in by.items():
+            ours = by.get((clients, "ours"))
+            if name != "ours" and ours:
+                out.setdefault((clients, name), []).append(
+                    (ours.rate / r.rate, ours.cpu_ms / r.cpu_ms)
+                )
+    return out
+
+
+def paired_markdown(paired: dict[tuple[int, str], list[tuple]]) -> str:
+    lines = [
+        "Each round's own ratio (ours / peer, the same round), and their median\n",
+        "| clients | peer | rate, per round | rate, median | CPU, per round | CPU, median |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (clients, name), ratios in paired.items():
+        rates = [r for r, _ in ratios]
+        cpus = [c for _, c in ratios]
+        lines.append(
+            f"| {clients} | {name} | {', '.join(f'{r:.2f}' for r in rates)} "
+            f"| {median(rates):.2f}x | {', '.join(f'{c:.2f}' for c in cpus)} "
+            f"| {median(cpus):.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def label(name: str, versions: dict[str, str]) -> str:
     if name == "ours":
         return "ours"
@@ -533,11 +573,12 @@ def main(rounds: int = ROUNDS) -> Result:
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     admin, _ = admin_url()
     versions = peers.versions() if set(SYSTEMS) - {"ours"} else {}
-    runs: list[RunResult] = []
+    per_round: list[list[RunResult]] = []
     for i in range(rounds):
         order = list(SYSTEMS[i % len(SYSTEMS) :] + SYSTEMS[: i % len(SYSTEMS)])
         print(f"round {i + 1} of {rounds}: {', '.join(order)}", file=sys.stderr, flush=True)
-        runs += measure_round(admin, order, log_dir)
+        per_round.append(measure_round(admin, order, log_dir))
+    runs = [r for mine in per_round for r in mine]
     overload = measure_overload(admin, log_dir) if "ours" in SYSTEMS and OVERLOAD_S else {}
     # The systems' logs and data directories stay behind only when the run fails.
     shutil.rmtree(log_dir, ignore_errors=True)
@@ -610,6 +651,9 @@ def main(rounds: int = ROUNDS) -> Result:
         f"after {load_after}"
     )
     extra = [table_markdown(table, versions)]
+    paired = paired_ratios(per_round)
+    if paired:
+        extra.append(paired_markdown(paired))
     if overload_lines:
         extra.append(
             f"Overload, ours alone: {OVERLOAD_CLIENTS} clients for {OVERLOAD_S:g} s, a refused "
