@@ -150,7 +150,9 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
         f"#ph-{task['id']}[data-version='{version}'] [data-drag]", state="visible"
     )
     # Drag the placeholder: its placement is saved (PATCH .../canvas) and never touches status.
-    grip = node.locator("[data-drag]").bounding_box()
+    # A frame of the same version may still replace the placeholder (the page keeps the newest
+    # copy of a version, not the first); the box of a node replaced as it was read is None.
+    grip = wait_for(lambda: node.locator("[data-drag]").bounding_box(), 15, message="grip box")
     ui.page.mouse.move(grip["x"] + 4, grip["y"] + 4)
     ui.page.mouse.down()
     ui.page.mouse.move(grip["x"] + 164, grip["y"] + 94, steps=8)
