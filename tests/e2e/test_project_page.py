@@ -5,11 +5,13 @@ two browsers on one project. Each test saves screenshots of the states it passes
 import os
 import re
 import signal
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import NARROW, image, open_pane
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -138,10 +140,6 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
     ui.wait_chip(task["id"], "applying")
     # Let the run settle in its last phase (never ready: it waits in verify), so no update
     # re-renders the placeholder under the pointer.
-    from datetime import datetime
-
-    from tests.helpers import wait_for
-
     settled = wait_for(
         lambda: (s := api(srv).get(task["id"]))["phase"] == "verify" and s, 15, message="verify"
     )
@@ -150,8 +148,8 @@ def test_cancel_from_the_placeholder_menu_and_placement_is_saved(server, open_pa
         f"#ph-{task['id']}[data-version='{version}'] [data-drag]", state="visible"
     )
     # Drag the placeholder: its placement is saved (PATCH .../canvas) and never touches status.
-    # A frame of the same version may still replace the placeholder (the page keeps the newest
-    # copy of a version, not the first); the box of a node replaced as it was read is None.
+    # The placeholder may still be drawn again (the stream's bootstrap redraws every one, and a
+    # frame of the same version replaces it): a box read as the node is replaced is None.
     grip = wait_for(lambda: node.locator("[data-drag]").bounding_box(), 15, message="grip box")
     ui.page.mouse.move(grip["x"] + 4, grip["y"] + 4)
     ui.page.mouse.down()
