@@ -86,10 +86,13 @@ def project_page_stream(project_id):
             else:
                 changes = update.value
             parts = store_fragments(store, changes) if changes else []
-            if isinstance(update, Idle) and not parts:
+            if parts:
+                # One message for the whole change: the page applies a bootstrap's reset and
+                # the chips it re-inserts in one batch, so the dock never shows empty and the
+                # keyboard focus is handed from a replaced chip to its copy at once.
+                yield sse_html("".join(parts))
+            elif isinstance(update, Idle):
                 yield KEEPALIVE
-            for part in parts:
-                yield sse_html(part)
 
     return sse_response(frames(), follow)
 

@@ -7,8 +7,8 @@ export function connectProjectStream() {
   var main = document.querySelector("[data-stream]");
   if (!main) return;
   var source = new EventSource(main.dataset.stream);
-  // Frames that arrive together (a bootstrap is one per task) are applied as one batch: one
-  // parse, one pass of counts and clocks, instead of one per frame.
+  // One message a change (a whole bootstrap is one). Messages that arrive together are applied
+  // as one batch: one parse, one pass of counts and clocks, instead of one per message.
   var pending = [];
   source.onmessage = function (evt) {
     if (!pending.length) setTimeout(function () {

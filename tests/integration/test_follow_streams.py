@@ -131,6 +131,19 @@ def test_every_stream_keeps_alive_at_the_one_setting(make_app, stream, serve, in
         ws.close()
 
 
+def test_the_page_streams_bootstrap_is_one_message(make_app, stream, insert_task):
+    """The page applies one message at once: a bootstrap's reset, every chip it re-inserts and
+    the cards in one, so the dock never shows empty and a focused chip hands its focus on to its
+    copy in the same step (the focus hand-over of static/js/focus.js)."""
+    tasks = [insert_task(status="failed", project_id="demo") for _ in range(3)]
+    app = make_app()
+    page = stream(app, "/projects/demo/stream")
+    bootstrap = page.until(lambda block: "data-reset" in block)[-1]
+    for task in tasks:
+        assert f'id="chip-{task["id"]}"' in bootstrap
+    assert 'id="cards"' in bootstrap
+
+
 def test_the_page_stream_survives_a_failed_re_read(make_app, stream, insert_task, sql_conn):
     """Like the board's JSON stream: a keepalive while it cannot read, then a fresh snapshot."""
     app = make_app()
