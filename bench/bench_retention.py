@@ -22,20 +22,22 @@ Run: .venv/bin/python -m bench.bench_retention [finished_rows]
 Targets: every reaper sweep <= 20 ms; purge >= 10,000 tasks/s with 20 events each.
 """
 
+from bench.common import (  # noqa: I001  (patches first: psycopg must see gevent's select)
+    Result,
+    fresh_database,
+    machine,
+    median,
+    percentile,
+    server_version,
+    sized,
+)
+
 import sys  # noqa: E402
 import time  # noqa: E402
 
 import gevent  # noqa: E402
 import psycopg  # noqa: E402
 
-from bench.common import (
-    Result,
-    fresh_database,
-    machine,
-    median,  # noqa: I001 (patches first)
-    percentile,
-    server_version,
-)
 from engine.cleanup.worker import CleanupWorker  # noqa: E402
 from engine.core.reaper import Reaper  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
@@ -44,16 +46,16 @@ from engine.operations.config import Settings  # noqa: E402
 from engine.sql import queries  # noqa: E402
 
 FINISHED = 1_000_000
-ACTIVE = 1_000
-EXPIRED = 36_000
-DEVBOX_MIX = 9_000
-BASELINE = 6_000
-PAUSE = 200
+ACTIVE = sized(1_000, 20)
+EXPIRED = sized(36_000, 900)
+DEVBOX_MIX = sized(9_000, 300)
+BASELINE = sized(6_000, 300)
+PAUSE = sized(200, 10)
 EVENTS_PER_TASK = 20
 #: Share of finished tasks with a devbox (prompt and GitHub sources run in one).
 DEVBOX_PCT = 30
-SWEEPS_WITH_BACKLOG = 30
-STEADY_SWEEPS = 200
+SWEEPS_WITH_BACKLOG = sized(30, 2)
+STEADY_SWEEPS = sized(200, 5)
 SWEEP_TARGET_MS = 20.0
 PURGE_TARGET = 10_000.0
 
@@ -229,7 +231,12 @@ def explained(url: str, name: str, **params) -> tuple[float, int]:
 
 def enqueue_costs(url: str, settings: Settings) -> dict[str, tuple[float, int]]:
     """The reaper's two cleanup sweeps, as the reaper calls them."""
-    from engine.cleanup.jobs import DEVBOX_PAUSE_BATCH, DEVBOX_PAUSE_GRACE_S, PURGE_KICK
+    from engine.cleanup.jobs import (
+        DEVBOX_PAUSE_BATCH,
+        DEVBOX_PAUSE_GRACE_S,
+        FAILED_JOB_COOLDOWN_S,
+        PURGE_KICK,
+    )
 
     return {
         "pause devboxes": explained(
@@ -238,6 +245,7 @@ def enqueue_costs(url: str, settings: Settings) -> dict[str, tuple[float, int]]:
             now=None,
             limit=DEVBOX_PAUSE_BATCH,
             grace_s=DEVBOX_PAUSE_GRACE_S,
+            cooldown_s=FAILED_JOB_COOLDOWN_S,
         ),
         "purge": explained(
             url,
@@ -245,6 +253,7 @@ def enqueue_costs(url: str, settings: Settings) -> dict[str, tuple[float, int]]:
             now=None,
             retention_s=settings.retention_days * 86400,
             limit=min(PURGE_KICK, settings.purge_batch),
+            cooldown_s=FAILED_JOB_COOLDOWN_S,
         ),
     }
 

@@ -23,6 +23,16 @@ from engine.db import Database  # noqa: E402
 from engine.operations.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
 from engine.operations.migrations import upgrade as migrate  # noqa: E402
 
+#: BENCH_SMOKE=1: every benchmark at a few rows and requests, so that a test can run each one
+#: (tests/integration/test_benchmarks_run.py) and none rots unnoticed; such numbers mean nothing.
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"
+
+
+def sized(full: int, smoke: int) -> int:
+    """A benchmark's size: `full`, or `smoke` under BENCH_SMOKE."""
+    return smoke if SMOKE else full
+
+
 #: The benchmarks' own server: never the developers' instance/ nor the test server.
 BENCH_PG_DIR = Path(os.environ.get("BENCH_PG_DIR", "/tmp/deploy-engine-bench-pg"))
 _HEADER = re.compile(r"^-- ([a-z0-9_]+) --$", re.MULTILINE)

@@ -11,7 +11,7 @@ creates: GET /api/v1/tasks/<id> (one indexed read).
 Targets: create p50 <= 3 ms and p99 <= 10 ms.
 """
 
-from bench.common import Result, fresh_database, median, percentile  # noqa: I001  (patches first)
+from bench.common import Result, fresh_database, median, percentile, sized  # noqa: I001
 
 import time  # noqa: E402
 
@@ -20,11 +20,11 @@ from gevent.event import Event  # noqa: E402
 from engine.integrations import Integrations  # noqa: E402
 from tests.fakes import FakeCluster  # noqa: E402
 
-RUNS = 5
-REQUESTS = 300
-WARMUP = 50
+RUNS = sized(5, 1)
+REQUESTS = sized(300, 20)
+WARMUP = sized(50, 5)
 #: Creates per run counted for statements and CPU (no reads in between).
-COUNTED = 100
+COUNTED = sized(100, 10)
 TARGET_P50_MS = 3.0
 TARGET_P99_MS = 10.0
 SOURCE = {"kind": "image", "image": "nginx:1.27", "name": "web", "port": 80}

@@ -18,19 +18,19 @@ Client CPU per call is measured with process_time (this process only), so the re
 call is server work, the commit's WAL flush and scheduling.
 """
 
-from bench.common import fresh_database, median, run_sql  # noqa: I001  (patches first)
+from bench.common import fresh_database, median, run_sql, sized  # noqa: I001  (patches first)
 
 import time  # noqa: E402
 
 import gevent  # noqa: E402
 
-from engine.db import Database, _adapt  # noqa: E402
+from engine.db import Database, _adapt, write_key  # noqa: E402
 from engine.sql import queries  # noqa: E402
 from bench.transitions import OWNER, fail_as_runner, runner_fails  # noqa: E402
 from engine.core.transitions import statement_params  # noqa: E402
 
-ROWS = 1200
-BLOCK = 50
+ROWS = sized(1200, 40)
+BLOCK = sized(50, 20)
 PLAIN = "UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s"
 PLAIN_NOTIFY = """WITH moved AS (
     UPDATE deploy_tasks SET status = %(to)s::task_status WHERE id = %(task_id)s
@@ -68,7 +68,7 @@ def variants(db: Database) -> dict:
 
     def cte_params(task_id):
         # Passed as the engine passes them (engine/core/transitions.py): array literals.
-        return statement_params(runner_fails(task_id), notify=True)
+        return statement_params(runner_fails(task_id), notify=True, move_key=write_key())
 
     found = {
         "plain": lambda i: raw(PLAIN, {"task_id": i, "to": "failed"}),

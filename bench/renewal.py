@@ -10,7 +10,7 @@ row and no index entries).
 Target: one tick <= 250 ms.
 """
 
-from bench.common import Result, fresh_database, median, run_sql  # noqa: I001  (patches first)
+from bench.common import Result, fresh_database, median, run_sql, sized  # noqa: I001
 
 import re  # noqa: E402
 import time  # noqa: E402
@@ -21,8 +21,8 @@ from engine.core import leases  # noqa: E402
 from engine.db import Database  # noqa: E402
 from engine.sql import queries  # noqa: E402
 
-HELD = 10_000
-RUNS = 7
+HELD = sized(10_000, 50)
+RUNS = sized(7, 1)
 TARGET_MS = 250.0
 OWNER = "bench-owner"
 LEASE_TTL_S = 60.0

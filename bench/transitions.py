@@ -18,7 +18,7 @@ of 100 rows. A LISTEN connection drains the channel throughout, as every engine 
 Target: transitions/s >= 0.7x plain UPDATEs/s, measured in the same run.
 """
 
-from bench.common import Result, fresh_database, median, run_sql  # noqa: I001  (patches first)
+from bench.common import Result, fresh_database, median, run_sql, sized  # noqa: I001
 
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -31,10 +31,10 @@ from engine.core.notices import RunnerNotices  # noqa: E402
 from engine.core.status import Status  # noqa: E402
 from engine.core.transitions import Fence, Move, transition  # noqa: E402
 
-ROWS = 2000
+ROWS = sized(2000, 40)
 #: Rows per alternation between the two.
-BLOCK = 100
-RUNS = 5
+BLOCK = sized(100, 20)
+RUNS = sized(5, 1)
 CONCURRENCY = (1, 8)
 TARGET_RATIO = 0.7
 OWNER = "bench-owner"

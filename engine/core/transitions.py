@@ -103,12 +103,10 @@ def transition(
     (engine/core/notices.py) announce the moved rows with their next tick.
     """
     move_key = write_key()
-    params = statement_params(move, notify=notices is None)
     moved = db.all(
         "task_transition" if whole_rows else "task_transition_moved",
         abort=abort,
-        move_key=move_key,
-        **params,
+        **statement_params(move, notify=notices is None, move_key=move_key),
     )
     ids = [move.task_ids] if isinstance(move.task_ids, (UUID, str)) else move.task_ids
     if len(moved) < len(ids):  # a statement sent again: had its first attempt moved them?
@@ -121,8 +119,9 @@ def transition(
     return moved
 
 
-def statement_params(move: Move, *, notify: bool) -> dict:
-    """The parameters of task_transition(_moved) for `move` (a benchmark sends them raw)."""
+def statement_params(move: Move, *, notify: bool, move_key: str) -> dict:
+    """The parameters of task_transition(_moved) for `move`, recorded under `move_key` (a
+    benchmark sends them raw)."""
     sources, _, verdicts_json = _verdicts(move.to, move.sources)
     ids = [move.task_ids] if isinstance(move.task_ids, (UUID, str)) else move.task_ids
     claim, fence = move.claim, move.fence
@@ -150,6 +149,7 @@ def statement_params(move: Move, *, notify: bool) -> dict:
         "claimed_older_than_s": move.claimed_older_than_s,
         "created_older_than_s": move.created_older_than_s,
         "notify": notify,
+        "move_key": move_key,
     }
 
 
