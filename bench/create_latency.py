@@ -11,7 +11,13 @@ creates: GET /api/v1/tasks/<id> (one indexed read).
 Targets: create p50 <= 3 ms and p99 <= 10 ms.
 """
 
-from bench.common import Result, fresh_database, median, percentile, sized  # noqa: I001
+from bench.common import (  # noqa: I001  (patches first)
+    Result,
+    fresh_database,
+    median,
+    percentile,
+    sized,
+)
 
 import time  # noqa: E402
 

@@ -18,7 +18,13 @@ of 100 rows. A LISTEN connection drains the channel throughout, as every engine 
 Target: transitions/s >= 0.7x plain UPDATEs/s, measured in the same run.
 """
 
-from bench.common import Result, fresh_database, median, run_sql, sized  # noqa: I001
+from bench.common import (  # noqa: I001  (patches first)
+    Result,
+    fresh_database,
+    median,
+    run_sql,
+    sized,
+)
 
 import sys  # noqa: E402
 import time  # noqa: E402
