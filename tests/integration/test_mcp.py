@@ -178,7 +178,10 @@ def test_batches_only_in_a_2025_03_26_session(client):
     assert refused.get_json()["error"]["code"] == -32600
 
 
-def test_the_stateless_revision_checks_its_envelope_and_serves_tasks(client):
+def test_the_stateless_revision_checks_its_envelope_and_serves_tasks(client, cluster):
+    # Never ready: the run waits in verify until the cancel reaches it (a run that completed
+    # before the cancel would never say cancelled).
+    cluster.ready_after_polls = "never"
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {
