@@ -149,6 +149,8 @@ def test_a_prompt_deploy_shows_the_models_streamed_text_in_the_log(server, open_
         t.strip() for t in ui.page.locator(f"#tl-steps-{task_id} .step .elapsed").all_inner_texts()
     )
     assert "step" in ui.page.inner_text(f"#tl-head-{task_id} [data-progress]")
+    # The header comes on the timeline's own stream: it may say completed after the chip does.
+    ui.page.wait_for_selector(f"#tl-head-{task_id}[data-status=completed]")
     assert "took" in ui.page.inner_text(f"#tl-head-{task_id} .tl-meta")
     # The log followed the run to its end (nobody scrolled up): the pane is scrolled down.
     assert ui.page.evaluate(
