@@ -49,7 +49,10 @@ export function rememberFocus(container) {
 export function restoreFocus() {
   if (!lostFocus) return;
   var active = document.activeElement;
-  if (active && active !== document.body) { lostFocus = null; return; }
+  // A disabled control still holds the focus until the browser's next rendering update drops
+  // it (an action's own button, while its request runs): that focus is as good as lost, and
+  // no later update would hand it on.
+  if (active && active !== document.body && !active.disabled) { lostFocus = null; return; }
   var holder = byId(lostFocus.holder);
   if (!holder) return;  // not back yet
   var target = lostFocus.sel ? holder.querySelector(lostFocus.sel) : holder;

@@ -198,6 +198,38 @@ def test_a_skip_link_leads_to_the_dock_and_focus_follows_deploy_and_cancel(
     ui.assert_no_errors()
 
 
+def test_focus_leaves_a_cancel_disabled_by_its_request_even_when_an_update_comes_first(
+    server, open_page, api
+):
+    # A control disabled by its own request keeps the focus until the browser's next rendering
+    # update drops it. An update applied before that drop must still hand the focus on: here one
+    # is applied in the same task as the click, the order a busy page met now and then.
+    srv = server()
+    task = api(srv).create("shop", image("web", marker="sandbox-never-ready"))
+    ui = open_page(srv, "shop")
+    ui.wait_chip(task["id"], "applying")
+    ui.open_timeline(task["id"])
+    page = ui.page
+    held = page.evaluate(
+        """async (id) => {
+        const cancel = document.querySelector('#tl-head-' + id + ' [data-action=cancel]');
+        cancel.focus();
+        cancel.click();  // the request starts: the button is disabled, focused still
+        const { applyFragments } = await import('/static/js/fragments.js');
+        const stillHeld = document.activeElement === cancel && cancel.disabled;
+        applyFragments('');  // an update of nothing, before any rendering update
+        return stillHeld;
+    }""",
+        task["id"],
+    )
+    assert held  # the order this test is about did happen
+    page.wait_for_selector(f"#tl-head-{task['id']}[data-status=cancelled]")
+    page.wait_for_function(
+        "document.querySelector('#timeline-pane').contains(document.activeElement)"
+    )
+    ui.assert_no_errors()
+
+
 def test_the_timeline_header_and_its_cancel_stay_in_view_while_the_log_follows(
     server, open_page, api
 ):
