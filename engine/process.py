@@ -295,6 +295,7 @@ class EngineRuntime:
         if reason == CANCEL:
             handle.acknowledge_cancel()
         elif reason == SHUTDOWN:
+            handle.flush()  # what the run held is true: recorded before the run gives up
             self._resolve_interrupted(handle, "server shutting down")
         # LEASE_LOST: someone else already decided the task; a zombie writes nothing.
 

@@ -77,6 +77,10 @@ class TaskHandle:
         self.applied: list[dict] = []
         #: Whether this run recorded a local process group: only then has its end any to release.
         self.started_local_process = False
+        #: What `hold` keeps for this run's next write: timeline steps, an artifact patch, a phase.
+        self._held_steps: list[dict] = []
+        self._held_patch: dict | None = None
+        self._held_phase: str | None = None
 
     def add_secret_values(self, values) -> None:
         """Scrub these values too from everything this run writes (e.g. inputs a template
@@ -97,8 +101,12 @@ class TaskHandle:
         """Stop here if the run was aborted or a cancel is pending (raises Aborted).
 
         Needed only where no fenced write came just before: every write answers the same
-        question under the row lock (see `_confirmed`)."""
+        question under the row lock (see `_confirmed`), so with something held the checkpoint is
+        the write that records it."""
         self.abort.raise_if_aborted()
+        if self._holds():
+            self.flush()
+            return
         with self._leased():
             row = self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
         self._confirmed(row)
@@ -140,6 +148,29 @@ class TaskHandle:
             events=[{"kind": "step", "payload": p} for p in steps], patch=artifacts, phase=phase
         )
 
+    def hold(
+        self, steps: list[dict], *, artifacts: dict | None = None, phase: str | None = None
+    ) -> None:
+        """Keep these steps (from `step`), artifacts and phase for this run's next write, which
+        records them first, in the same statement. Only for what follows the last call that
+        changes the cluster: nothing held is a cancel checkpoint, and no record must land before
+        a next call. `direct.verify` holds the end of the last apply and its own start until
+        the first readiness look, so a deployment ready at once is recorded complete in one
+        statement, and one that is not is recorded as such before the wait. What a crash
+        before that write loses: the timeline shows the last apply started, never done (as a
+        crash during the apply would), and the task fails interrupted (README, "Crashes")."""
+        self._remember(artifacts)  # a cancel itemizes from memory: held resources count
+        self._held_steps.extend(steps)
+        if artifacts is not None:
+            self._held_patch = {**(self._held_patch or {}), **artifacts}
+        if phase is not None:
+            self._held_phase = phase
+
+    def flush(self) -> None:
+        """Write what `hold` kept, if anything: a fenced write, and so a checkpoint."""
+        if self._holds():
+            self._write()
+
     def set_state(
         self,
         *,
@@ -162,6 +193,7 @@ class TaskHandle:
     def strip_source_keys(self, field: str, names: list[str]) -> None:
         """Remove these keys from the persisted source's `field` map and record their names on
         sensitive_keys, so clones re-ask them (a runner's re-scrub: it can only remove)."""
+        self.flush()  # what is held comes first
         with self._leased():
             row = self.db.one(
                 "task_strip_source_keys_if_held",
@@ -185,6 +217,7 @@ class TaskHandle:
         is used; `resume` is kept past its death for a later run. Stop it with `.stop()` or
         `.wait(abort)`; whatever still runs when the run ends is stopped by the engine."""
         self.abort.raise_if_aborted()
+        self.flush()  # what is held comes first
         self.started_local_process = True  # first: a start that dies half-way is released too
         process = runtimes.start_local_runtime(
             self.db,
@@ -203,6 +236,7 @@ class TaskHandle:
 
     def record_devbox(self, devbox_id: str) -> None:
         """Record the task's devbox before using it, so the engine can pause it if this run dies."""
+        self.flush()  # what is held comes first
         with self._leased():
             row = self.db.one(
                 "task_set_devbox_if_held",
@@ -257,7 +291,11 @@ class TaskHandle:
         phase: str | None = None,
     ) -> None:
         """One fenced statement: events ({kind, payload}, in order), an artifact patch and a
-        phase, whichever are given."""
+        phase, whichever are given, after whatever was held."""
+        held, held_patch, held_phase = self._take_held()
+        events = [{"kind": "step", "payload": p} for p in held] + list(events)
+        patch = held_patch if patch is None else {**(held_patch or {}), **patch}
+        phase = phase or held_phase
         self._remember(patch)
         with self._leased():
             row = self.db.one(
@@ -305,6 +343,11 @@ class TaskHandle:
     ) -> None:
         if to is not Status.APPLYING:
             self.ending = to
+        held = self._take_held()
+        held_steps, held_patch, held_phase = held
+        steps = held_steps + list(steps)
+        artifacts = held_patch if artifacts is None else {**(held_patch or {}), **artifacts}
+        phase = phase or held_phase
         self._remember(artifacts)
         move = Move(
             self.task_id,
@@ -324,6 +367,8 @@ class TaskHandle:
         if not moved:
             if to is Status.COMPLETED:
                 self.ending = None
+                # What was held is still true: the outcome the cancel leads to records it.
+                self._held_steps, self._held_patch, self._held_phase = held
                 self.checkpoint()  # a pending cancel refused it: raises Aborted(CANCEL)
                 if self.abort.aborted:  # ... or the abort already fired for it
                     raise Aborted(self.abort.reason)
@@ -333,6 +378,14 @@ class TaskHandle:
             self._confirmed({"cancel_pending": moved[0]["cancel_requested_at"] is not None})
         else:
             self.outcome = to
+
+    def _holds(self) -> bool:
+        return bool(self._held_steps) or self._held_patch is not None or bool(self._held_phase)
+
+    def _take_held(self) -> tuple[list[dict], dict | None, str | None]:
+        held = (self._held_steps, self._held_patch, self._held_phase)
+        self._held_steps, self._held_patch, self._held_phase = [], None, None
+        return held
 
     @contextmanager
     def _leased(self):

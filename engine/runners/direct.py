@@ -93,9 +93,6 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
         steps=steps,
         artifacts={"plannedResources": [r.as_json() for r in refs], "appliedResources": []},
     )
-    if not manifests:
-        verify(handle, ctx, manifests)
-        return
     applied: list[dict] = []
     for i, (manifest, ref) in enumerate(zip(manifests, refs, strict=True)):
         try:
@@ -110,30 +107,28 @@ def apply_and_verify(handle: TaskHandle, ctx: RunContext, render_manifests) -> N
         done = handle.step(
             "apply", "done", f"{ref.label()} {result.action}", resource=result.as_json()
         )
-        # One write ends this apply and begins what comes next (the next apply, or the readiness
-        # wait); a pending cancel raises from it, before the next cluster call.
         if i + 1 < len(refs):
+            # One write ends this apply and begins the next; a pending cancel raises from it,
+            # before the next cluster call.
             following = refs[i + 1]
             begun = handle.step("apply", "started", following.label(), resource=following.as_json())
             handle.record_steps([done, begun], artifacts={"appliedResources": applied})
         else:
-            handle.record_steps(
-                [done, handle.step("verify", "started")],
-                artifacts={"appliedResources": applied},
-                phase="verify",
-            )
-    verify(handle, ctx, manifests, started=True)
+            # Nothing reaches the cluster after the last apply: its end is held for the first
+            # readiness look, whose outcome records it (verify).
+            handle.hold([done], artifacts={"appliedResources": applied})
+    verify(handle, ctx, manifests)
 
 
-def verify(
-    handle: TaskHandle, ctx: RunContext, manifests: list[dict], *, started: bool = False
-) -> None:
+def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
     """Wait for every required result resource: completed when all are ready; failed, with the
     resources kept (ADR 0028), on the readiness timeout or at once on a cause waiting cannot heal
     (ctx.fail_fast_causes). While it waits it says why the workloads are not ready yet.
-    `started`: the caller's last write already recorded "verify started" and the phase."""
-    if not started:
-        handle.update_timeline("verify", "started", phase="verify")
+
+    "verify started" is held with whatever the caller held (the end of its last apply) for the
+    first look: ready at once, the completion records them all in one statement; otherwise they
+    are written before the wait (TaskHandle.hold)."""
+    handle.hold([handle.step("verify", "started")], phase="verify")
     required = [ResourceRef.of(m) for m in manifests if m["kind"] in REQUIRED_KINDS]
     diagnosis = Diagnosis(handle, ctx, manifests)
     deadline = time.monotonic() + ctx.readiness_timeout_s
@@ -153,6 +148,7 @@ def verify(
             last_error = None
         if not waiting:
             break
+        handle.flush()  # not ready at the first look: what was held is written before the wait
         findings = diagnosis.look(waiting)
         hopeless = [f for f in findings if f.cause in ctx.fail_fast_causes]
         if hopeless:
@@ -175,7 +171,7 @@ def verify(
             handle.fail(reason, detail + "; resources were kept")
             return
         handle.abort.sleep(ctx.readiness_poll_s)
-        handle.checkpoint()  # the first poll follows the "started" write; later ones a sleep
+        handle.checkpoint()
     handle.complete(steps=[handle.step("verify", "done", "all required resources ready")])
 
 

@@ -86,10 +86,9 @@ def run(handle: TaskHandle, ctx: RunContext) -> None:
         handle.fail(exc.reason, f"instantiating {template.name} failed at {exc.ref.label()}: {exc}")
         return
     by_ref = {(m.get("kind"), (m.get("metadata") or {}).get("name")): m for m in manifests}
-    handle.update_timeline(
-        "apply",
-        "done",
-        f"{resources(len(applied))} applied",
+    # Nothing reaches the cluster after this: the apply's end is held for verify's first look.
+    handle.hold(
+        [handle.step("apply", "done", f"{resources(len(applied))} applied")],
         artifacts={
             "appliedResources": [
                 direct.with_endpoint(

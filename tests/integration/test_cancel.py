@@ -212,3 +212,13 @@ def test_a_cancel_recorded_once_the_resources_are_ready_wins_over_completed(
     assert answered == [200]
     assert snap["status"] == "cancelled"
     assert snap["cancellation"]["applied"] == "fully"
+    # The run held the last apply's end and "verify started" for this readiness look; the
+    # refused completion gave them back and the cancel they led to recorded them.
+    assert [r["kind"] for r in snap["appliedResources"]] == ["Deployment", "Service"]
+    timeline = [
+        (e["payload"]["step"], e["payload"]["state"])
+        for e in events(client, task["id"])
+        if e["kind"] == "step"
+    ]
+    assert timeline[-3:] == [("apply", "started"), ("apply", "done"), ("verify", "started")]
+    assert timeline.count(("apply", "done")) == 2

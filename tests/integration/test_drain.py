@@ -1,6 +1,7 @@
 """The drain and launching are atomic: a create is refused with 503, or its run is aborted and
 waited for by the drain; no run launched around a SIGTERM keeps writing after it."""
 
+import threading
 from contextlib import contextmanager
 
 import gevent
@@ -85,3 +86,42 @@ def test_a_create_that_outlives_the_drains_wait_starts_aborted(make_app, databas
     # The control: the runner itself has finished, so no event of it can still come.
     wait_for(lambda: runtime.runs == {}, 30, message="the run's runner to finish")
     assert late_events(sql_conn, [task_id]) == []
+
+
+def test_a_drain_during_the_first_readiness_look_records_the_last_apply_first(
+    client, runtime, cluster, sql_conn
+):
+    """What a run held for its first readiness look (the last apply's end) is true: a drain that
+    stops the run there records it before the task is failed interrupted."""
+    looking = threading.Event()
+    ready = cluster.readiness
+
+    def readiness(ref, *, abort):
+        looking.set()
+        abort.sleep(60)  # only the drain's abort ends this look
+        return ready(ref, abort=abort)
+
+    cluster.readiness = readiness
+    task_id = client.post("/api/v1/tasks", json=BODY).get_json()["id"]
+    wait_for(looking.is_set, message="the first readiness look")
+    runtime.shutdown()
+    row = sql_conn.execute(
+        "SELECT status, failure_reason, phase, artifact_summary FROM deploy_tasks WHERE id = %s",
+        (task_id,),
+    ).fetchone()
+    assert (row["status"], row["failure_reason"], row["phase"]) == (
+        "failed",
+        "interrupted",
+        "verify",
+    )
+    applied = [r["kind"] for r in row["artifact_summary"]["appliedResources"]]
+    assert applied == ["Deployment", "Service"]
+    steps = [
+        (r["payload"]["step"], r["payload"]["state"])
+        for r in sql_conn.execute(
+            "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'step' "
+            "ORDER BY seq",
+            (task_id,),
+        )
+    ]
+    assert steps[-2:] == [("apply", "done"), ("verify", "started")]

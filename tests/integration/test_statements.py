@@ -30,7 +30,7 @@ RUN_QUERIES = {
 }
 
 
-def test_an_image_deployment_costs_six_statements_and_no_lease_reads(
+def test_an_image_deployment_costs_five_statements_and_no_lease_reads(
     runtime, client, create_task, wait_status, sql_conn
 ):
     # Warm up (the first request loads templates, settings, ...), then count one deployment.
@@ -64,11 +64,12 @@ def test_an_image_deployment_costs_six_statements_and_no_lease_reads(
         # the claim (its row is the runner's task) ...
         "task_transition": 1,
         # ... then running -> applying, with the render steps, the plan and the first apply
-        # started; and applying -> completed, with verify done ...
+        # started; and applying -> completed, with the last apply done, verify started and done
+        # (ready at the first look: what followed the last cluster write was held for it) ...
         "task_transition_moved": 2,
-        # ... between them, the apply done + the next apply started, the apply done + verify
-        # started: each resource is recorded applied before the cluster is called again
-        "task_write_if_held": 2,
+        # ... between them, the apply done + the next apply started: each resource is recorded
+        # applied before the cluster is called again
+        "task_write_if_held": 1,
     }
     events = sql_conn.execute(
         "SELECT count(*) AS n FROM deploy_task_events WHERE task_id = %s", (task["id"],)
@@ -87,6 +88,32 @@ def test_an_image_deployment_costs_six_statements_and_no_lease_reads(
         ("apply", "started"),
         ("apply", "done"),
     ] * 2 + [("verify", "started"), ("verify", "done")]
+
+
+def test_a_deployment_not_ready_at_the_first_look_is_recorded_applied_before_it_waits(
+    client, create_task, cluster, wait_status, sql_conn
+):
+    """What follows the last cluster write is held only for the first readiness look: a workload
+    not ready then is recorded applied, in phase verify, before the run waits for it."""
+    cluster.ready_after_polls = "never"
+    task = create_task()
+
+    def recorded():
+        snap = wait_status(task["id"], "applying")
+        return snap if snap["phase"] == "verify" else None
+
+    snap = wait_for(recorded, message="the phase verify recorded while the run waits")
+    assert [r["kind"] for r in snap["appliedResources"]] == ["Deployment", "Service"]
+    steps = [
+        (r["payload"]["step"], r["payload"]["state"])
+        for r in sql_conn.execute(
+            "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'step' "
+            "ORDER BY seq",
+            (task["id"],),
+        )
+    ]
+    assert steps[-2:] == [("apply", "done"), ("verify", "started")]
+    assert cluster.polls >= 1
 
 
 def test_a_cancel_from_elsewhere_still_reaches_the_runner_through_its_notification(
