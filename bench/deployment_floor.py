@@ -1,8 +1,9 @@
 """The database floor of a deployment: its own statements alone, as fast as they go.
 
-A deployment commits six statements (BENCHMARKS.md names each and why it must exist): its insert,
+A deployment commits five statements (BENCHMARKS.md names each and why it must exist): its insert,
 its claim, two fenced status moves that carry the run's steps around them (applying, completed)
-and one fenced write per resource applied. Here they run with nothing else:
+and one fenced write per resource applied before the last (the last one's end rides on the move
+to completed when the workloads are ready at the first look). Here they run with nothing else:
 no HTTP, no request handling, no runner between them, no cluster. Whatever the service does
 besides its statements only adds CPU to a deployment, so the CPU-bound rate here (the machine's
 cores over the client's and the server's CPU per deployment) is the ceiling of end-to-end

@@ -158,7 +158,8 @@ class TaskHandle:
         the first readiness look, so a deployment ready at once is recorded complete in one
         statement, and one that is not is recorded as such before the wait. What a crash
         before that write loses: the timeline shows the last apply started, never done (as a
-        crash during the apply would), and the task fails interrupted (README, "Crashes")."""
+        crash during the apply would), and the task fails interrupted (docs/scale.md, "What a crash
+        can lose")."""
         self._remember(artifacts)  # a cancel itemizes from memory: held resources count
         self._held_steps.extend(steps)
         if artifacts is not None:
@@ -292,10 +293,8 @@ class TaskHandle:
     ) -> None:
         """One fenced statement: events ({kind, payload}, in order), an artifact patch and a
         phase, whichever are given, after whatever was held."""
-        held, held_patch, held_phase = self._take_held()
+        held, patch, phase = _after(self._take_held(), [], patch, phase)
         events = [{"kind": "step", "payload": p} for p in held] + list(events)
-        patch = held_patch if patch is None else {**(held_patch or {}), **patch}
-        phase = phase or held_phase
         self._remember(patch)
         with self._leased():
             row = self.db.one(
@@ -344,10 +343,7 @@ class TaskHandle:
         if to is not Status.APPLYING:
             self.ending = to
         held = self._take_held()
-        held_steps, held_patch, held_phase = held
-        steps = held_steps + list(steps)
-        artifacts = held_patch if artifacts is None else {**(held_patch or {}), **artifacts}
-        phase = phase or held_phase
+        steps, artifacts, phase = _after(held, steps, artifacts, phase)
         self._remember(artifacts)
         move = Move(
             self.task_id,
@@ -421,3 +417,12 @@ class TaskHandle:
     def _lost(self):
         self.abort.abort(LEASE_LOST)
         raise LeaseLost()
+
+
+def _after(held: tuple, steps, patch: dict | None, phase: str | None) -> tuple:
+    """(steps, patch, phase) of one write: what was held (`TaskHandle.hold`) first, then its own
+    (its patch's keys and its phase win)."""
+    held_steps, held_patch, held_phase = held
+    if held_patch is not None:
+        patch = held_patch if patch is None else {**held_patch, **patch}
+    return held_steps + list(steps), patch, phase or held_phase
