@@ -9,6 +9,7 @@ import gevent
 import pytest
 import requests
 from gevent.pywsgi import WSGIServer
+from prometheus_client import REGISTRY
 
 from tests.helpers import IMAGE_SOURCE, EventStream, wait_for
 
@@ -126,9 +127,18 @@ def test_a_re_read_that_fails_keeps_the_stream_and_the_next_snapshot_has_the_cha
 ):
     # No retry budget: the statement on a dead connection fails at once (with one, engine/db.py
     # would retry it and the stream would never see the failure this test is about).
-    base = serve(make_app(db_retry_budget_s=0.0))
+    # Nothing else may use the pool between the kill and the re-read: it would meet the dead
+    # connections first and the pool would replace them (a cleanup tick did so under load). The
+    # cleanup worker never ticks here, and the listener's one probe (sent once it connects,
+    # then every 30 s) has come back before the kill.
+    probes = REGISTRY.get_sample_value("deploy_notify_lag_seconds_count") or 0.0
+    base = serve(make_app(db_retry_budget_s=0.0, cleanup_interval_s=3600.0))
     stream = serve.stream(base)
     assert stream.next() == ("snapshot", {"items": []})
+    wait_for(
+        lambda: REGISTRY.get_sample_value("deploy_notify_lag_seconds_count") > probes,
+        message="the listener's probe to come back",
+    )
 
     # The pool's connections die (as behind a failover or a cut link); the stream's re-read of
     # the next change then fails on one of them.
