@@ -259,6 +259,18 @@ def events(client, task_id) -> list[dict]:
     return response.get_json()["items"]
 
 
+def recorded_steps(sql_conn, task_id) -> list[tuple[str, str]]:
+    """A task's timeline steps as recorded, in order: (step, state) of its step event rows."""
+    return [
+        (r["payload"]["step"], r["payload"]["state"])
+        for r in sql_conn.execute(
+            "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'step' "
+            "ORDER BY seq",
+            (task_id,),
+        )
+    ]
+
+
 def steps(client, task_id, step) -> list[dict]:
     return [
         e["payload"]

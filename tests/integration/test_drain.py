@@ -8,7 +8,7 @@ import gevent
 import psycopg
 from psycopg.rows import dict_row
 
-from tests.helpers import IMAGE_SOURCE, late_events, wait_for
+from tests.helpers import IMAGE_SOURCE, late_events, recorded_steps, wait_for
 
 BODY = {"projectId": "demo", "source": dict(IMAGE_SOURCE)}
 
@@ -116,12 +116,5 @@ def test_a_drain_during_the_first_readiness_look_records_the_last_apply_first(
     )
     applied = [r["kind"] for r in row["artifact_summary"]["appliedResources"]]
     assert applied == ["Deployment", "Service"]
-    steps = [
-        (r["payload"]["step"], r["payload"]["state"])
-        for r in sql_conn.execute(
-            "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'step' "
-            "ORDER BY seq",
-            (task_id,),
-        )
-    ]
+    steps = recorded_steps(sql_conn, task_id)
     assert steps[-2:] == [("apply", "done"), ("verify", "started")]

@@ -16,7 +16,7 @@ from psycopg_pool import PoolClosed
 
 from engine.core.notices import RunnerNotices
 from engine.db import NOTIFY_CHANNEL, Database
-from tests.helpers import IMAGE_SOURCE, scrape, total, wait_for
+from tests.helpers import IMAGE_SOURCE, recorded_steps, scrape, total, wait_for
 
 #: Named queries a run issues on the way (the background loops' are left out).
 RUN_QUERIES = {
@@ -75,14 +75,7 @@ def test_an_image_deployment_costs_five_statements_and_no_lease_reads(
         "SELECT count(*) AS n FROM deploy_task_events WHERE task_id = %s", (task["id"],)
     ).fetchone()["n"]
     assert events == 1 + 3 + 8  # created, three status events, eight steps
-    steps = [
-        (r["payload"]["step"], r["payload"]["state"])
-        for r in sql_conn.execute(
-            "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'step' "
-            "ORDER BY seq",
-            (task["id"],),
-        )
-    ]
+    steps = recorded_steps(sql_conn, task["id"])
     # Two steps written by one statement keep their order.
     assert steps == [("render", "started"), ("render", "done")] + [
         ("apply", "started"),
@@ -104,14 +97,7 @@ def test_a_deployment_not_ready_at_the_first_look_is_recorded_applied_before_it_
 
     snap = wait_for(recorded, message="the phase verify recorded while the run waits")
     assert [r["kind"] for r in snap["appliedResources"]] == ["Deployment", "Service"]
-    steps = [
-        (r["payload"]["step"], r["payload"]["state"])
-        for r in sql_conn.execute(
-            "SELECT payload FROM deploy_task_events WHERE task_id = %s AND kind = 'step' "
-            "ORDER BY seq",
-            (task["id"],),
-        )
-    ]
+    steps = recorded_steps(sql_conn, task["id"])
     assert steps[-2:] == [("apply", "done"), ("verify", "started")]
     assert cluster.polls >= 1
 
