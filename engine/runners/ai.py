@@ -471,12 +471,17 @@ def _deploy(
     manifests = [_own(doc, ctx) for doc in answer["manifests"]]
     persisted = [sanitize(doc, sensitive) for doc in manifests]
     session.asked = []
-    handle.set_artifacts(
-        aiSession=session.as_json(),
-        deploymentPlan=sanitize(answer["plan"], sensitive),
-        resourceYamls=[yaml.safe_dump(doc, sort_keys=False) for doc in persisted],
+    # The plan and its step: one fenced write, before anything reaches the cluster.
+    handle.update_timeline(
+        "plan",
+        "done",
+        f"{resources(len(manifests))} planned",
+        artifacts={
+            "aiSession": session.as_json(),
+            "deploymentPlan": sanitize(answer["plan"], sensitive),
+            "resourceYamls": [yaml.safe_dump(doc, sort_keys=False) for doc in persisted],
+        },
     )
-    handle.update_timeline("plan", "done", f"{resources(len(manifests))} planned")
     applied = [substitute(doc, ctx.inputs) for doc in manifests]
     direct.apply_and_verify(handle, ctx, lambda _ctx: applied)
 
