@@ -77,10 +77,8 @@ class TaskHandle:
         self.applied: list[dict] = []
         #: Whether this run recorded a local process group: only then has its end any to release.
         self.started_local_process = False
-        #: What `hold` keeps for this run's next write: timeline steps, an artifact patch, a phase.
-        self._held_steps: list[dict] = []
-        self._held_patch: dict | None = None
-        self._held_phase: str | None = None
+        #: What `hold` keeps for this run's next write: (timeline steps, artifact patch, phase).
+        self._held: tuple = NOTHING_HELD
 
     def add_secret_values(self, values) -> None:
         """Scrub these values too from everything this run writes (e.g. inputs a template
@@ -104,8 +102,8 @@ class TaskHandle:
         question under the row lock (see `_confirmed`), so with something held the checkpoint is
         the write that records it."""
         self.abort.raise_if_aborted()
-        if self._holds():
-            self.flush()
+        if self._held != NOTHING_HELD:
+            self._write()
             return
         with self._leased():
             row = self.db.one("task_checkpoint_if_held", abort=self._live_abort(), **self._fence())
@@ -161,15 +159,11 @@ class TaskHandle:
         crash during the apply would), and the task fails interrupted (docs/scale.md, "What a crash
         can lose")."""
         self._remember(artifacts)  # a cancel itemizes from memory: held resources count
-        self._held_steps.extend(steps)
-        if artifacts is not None:
-            self._held_patch = {**(self._held_patch or {}), **artifacts}
-        if phase is not None:
-            self._held_phase = phase
+        self._held = _after(self._held, steps, artifacts, phase)
 
     def flush(self) -> None:
         """Write what `hold` kept, if anything: a fenced write, and so a checkpoint."""
-        if self._holds():
+        if self._held != NOTHING_HELD:
             self._write()
 
     def set_state(
@@ -364,7 +358,7 @@ class TaskHandle:
             if to is Status.COMPLETED:
                 self.ending = None
                 # What was held is still true: the outcome the cancel leads to records it.
-                self._held_steps, self._held_patch, self._held_phase = held
+                self._held = held
                 self.checkpoint()  # a pending cancel refused it: raises Aborted(CANCEL)
                 if self.abort.aborted:  # ... or the abort already fired for it
                     raise Aborted(self.abort.reason)
@@ -375,12 +369,8 @@ class TaskHandle:
         else:
             self.outcome = to
 
-    def _holds(self) -> bool:
-        return bool(self._held_steps) or self._held_patch is not None or bool(self._held_phase)
-
-    def _take_held(self) -> tuple[list[dict], dict | None, str | None]:
-        held = (self._held_steps, self._held_patch, self._held_phase)
-        self._held_steps, self._held_patch, self._held_phase = [], None, None
+    def _take_held(self) -> tuple:
+        held, self._held = self._held, NOTHING_HELD
         return held
 
     @contextmanager
@@ -419,10 +409,14 @@ class TaskHandle:
         raise LeaseLost()
 
 
+#: (steps, artifact patch, phase): nothing held.
+NOTHING_HELD: tuple = ((), None, None)
+
+
 def _after(held: tuple, steps, patch: dict | None, phase: str | None) -> tuple:
-    """(steps, patch, phase) of one write: what was held (`TaskHandle.hold`) first, then its own
-    (its patch's keys and its phase win)."""
+    """(steps, patch, phase) of what was held (`TaskHandle.hold`) followed by these: its steps
+    first, then these; these patch keys and this phase win."""
     held_steps, held_patch, held_phase = held
     if held_patch is not None:
         patch = held_patch if patch is None else {**held_patch, **patch}
-    return held_steps + list(steps), patch, phase or held_phase
+    return (*held_steps, *steps), patch, phase or held_phase

@@ -131,14 +131,14 @@ def test_a_re_read_that_fails_keeps_the_stream_and_the_next_snapshot_has_the_cha
     # connections first and the pool would replace them (a cleanup tick did so under load). The
     # cleanup worker never ticks here, and the listener's one probe (sent once it connects,
     # then every 30 s) has come back before the kill.
-    probes = REGISTRY.get_sample_value("deploy_notify_lag_seconds_count") or 0.0
+    def probes_back() -> float:
+        return REGISTRY.get_sample_value("deploy_notify_lag_seconds_count") or 0.0
+
+    before = probes_back()
     base = serve(make_app(db_retry_budget_s=0.0, cleanup_interval_s=3600.0))
     stream = serve.stream(base)
     assert stream.next() == ("snapshot", {"items": []})
-    wait_for(
-        lambda: REGISTRY.get_sample_value("deploy_notify_lag_seconds_count") > probes,
-        message="the listener's probe to come back",
-    )
+    wait_for(lambda: probes_back() > before, message="the listener's probe to come back")
 
     # The pool's connections die (as behind a failover or a cut link); the stream's re-read of
     # the next change then fails on one of them.
