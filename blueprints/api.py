@@ -1,7 +1,7 @@
 """The JSON API under /api/v1. Errors are {"code", "message"} with the right 4xx
 (blueprints/errors.py)."""
 
-from flask import Blueprint, Response, current_app, jsonify, request, url_for
+from flask import Blueprint, Response, jsonify, request, url_for
 from marshmallow import ValidationError
 
 from blueprints import schemas
@@ -25,16 +25,15 @@ bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
 
 def idempotent(call) -> Response:
-    """Answer `call` ((body, status)) honouring an Idempotency-Key header (api_calls.py)."""
-    return json_answer(
-        *answer_once(
-            request.headers.get("Idempotency-Key"),
-            request.method,
-            request.path,
-            _body_or_none,
-            call,
-        )
+    """Answer `call` ((body, status)) honouring an Idempotency-Key header (api_calls.py); a 201
+    (a new task: a create, a redeploy, a rollback) names the task's URL in Location."""
+    body, status, replayed = answer_once(
+        request.headers.get("Idempotency-Key"), request.method, request.path, _body_or_none, call
     )
+    response = json_answer(body, status, replayed)
+    if status == 201:
+        response.headers["Location"] = url_for("api.get_task", task_id=body["id"])
+    return response
 
 
 def _body_or_none():
@@ -50,11 +49,7 @@ def _body_or_none():
 def create_task():
     """Create a task (or a redeploy clone) and claim it inline; 201 with the stored snapshot and
     its URL in Location."""
-    response = current_app.make_response(idempotent(_create_task))
-    if response.status_code == 201:
-        created = load_json(response.get_data())
-        response.headers["Location"] = url_for("api.get_task", task_id=created["id"])
-    return response
+    return idempotent(_create_task)
 
 
 def _create_task():
@@ -158,7 +153,8 @@ def patch_canvas(task_id):
 
 @bp.post("/tasks/<uuid:task_id>/rollback")
 def rollback_task(task_id):
-    """Roll the task's app back to this completed task's plan: a new task; 201 with it."""
+    """Roll the task's app back to this completed task's plan: a new task; 201 with it and its
+    URL in Location."""
     return idempotent(lambda: rollback_from(task_id))
 
 

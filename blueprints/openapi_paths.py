@@ -287,7 +287,12 @@ OPERATIONS = {
             "parameters": [TASK_ID, IDEMPOTENCY_KEY, KUBECONFIG],
             "responses": {
                 "201": {
-                    **answer("Task", "the new task, claimed and running (or blocked on secrets)"),
+                    **answer(
+                        "Task",
+                        "the new task, claimed and running (or blocked on secrets)",
+                        "Location",
+                        "Idempotent-Replayed",
+                    ),
                     "links": SNAPSHOT_LINKS,
                 },
                 **errors(400, 404, 409, 422, 503),

@@ -55,6 +55,7 @@ def test_a_rollback_applies_v1s_plan_and_the_history_lists_all_three_newest_firs
     response = rollback(client, v1["id"])
     assert response.status_code == 201, response.get_json()
     back = response.get_json()
+    assert response.headers["Location"] == f"/api/v1/tasks/{back['id']}"
     assert back["rolledBackFromTaskId"] == v1["id"] and back["retriedFromTaskId"] is None
     assert back["appKey"] == "image:web" and back["source"] == V1
     assert wait_for_status(client, back["id"], "completed", "failed")["status"] == "completed"
@@ -158,6 +159,7 @@ def test_a_rollback_is_idempotent_by_key(client, sql_conn):
     assert first.status_code == again.status_code == 201
     assert again.headers["Idempotent-Replayed"] == "true"
     assert again.get_json()["id"] == first.get_json()["id"]
+    assert again.headers["Location"] == first.headers["Location"]
     assert (
         sql_conn.execute(
             "SELECT count(*) AS n FROM deploy_tasks WHERE rolled_back_from_task_id = %s",

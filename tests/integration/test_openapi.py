@@ -172,6 +172,8 @@ def test_the_document_states_what_the_server_requires_checks_and_answers(client)
     assert headers["X-Kubeconfig"]["pattern"] and headers["Idempotency-Key"]["maxLength"] == 255
     created = create["responses"]["201"]["headers"]
     assert {"Location", "Idempotent-Replayed", "X-Served-By"} <= set(created)
+    rolled_back = document["paths"]["/api/v1/tasks/{task_id}/rollback"]["post"]["responses"]
+    assert {"Location", "Idempotent-Replayed", "X-Served-By"} <= set(rolled_back["201"]["headers"])
     assert set(document["components"]["headers"]) >= {"Location", "X-Served-By"}
     # Each tool is its own operation with the body the server validates.
     tool = document["paths"]["/api/v1/tools/create_deployment"]["post"]
