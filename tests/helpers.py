@@ -137,6 +137,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def loopback_listener() -> socket.socket:
+    """A listening socket on 127.0.0.1 for a scripted server (a gevent WSGIServer).
+
+    gevent's pywsgi writes an answer's headers and body in two sends: without TCP_NODELAY
+    (inherited by each accepted socket) every answer on a kept-alive connection waits out the
+    client's delayed ACK, 40 ms."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return listener
+
+
 class ServerProcess:
     """A real server process (python app.py or gunicorn) on the test database."""
 

@@ -30,7 +30,9 @@ from engine.integrations.base import (
     NotFound,
     upstream_text,
 )
+from engine.integrations.shapes import field, reading
 from engine.trust import secrets
+from engine.trust.untrusted import storable
 
 #: Who the tokens say minted them, and whom they are for.
 TOKEN_ISSUER = ENGINE_NAME
@@ -96,8 +98,9 @@ class DevboxClient:
     def create(self, *, workspace: str, task_id: str, abort: AbortSignal) -> str:
         """A new devbox for a task; its id."""
         body = self._call("POST", workspace, "", {"taskId": str(task_id)}, abort=abort)
-        devbox_id = body.get("id") if isinstance(body, dict) else None
-        if not isinstance(devbox_id, str) or not devbox_id:
+        with reading("creating a devbox"):
+            devbox_id = field(body, "id", str)
+        if not devbox_id:
             raise IntegrationError("the devbox API created a devbox without an id")
         return devbox_id
 
@@ -124,12 +127,14 @@ class DevboxClient:
             abort=abort,
             read_timeout_s=timeout_s + self.timeout_s,
         )
-        if not isinstance(body, dict) or not isinstance(body.get("exitCode"), int):
+        with reading("running a command in the devbox"):
+            exit_code = field(body, "exitCode", int)
+            stdout, stderr = field(body, "stdout", str), field(body, "stderr", str)
+        if exit_code is None:
             raise IntegrationError("the devbox API answered exec without an exit code")
+        # Output is shown and kept (git's last line names why a clone failed).
         return ExecResult(
-            body["exitCode"],
-            str(body.get("stdout") or "")[:MAX_OUTPUT_CHARS],
-            str(body.get("stderr") or "")[:MAX_OUTPUT_CHARS],
+            exit_code, storable(stdout[:MAX_OUTPUT_CHARS]), storable(stderr[:MAX_OUTPUT_CHARS])
         )
 
     def pause(self, devbox_id: str, *, workspace: str, abort: AbortSignal) -> None:

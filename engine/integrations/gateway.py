@@ -18,8 +18,9 @@ import urllib3
 from engine.core.abort import AbortSignal
 from engine.integrations.base import IntegrationError, upstream_text
 from engine.integrations.devbox import http_session
+from engine.integrations.shapes import entries, field, optional, reading
 from engine.trust import secrets
-from engine.trust.untrusted import load_json
+from engine.trust.untrusted import load_json, storable
 
 log = logging.getLogger(__name__)
 
@@ -206,18 +207,19 @@ def _parse_chunk(data: str) -> tuple[str, str | None]:
         raise GatewayError("the gateway sent an event that is not a chunk object")
     if "error" in chunk:
         error = chunk["error"]
-        message = error.get("message") if isinstance(error, dict) else error
+        message = optional(chunk, "error.message", str) or error
         raise GatewayError(
             "the gateway reported an error mid-answer: "
             + (upstream_text(message, 200) or "no message")
         )
-    choices = chunk.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return "", None  # e.g. a usage-only chunk
-    choice = choices[0]
-    delta = choice.get("delta") or {}
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return (content if isinstance(content, str) else ""), choice.get("finish_reason")
+    with reading("the gateway's stream"):
+        choices = entries(chunk, "choices")
+        if not choices:
+            return "", None  # e.g. a usage-only chunk
+        content = field(choices[0], "delta.content", str)
+        finish_reason = field(choices[0], "finish_reason", str) or None
+    # The text is shown, stored and parsed: what PostgreSQL cannot store never enters it.
+    return storable(content), finish_reason
 
 
 def _error_detail(response: requests.Response) -> str:

@@ -54,6 +54,7 @@ from engine.integrations.kube_retry import (
 from engine.integrations.kubeconfig import (
     KubeTarget,
 )
+from engine.integrations.shapes import UpstreamAnswerMalformed, entries, field, reading
 
 __all__ = ["KubeCluster"]
 
@@ -172,7 +173,7 @@ class KubeCluster:
         except ApplyError as exc:
             exc.ref = exc.ref or ref
             raise
-        except (ClusterUnreachable, ClusterUnavailable):
+        except (ClusterUnreachable, ClusterUnavailable, UpstreamAnswerMalformed):
             raise  # not the document's fault: the runner reports the cluster, not the source
         except IntegrationError as exc:
             raise ApplyError(str(exc), ref) from exc
@@ -193,10 +194,10 @@ class KubeCluster:
         )
         if response.status == 404:
             return Readiness(False, "not found")
-        obj = response.json()
         if ref.kind == "Service":
-            return self._service_readiness(obj, namespace, ref.name, abort)
-        return object_readiness(ref.kind, obj)
+            return self._service_readiness(response, namespace, ref.name, abort)
+        with reading(f"reading {ref.label()}"):
+            return object_readiness(ref.kind, response.json())
 
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         """Delete one object (dependents in the background); NotFound when it is already gone."""
@@ -230,7 +231,8 @@ class KubeCluster:
             what=f"reading pods in {namespace}",
             query=[("labelSelector", labels), ("limit", str(POD_LIST_LIMIT))],
         )
-        return [p for p in response.json().get("items") or [] if isinstance(p, dict)]
+        with reading(f"reading pods in {namespace}"):
+            return entries(response.json(), "items")
 
     def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
         """The events about the object named `involved` in `namespace`."""
@@ -242,7 +244,8 @@ class KubeCluster:
             what=f"reading events of {involved}",
             query=[("fieldSelector", f"involvedObject.name={involved}")],
         )
-        return [e for e in response.json().get("items") or [] if isinstance(e, dict)]
+        with reading(f"reading events of {involved}"):
+            return entries(response.json(), "items")
 
     def log_tail(
         self, namespace: str, pod: str, container: str, *, lines: int, abort: AbortSignal
@@ -272,7 +275,8 @@ class KubeCluster:
     def server_version(self, *, abort: AbortSignal) -> str:
         """The API server's version (GET /version), e.g. "v1.31.2"."""
         response = self._request("GET", "/version", abort=abort, what="reading /version")
-        return upstream_text(response.json().get("gitVersion"), 64) or "unknown"
+        with reading("reading /version"):
+            return upstream_text(field(response.json(), "gitVersion", str), 64) or "unknown"
 
     def who_am_i(self, *, abort: AbortSignal) -> str | None:
         """The credential's user name (SelfSubjectReview); None where the cluster does not
@@ -287,7 +291,8 @@ class KubeCluster:
         )
         if response.status == 404:
             return None
-        user = ((response.json().get("status") or {}).get("userInfo") or {}).get("username")
+        with reading("asking who the credential is"):
+            user = field(response.json(), "status.userInfo.username", str)
         return upstream_text(user, 253) or None
 
     def namespace_exists(self, namespace: str, *, abort: AbortSignal) -> bool | None:
@@ -330,7 +335,8 @@ class KubeCluster:
                 "spec": {"resourceAttributes": attributes},
             },
         )
-        return (response.json().get("status") or {}).get("allowed") is True
+        with reading(f"asking whether the credential may {verb} {resource}"):
+            return field(response.json(), "status.allowed", bool) is True
 
     def _namespace(self, ref: ResourceRef, resource: "_Resource") -> str | None:
         """The object's own namespace, else the kubeconfig context's; None when cluster-scoped."""
@@ -361,20 +367,21 @@ class KubeCluster:
         if response.status == 404:
             raise UnknownKind(f"the cluster does not serve {api_version}", ref)
         kinds = {}
-        for entry in response.json().get("resources") or []:
-            name = entry.get("name") or ""
-            if "/" not in name and entry.get("kind"):
-                kinds.setdefault(
-                    entry["kind"], _Resource(api_version, name, bool(entry.get("namespaced")))
-                )
+        with reading(f"discovering {api_version}"):
+            for entry in entries(response.json(), "resources"):
+                name, kind = field(entry, "name", str), field(entry, "kind", str)
+                if name and "/" not in name and kind:
+                    namespaced = field(entry, "namespaced", bool) is True
+                    kinds.setdefault(kind, _Resource(api_version, name, namespaced))
         self._discovery[api_version] = kinds
         return kinds
 
     # -- readiness helpers ----------------------------------------------------------------------
     def _service_readiness(
-        self, service: dict, namespace: str | None, name: str, abort: AbortSignal
+        self, service: KubeResponse, namespace: str | None, name: str, abort: AbortSignal
     ) -> Readiness:
-        by_spec = service_readiness_by_spec(service)
+        with reading(f"reading Service/{name}"):
+            by_spec = service_readiness_by_spec(service.json())
         if by_spec is not None:
             return by_spec
         slices = _Resource("discovery.k8s.io/v1", "endpointslices", True)
@@ -385,7 +392,8 @@ class KubeCluster:
             what=f"reading endpoints of Service/{name}",
             query=[("labelSelector", f"kubernetes.io/service-name={name}")],
         )
-        return endpoint_slices_readiness(response.json())
+        with reading(f"reading endpoints of Service/{name}"):
+            return endpoint_slices_readiness(response.json())
 
     # -- one logical call, with retries ---------------------------------------------------------
     def _request(

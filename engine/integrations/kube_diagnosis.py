@@ -2,12 +2,14 @@
 them (what `kubectl describe pod` shows a user, reduced to the cause and its own words).
 
 Pure functions of the objects: the adapter (or the sandbox) reads, these decide, the runner says.
-Each cause is a stable code the failure carries as its reason.
+Each cause is a stable code the failure carries as its reason. Every field is optional here: one
+of another type is read as absent (shapes.optional), so a hostile pod only says less.
 """
 
 from dataclasses import dataclass
 
 from engine.integrations.base import upstream_text
+from engine.integrations.shapes import optional
 
 IMAGE_NOT_FOUND = "image_not_found"
 INVALID_IMAGE_NAME = "invalid_image_name"
@@ -74,13 +76,13 @@ def not_ready(pods: list[dict]) -> list[dict]:
 
 
 def pod_name(pod: dict) -> str:
-    return upstream_text(_map(pod.get("metadata")).get("name"), 253) or "pod"
+    return upstream_text(optional(pod, "metadata.name", str), 253) or "pod"
 
 
 def _pod(pod: dict, events: dict[str, list[dict]]) -> list[Finding]:
     name = pod_name(pod)
     own_events = [e for e in events.get(name) or [] if isinstance(e, dict)]
-    status = _map(pod.get("status"))
+    status = optional(pod, "status", dict)
     findings = []
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
@@ -102,10 +104,10 @@ def _pod(pod: dict, events: dict[str, list[dict]]) -> list[Finding]:
 def _container(name: str, state: dict, images: dict, events: list[dict]) -> list[Finding]:
     container = _text(state.get("name")) or "container"
     image = _text(state.get("image")) or images.get(container, "")
-    waiting = _map(_map(state.get("state")).get("waiting"))
-    terminated = _map(_map(state.get("state")).get("terminated"))
-    last = _map(_map(state.get("lastState")).get("terminated"))
-    restarts = state.get("restartCount") if isinstance(state.get("restartCount"), int) else 0
+    waiting = optional(state, "state.waiting", dict)
+    terminated = optional(state, "state.terminated", dict)
+    last = optional(state, "lastState.terminated", dict)
+    restarts = optional(state, "restartCount", int, default=0)
     reason = _text(waiting.get("reason"))
     said = _text(waiting.get("message"))
     if reason in _PULL_WAITING:
@@ -165,18 +167,19 @@ def _container(name: str, state: dict, images: dict, events: list[dict]) -> list
 
 
 def _container_statuses(status: dict) -> list[dict]:
-    states = _list(status.get("initContainerStatuses")) + _list(status.get("containerStatuses"))
+    states = optional(status, "initContainerStatuses", list) + optional(
+        status, "containerStatuses", list
+    )
     return [s for s in states if isinstance(s, dict)]
 
 
 def _images(pod: dict) -> dict:
-    spec = _map(pod.get("spec"))
-    containers = _list(spec.get("initContainers")) + _list(spec.get("containers"))
+    containers = optional(pod, "spec.initContainers", list) + optional(pod, "spec.containers", list)
     return {_text(c.get("name")): _text(c.get("image")) for c in containers if isinstance(c, dict)}
 
 
 def _condition(pod: dict, kind: str) -> dict:
-    for condition in _list(_map(pod.get("status")).get("conditions")):
+    for condition in optional(pod, "status.conditions", list):
         if isinstance(condition, dict) and condition.get("type") == kind:
             return condition
     return {}
@@ -193,15 +196,6 @@ def _event_text(events: list[dict], reason: str, *, starts: str = "") -> str:
         return ""
     latest = max(matching, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     return _text(latest.get("message"))
-
-
-def _map(value) -> dict:
-    """A mapping from the API, or an empty one when it is something else (hostile shapes)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value) -> list:
-    return list(value) if isinstance(value, list) else []
 
 
 def _text(value) -> str:

@@ -1,10 +1,13 @@
 """Readiness rules, kind by kind, read off objects as the Kubernetes API returns them.
 
 Pure functions of the object: the adapter (kube.py) fetches, these decide. A Service is the one
-kind that needs a second read (its EndpointSlices); its two halves are here too.
+kind that needs a second read (its EndpointSlices); its two halves are here too. Every field is
+read by type (engine/integrations/shapes.py): an object of a shape the API never sends raises
+UpstreamAnswerMalformed, which the run waits out like any failed read.
 """
 
 from engine.integrations.base import Readiness
+from engine.integrations.shapes import entries, field
 
 #: Kinds whose readiness is their own Ready condition (absent means not ready yet).
 READY_CONDITION_KINDS = frozenset({"TemplateInstance"})
@@ -20,12 +23,11 @@ def object_readiness(kind: str, obj: dict) -> Readiness:
 
 def service_readiness_by_spec(service: dict) -> Readiness | None:
     """A Service whose spec alone says it is ready (no endpoints of ours to wait for); else None."""
-    spec = service.get("spec") or {}
-    if spec.get("type") == "ExternalName":
+    if field(service, "spec.type", str) == "ExternalName":
         return Readiness(True, "ExternalName service")
-    if spec.get("clusterIP") == "None":
+    if field(service, "spec.clusterIP", str) == "None":
         return Readiness(True, "headless service")
-    if not spec.get("selector"):
+    if not field(service, "spec.selector", dict):
         return Readiness(True, "no selector: endpoints are managed outside the cluster")
     return None
 
@@ -35,10 +37,10 @@ def endpoint_slices_readiness(slices: dict) -> Readiness:
     endpoint with an address."""
     ready = sum(
         1
-        for item in slices.get("items") or []
-        for endpoint in item.get("endpoints") or []
-        if endpoint.get("addresses")
-        and (endpoint.get("conditions") or {}).get("ready") is not False
+        for item in entries(slices, "items")
+        for endpoint in entries(item, "endpoints")
+        if entries(endpoint, "addresses", str)
+        and field(endpoint, "conditions.ready", bool) is not False
     )
     if ready:
         return Readiness(True, f"{ready} ready endpoint{'s' if ready != 1 else ''}")
@@ -46,32 +48,27 @@ def endpoint_slices_readiness(slices: dict) -> Readiness:
 
 
 def _generation_pending(obj: dict) -> str | None:
-    generation = (obj.get("metadata") or {}).get("generation")
-    observed = (obj.get("status") or {}).get("observedGeneration") or 0
+    generation = field(obj, "metadata.generation", int)
+    observed = field(obj, "status.observedGeneration", int, default=0)
     if generation and observed < generation:
         return f"waiting for the controller to observe generation {generation}"
     return None
 
 
 def _conditions(obj: dict) -> dict:
-    return {
-        c.get("type"): c
-        for c in (obj.get("status") or {}).get("conditions") or []
-        if isinstance(c, dict)
-    }
+    return {field(c, "type", str): c for c in entries(obj, "status.conditions")}
 
 
 def _deployment_readiness(obj: dict) -> Readiness:
-    desired = (obj.get("spec") or {}).get("replicas", 1)
-    status = obj.get("status") or {}
+    desired = field(obj, "spec.replicas", int, default=1)
     pending = _generation_pending(obj)
     if pending:
         return Readiness(False, pending)
     progressing = _conditions(obj).get("Progressing") or {}
-    if progressing.get("reason") == "ProgressDeadlineExceeded":
-        return Readiness(False, f"progress deadline exceeded: {progressing.get('message', '')}")
-    updated = status.get("updatedReplicas") or 0
-    available = status.get("availableReplicas") or 0
+    if field(progressing, "reason", str) == "ProgressDeadlineExceeded":
+        return Readiness(False, f"progress deadline exceeded: {field(progressing, 'message', str)}")
+    updated = field(obj, "status.updatedReplicas", int, default=0)
+    available = field(obj, "status.availableReplicas", int, default=0)
     if updated < desired:
         return Readiness(False, f"{updated}/{desired} replicas updated")
     if available < desired:
@@ -80,12 +77,13 @@ def _deployment_readiness(obj: dict) -> Readiness:
 
 
 def _statefulset_readiness(obj: dict) -> Readiness:
-    desired = (obj.get("spec") or {}).get("replicas", 1)
-    status = obj.get("status") or {}
+    desired = field(obj, "spec.replicas", int, default=1)
     pending = _generation_pending(obj)
     if pending:
         return Readiness(False, pending)
-    available = status.get("availableReplicas", status.get("readyReplicas")) or 0
+    # Before availableReplicas (Kubernetes 1.22), readyReplicas said it.
+    ready = field(obj, "status.readyReplicas", int, default=0)
+    available = field(obj, "status.availableReplicas", int, default=ready)
     if available < desired:
         return Readiness(False, f"{available}/{desired} replicas available")
     return Readiness(True, f"{available}/{desired} replicas available")
@@ -93,13 +91,14 @@ def _statefulset_readiness(obj: dict) -> Readiness:
 
 def _job_readiness(obj: dict) -> Readiness:
     conditions = _conditions(obj)
-    if (conditions.get("Complete") or {}).get("status") == "True":
+    if field(conditions.get("Complete"), "status", str) == "True":
         return Readiness(True, "complete")
     failed = conditions.get("Failed") or {}
-    if failed.get("status") == "True":
-        return Readiness(False, f"failed: {failed.get('message') or failed.get('reason', '')}")
-    succeeded = (obj.get("status") or {}).get("succeeded") or 0
-    completions = (obj.get("spec") or {}).get("completions", 1)
+    if field(failed, "status", str) == "True":
+        said = field(failed, "message", str) or field(failed, "reason", str)
+        return Readiness(False, f"failed: {said}")
+    succeeded = field(obj, "status.succeeded", int, default=0)
+    completions = field(obj, "spec.completions", int, default=1)
     return Readiness(False, f"running: {succeeded}/{completions} succeeded")
 
 
@@ -112,10 +111,11 @@ def _condition_readiness(obj: dict, *, required: bool) -> Readiness:
             if required
             else Readiness(True, "exists")
         )
-    detail = ready.get("message") or ready.get("reason") or ""
-    if ready.get("status") == "True":
+    detail = field(ready, "message", str) or field(ready, "reason", str)
+    status = field(ready, "status", str)
+    if status == "True":
         return Readiness(True, detail or "Ready")
-    return Readiness(False, f"Ready={ready.get('status')}" + (f": {detail}" if detail else ""))
+    return Readiness(False, f"Ready={status or None}" + (f": {detail}" if detail else ""))
 
 
 _READINESS_BY_KIND = {

@@ -18,6 +18,7 @@ from engine.integrations.base import (
     OwnershipConflict,
     upstream_text,
 )
+from engine.integrations.shapes import UpstreamAnswerMalformed, optional
 from engine.trust.untrusted import load_json
 
 MESSAGE_MAX_CHARS = 500
@@ -33,13 +34,15 @@ class KubeResponse:
     body: bytes
 
     def json(self) -> dict:
-        """The body as a JSON object; IntegrationError when it is not one."""
+        """The body as a JSON object; UpstreamAnswerMalformed when it is not one."""
         try:
             value = load_json(self.body or b"{}")
         except ValueError:
-            raise IntegrationError(f"the API answered {self.status} with a body that is not JSON")
+            raise UpstreamAnswerMalformed(
+                f"the API answered {self.status} with a body that is not JSON"
+            ) from None
         if not isinstance(value, dict):
-            raise IntegrationError(f"the API answered {self.status} with an unexpected body")
+            raise UpstreamAnswerMalformed(f"the API answered {self.status} with an unexpected body")
         return value
 
     def message(self, limit: int = MESSAGE_MAX_CHARS) -> str:
@@ -98,22 +101,19 @@ def refusal(response: KubeResponse, *, method: str, path: str, prefix: str = "")
             resource=resource,
             namespace=namespace,
         )
-    details = status.get("details") if isinstance(status.get("details"), dict) else {}
-    if code == 404 and details.get("kind") == "namespaces":
-        namespace = upstream_text(details.get("name"), 63) or "the target namespace"
+    # Only words to quote: a Status of another shape says less, never fails the refusal.
+    if code == 404 and optional(status, "details.kind", str) == "namespaces":
+        namespace = upstream_text(optional(status, "details.name", str), 63)
+        namespace = namespace or "the target namespace"
         return NamespaceMissing(f"{prefix}namespace {namespace} does not exist: {said}")
     if code == 409:
         return OwnershipConflict(
             f"{prefix}the object exists and is held by another owner or manager: {said}"
         )
     if code == 422:
-        fields = tuple(
-            dict.fromkeys(
-                upstream_text(c.get("field"), 200)
-                for c in details.get("causes") or []
-                if isinstance(c, dict) and upstream_text(c.get("field"), 200)
-            )
-        )
+        causes = optional(status, "details.causes", list)
+        said_fields = (upstream_text(optional(c, "field", str), 200) for c in causes)
+        fields = tuple(dict.fromkeys(f for f in said_fields if f))
         named = f" (field {', '.join(fields)})" if fields else ""
         return InvalidManifest(f"{prefix}the cluster rejects it as invalid{named}: {said}", fields)
     return ApiError(f"{prefix}{said}", code)

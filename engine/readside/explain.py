@@ -33,6 +33,8 @@ NEXT_STEPS = {
     "invalid_manifest": "Fix the named field (edit & redeploy).",
     "admission_denied": "A policy of the cluster refused it: change the source to satisfy the "
     "quoted rule (edit & redeploy), or ask the cluster's administrator.",
+    "upstream_answer_malformed": "Check that the kubeconfig's server address is the cluster's "
+    "API server (not a proxy or another service answering there); then redeploy as it is.",
     # Why a workload never became ready.
     "image_not_found": "Check the image name and tag (edit & redeploy); the resources were kept.",
     "invalid_image_name": "Fix the image reference (edit & redeploy); the resources were kept.",
@@ -74,6 +76,7 @@ CAUSES = {
     "resource_conflict": "An object of the same name belongs to someone else.",
     "invalid_manifest": "The cluster rejected a resource as invalid.",
     "admission_denied": "A policy of the cluster refused a resource.",
+    "upstream_answer_malformed": "A server answered with something its API never sends.",
     "image_not_found": "The image does not exist.",
     "invalid_image_name": "The image name is not valid.",
     "image_pull_failed": "The image cannot be pulled.",

@@ -10,14 +10,16 @@ data/stringData may carry one. The manifest rules themselves live in engine/trus
 
 An answer is hostile input: longer than MAX_ANSWER_CHARS it is refused unread, JSON deeper than
 engine.untrusted's limit is skipped, and YAML is read without aliases (a 345-byte alias bomb
-expands to megabytes and blocks the worker, lease renewal included).
+expands to megabytes and blocks the worker, lease renewal included). Every field is checked for
+its type before it is read, and an answer holding what PostgreSQL cannot keep (a NUL character,
+a lone surrogate, NaN, a YAML date) is refused: its plan and manifests are stored.
 """
 
 import json
 import re
 
 from engine.trust import manifests, secrets
-from engine.trust.untrusted import json_depth_exceeds, load_json, load_yaml_all
+from engine.trust.untrusted import json_depth_exceeds, load_json, load_yaml_all, unfit_for_jsonb
 
 #: Longest model answer read (characters); a longer one fails the run as malformed_answer.
 MAX_ANSWER_CHARS = 200_000
@@ -53,13 +55,15 @@ def parse_answer(text: str) -> dict:
     if len(text) > MAX_ANSWER_CHARS:
         raise MalformedAnswer(f"the answer is longer than {MAX_ANSWER_CHARS} characters")
     for candidate in _json_objects(text):
+        if "needInputs" not in candidate and "manifests" not in candidate:
+            continue
+        _refuse_unfit(candidate)
         if "needInputs" in candidate:
             return {"needInputs": _declarations(candidate["needInputs"])}
-        if "manifests" in candidate:
-            return {
-                "plan": _plan(candidate.get("plan")),
-                "manifests": _manifests(candidate["manifests"]),
-            }
+        return {
+            "plan": _plan(candidate.get("plan")),
+            "manifests": _manifests(candidate["manifests"]),
+        }
     raise MalformedAnswer('no JSON object with "manifests" or "needInputs" in it')
 
 
@@ -111,6 +115,7 @@ def _manifests(value) -> list[dict]:
             docs.append(item)
     if len(docs) > MAX_MANIFESTS:
         raise MalformedAnswer(f"more than {MAX_MANIFESTS} manifests")
+    _refuse_unfit(docs, ("manifests",))  # YAML has types JSON has not (a date, a binary)
     for doc in docs:
         if not isinstance(doc, dict):
             raise MalformedAnswer("every manifest must be an object")
@@ -128,6 +133,15 @@ def _manifests(value) -> list[dict]:
         if refusal:
             raise MalformedAnswer(refusal)
     return docs
+
+
+def _refuse_unfit(value, path: tuple = ()) -> None:
+    """MalformedAnswer naming the first thing in `value` that cannot be stored."""
+    unfit = unfit_for_jsonb(value, path)
+    if unfit:
+        path, reason = next(iter(unfit.items()))
+        where = ".".join(str(part) for part in path) or "the answer"
+        raise MalformedAnswer(f"{where} {reason}")
 
 
 def _declarations(value) -> list[dict]:
@@ -149,7 +163,9 @@ def _declarations(value) -> list[dict]:
 
 def sanitize_declaration(item: dict) -> dict:
     """One input declaration as persisted: typed, sensitivity decided, no sensitive default."""
-    input_type = item.get("type") if item.get("type") in manifests.INPUT_TYPES else "string"
+    declared_type = item.get("type")
+    known = isinstance(declared_type, str) and declared_type in manifests.INPUT_TYPES
+    input_type = declared_type if known else "string"
     sensitive = bool(item.get("sensitive")) or secrets.is_sensitive(
         item["name"], input_type=input_type
     )

@@ -26,6 +26,7 @@ from engine.integrations.kube_diagnosis import (
     not_ready,
     pod_name,
 )
+from engine.integrations.shapes import optional
 from engine.runners.context import RunContext, TaskHandle
 
 #: Pods whose events one look reads at most (each is one API call).
@@ -125,12 +126,12 @@ class Diagnosis:
 
 
 def _selector(manifest: dict) -> dict | None:
-    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
-    match = (spec.get("selector") or {}).get("matchLabels") if spec else None
-    if isinstance(match, dict) and match:
+    """The labels of a workload's pods, read off its manifest (a model's: any shape)."""
+    match = optional(manifest, "spec.selector.matchLabels", dict)
+    if match:
         return {str(k): str(v) for k, v in match.items()}
     if manifest.get("kind") == "Job":
-        return {"job-name": str((manifest.get("metadata") or {}).get("name"))}
+        return {"job-name": optional(manifest, "metadata.name", str)}
     return None
 
 

@@ -11,6 +11,7 @@ from engine.integrations.base import (
     IntegrationError,
     ResourceRef,
 )
+from engine.integrations.shapes import UpstreamAnswerMalformed, optional
 from engine.runners.context import RunContext, TaskHandle, resources
 from engine.runners.diagnosis import Diagnosis
 
@@ -52,21 +53,22 @@ def blocked_on_recorded_secrets(handle: TaskHandle, ctx: RunContext) -> bool:
 
 
 def endpoint(manifest: dict, namespace: str | None) -> str | None:
-    """Where a Service or Ingress answers, read off its manifest (what the canvas card shows)."""
-    spec = manifest.get("spec") or {}
-    meta = manifest.get("metadata") or {}
+    """Where a Service or Ingress answers, read off its manifest (what the canvas card shows).
+
+    A model writes these manifests: a field of another type is read as absent."""
+    name = optional(manifest, "metadata.name", str)
     if manifest.get("kind") == "Service":
-        ports = [p.get("port") for p in spec.get("ports") or [] if isinstance(p, dict)]
-        ns = meta.get("namespace") or namespace
-        host = f"{meta.get('name')}.{ns}.svc" if ns else str(meta.get("name"))
+        ports = [optional(p, "port", int) for p in optional(manifest, "spec.ports", list)]
+        ns = optional(manifest, "metadata.namespace", str) or namespace
+        host = f"{name}.{ns}.svc" if ns else name
         return f"{host}:{ports[0]}" if ports and ports[0] else host
     if manifest.get("kind") == "Ingress":
-        for rule in spec.get("rules") or []:
-            if isinstance(rule, dict) and rule.get("host"):
-                scheme = "https" if spec.get("tls") else "http"
-                paths = (rule.get("http") or {}).get("paths") or [{}]
-                path = paths[0].get("path") if isinstance(paths[0], dict) else None
-                return f"{scheme}://{rule['host']}{path or '/'}"
+        for rule in optional(manifest, "spec.rules", list):
+            host = optional(rule, "host", str)
+            if host:
+                scheme = "https" if optional(manifest, "spec.tls", list) else "http"
+                paths = optional(rule, "http.paths", list) or [{}]
+                return f"{scheme}://{host}{optional(paths[0], 'path', str) or '/'}"
     return None
 
 
@@ -177,7 +179,7 @@ def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
 
 def _names_the_cluster(error: IntegrationError) -> bool:
     """An error that is the cluster's or the network's, whose own reason is the better cause."""
-    return isinstance(error, (ClusterUnreachable, ClusterUnavailable))
+    return isinstance(error, (ClusterUnreachable, ClusterUnavailable, UpstreamAnswerMalformed))
 
 
 #: The result resources whose readiness decides `completed` (ADR 0028).

@@ -12,6 +12,7 @@ All of these are refused here, at the edge, with a message naming the problem.
 
 import functools
 import json
+import math
 import re
 
 import yaml
@@ -117,8 +118,26 @@ def unstorable(text: str) -> str | None:
     return "must not contain a lone UTF-16 surrogate (invalid Unicode)"
 
 
+def storable(text: str) -> str:
+    """`text` with each character PostgreSQL cannot store (NUL, a lone surrogate) replaced by
+    U+FFFD: for text read from a server, which is shown and kept rather than refused."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def unstorable_paths(value, path: tuple = ()) -> dict:
     """{path: reason} for every string (key or value) inside `value` that cannot be stored."""
+    return _problems(value, path, jsonb=False)
+
+
+def unfit_for_jsonb(value, path: tuple = ()) -> dict:
+    """{path: reason} for everything inside a parsed value (JSON, or YAML from load_yaml) that
+    PostgreSQL cannot keep as jsonb: unstorable text (keys too), a number that is not finite
+    (`NaN`, which `json` reads), a key that is not text or a value JSON has no type for (a YAML
+    date)."""
+    return _problems(value, path, jsonb=True)
+
+
+def _problems(value, path: tuple, *, jsonb: bool) -> dict:
     found = {}
     if isinstance(value, str):
         reason = unstorable(value)
@@ -126,12 +145,19 @@ def unstorable_paths(value, path: tuple = ()) -> dict:
             found[path] = reason
     elif isinstance(value, dict):
         for key, item in value.items():
+            where = path + (_printable(key),)
             if isinstance(key, str) and unstorable(key):
-                found[path + (_printable(key),)] = "a key " + unstorable(key)
-            found.update(unstorable_paths(item, path + (_printable(key),)))
+                found[where] = "a key " + unstorable(key)
+            elif jsonb and not isinstance(key, str):
+                found[where] = "a key must be text"
+            found.update(_problems(item, where, jsonb=jsonb))
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            found.update(unstorable_paths(item, path + (index,)))
+            found.update(_problems(item, path + (index,), jsonb=jsonb))
+    elif jsonb and isinstance(value, float) and not math.isfinite(value):
+        found[path] = "must be a finite number"
+    elif jsonb and not (value is None or isinstance(value, (bool, int, float))):
+        found[path] = f"is not a JSON value ({type(value).__name__})"
     return found
 
 

@@ -3,12 +3,14 @@ the deployment they apply, kmock responders, and how a test reads the outcome th
 and the sandbox the OpenAPI contract tests serve (test_api_contract.py, the generated client)."""
 
 import base64
+import json
 
 import yaml
+from gevent.pywsgi import WSGIServer
 from gevent.server import StreamServer
 
 from tests.contract.conftest import kubeconfig_for
-from tests.helpers import wait_for_status
+from tests.helpers import loopback_listener, wait_for_status
 
 #: A sandbox that settles a deployment in a fraction of a second.
 FAST_SANDBOX = {
@@ -130,3 +132,97 @@ class CountingListener:
 
     def stop(self):
         self.server.stop()
+
+
+#: Paths of the objects an image source with a port (IMAGE_SOURCE) deploys and reads.
+PODS_PATH = "/api/v1/namespaces/demo/pods"
+EVENTS_PATH = "/api/v1/namespaces/demo/events"
+SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices"
+SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def discovery(*kinds: tuple[str, str]) -> dict:
+    """An APIResourceList serving (plural, kind) pairs, namespaced, with a status subresource."""
+    resources = []
+    for plural, kind in kinds:
+        resources.append({"name": plural, "kind": kind, "namespaced": True, "verbs": ["get"]})
+        resources.append({"name": f"{plural}/status", "kind": kind, "namespaced": True})
+    return {"kind": "APIResourceList", "resources": resources}
+
+
+#: "METHOD path" -> (status, body) of a healthy cluster: the access check passes, an image
+#: source deploys and is ready at once, and every read of a diagnosis has an answer.
+HEALTHY_CLUSTER = {
+    "GET /version": (200, {"major": "1", "minor": "31", "gitVersion": "v1.31.2"}),
+    f"POST {SSR_PATH}": (201, {"status": {"userInfo": {"username": "dev@example.com"}}}),
+    "GET /api/v1/namespaces/demo": (200, {"metadata": {"name": "demo"}}),
+    f"POST {SSAR_PATH}": (201, {"status": {"allowed": True}}),
+    "GET /api/v1": (
+        200,
+        discovery(("services", "Service"), ("pods", "Pod"), ("events", "Event")),
+    ),
+    "GET /apis/apps/v1": (200, discovery(("deployments", "Deployment"))),
+    "GET /apis/discovery.k8s.io/v1": (200, discovery(("endpointslices", "EndpointSlice"))),
+    f"PATCH {DEPLOYMENT_PATH}": (201, {"metadata": {"name": "web"}}),
+    f"PATCH {SERVICE_PATH}": (201, {"metadata": {"name": "web"}}),
+    f"GET {DEPLOYMENT_PATH}": (200, workload_status(available=1)),
+    f"GET {SERVICE_PATH}": (200, {"spec": {"selector": {"app": "web"}, "clusterIP": "10.0.0.9"}}),
+    f"GET {SLICES_PATH}": (
+        200,
+        {"items": [{"endpoints": [{"addresses": ["10.1.0.1"], "conditions": {"ready": True}}]}]},
+    ),
+    f"GET {PODS_PATH}": (
+        200,
+        {
+            "items": [
+                {
+                    "metadata": {"name": "web-1"},
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "False"}],
+                        "containerStatuses": [
+                            {"name": "web", "state": {"waiting": {"reason": "ContainerCreating"}}}
+                        ],
+                    },
+                }
+            ]
+        },
+    ),
+    f"GET {EVENTS_PATH}": (200, {"items": [{"reason": "Pulling", "message": "pulling nginx"}]}),
+}
+
+
+class ScriptedKubeApi:
+    """A Kubernetes API on 127.0.0.1 answering each "METHOD path" with a scripted status and
+    body: a healthy cluster (HEALTHY_CLUSTER), of which a test replaces answers with any JSON.
+    kmock cannot serve such answers (its DSL reads a list or a string as a script of its own)."""
+
+    def __init__(self):
+        self.answers: dict[str, tuple[int, object]] = {}
+        self.seen: list[str] = []
+        self._server = WSGIServer(loopback_listener(), self._app, log=None)
+        self._server.start()
+        self.reset()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def reset(self) -> None:
+        self.answers = dict(HEALTHY_CLUSTER)
+        self.seen = []
+
+    def answer(self, route: str, body, status: int | None = None) -> None:
+        """Answer `route` with `body` (any JSON value) and `status` (by default its healthy one)."""
+        self.answers[route] = (status or HEALTHY_CLUSTER[route][0], body)
+
+    def stop(self) -> None:
+        self._server.stop(timeout=1)
+
+    def _app(self, environ, start_response):
+        route = f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}"
+        self.seen.append(route)
+        code, body = self.answers.get(route, (404, status(404, "the server could not find it")))
+        start_response(f"{code} Scripted", [("Content-Type", "application/json")])
+        # ASCII JSON: a lone surrogate or NUL arrives as JSON's own escape, NaN as `NaN`.
+        return [json.dumps(body).encode()]

@@ -8,17 +8,21 @@ monkey.patch_all()
 
 import json  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import gevent  # noqa: E402
 import jwt  # noqa: E402
 import pytest  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
+from hypothesis import example, given  # noqa: E402
 
 from engine.core.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
 from engine.integrations.devbox import DevboxClient, ExecResult  # noqa: E402
-from tests.helpers import free_port  # noqa: E402
+from engine.trust.untrusted import unstorable  # noqa: E402
+from tests.helpers import free_port, loopback_listener  # noqa: E402
+from tests.hostile_json import examples, hostile  # noqa: E402
 
 KEY = "devbox-signing-key-for-contract-tests"
 
@@ -47,7 +51,7 @@ class FakeDevboxApi:
         self.seen: list[Seen] = []
         self.routes: dict[str, tuple[int, dict | None, float]] = {}
         self._server = WSGIServer(
-            ("127.0.0.1", 0), self._app, log=None, handler_class=_RawPathHandler
+            loopback_listener(), self._app, log=None, handler_class=_RawPathHandler
         )
         self._server.start()
 
@@ -214,6 +218,40 @@ def test_a_malformed_answer_is_an_integration_error(api, client):
         client.create(workspace="team-a", task_id="t", abort=AbortSignal())
     with pytest.raises(IntegrationError, match="exit code"):
         client.exec("dbx-1", ["ls"], workspace="team-a", abort=AbortSignal())
+
+
+EXEC = {"exitCode": 1, "stdout": "Dockerfile\n", "stderr": "fatal: not found\n"}
+
+
+def test_any_answer_of_create_or_exec_is_read_or_an_integration_error(api, client):
+    seen = Counter()
+
+    @examples(80)
+    @given(create=hostile({"id": "dbx-1"}), ran=hostile(EXEC))
+    @example(create={"id": ["dbx-1"]}, ran={**EXEC, "exitCode": True, "stderr": "a\x00\ud800"})
+    def check(create, ran):
+        api.route(f"POST {BASE}", 201, create)
+        api.route(f"POST {BASE}/dbx-1/exec", 200, ran)
+        abort = AbortSignal()
+        try:
+            devbox_id = client.create(workspace="team-a", task_id="t", abort=abort)
+            assert isinstance(devbox_id, str) and devbox_id
+            seen["created"] += 1
+        except IntegrationError as exc:
+            assert str(exc)
+        try:
+            result = client.exec("dbx-1", ["ls"], workspace="team-a", abort=abort)
+        except IntegrationError as exc:
+            assert str(exc)
+            seen["refused"] += 1
+        else:
+            # Output is kept and shown (git's last line): storable, whatever was sent.
+            assert isinstance(result.exit_code, int) and not isinstance(result.exit_code, bool)
+            assert unstorable(result.stdout) is None and unstorable(result.stderr) is None
+            seen["ran"] += 1
+
+    check()
+    assert min(seen[o] for o in ("created", "ran", "refused")) >= 5, seen
 
 
 def test_an_unreachable_api_is_an_integration_error():

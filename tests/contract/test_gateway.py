@@ -6,14 +6,21 @@ from gevent import monkey
 monkey.patch_all()
 
 
+import json  # noqa: E402
+from collections import Counter  # noqa: E402
+
 import gevent  # noqa: E402
 import pytest  # noqa: E402
 from gevent.event import Event  # noqa: E402
+from hypothesis import example, given  # noqa: E402
 
 from engine.core.abort import Aborted, AbortSignal  # noqa: E402
+from engine.integrations.base import IntegrationError  # noqa: E402
 from engine.integrations.gateway import GatewayClient, GatewayError  # noqa: E402
+from engine.trust.untrusted import unstorable  # noqa: E402
 from tests.fakes import FakeGatewayServer, Reply  # noqa: E402
 from tests.helpers import free_port, wait_for  # noqa: E402
+from tests.hostile_json import examples, hostile  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "plan it"}]
 
@@ -130,6 +137,39 @@ def test_an_error_event_mid_stream_is_reported(server):
     server.script(Reply(raw=raw))
     with pytest.raises(GatewayError, match="overloaded"):
         collect(client_for(server))
+
+
+CHUNK = {
+    "id": "c",
+    "object": "chat.completion.chunk",
+    "choices": [{"index": 0, "delta": {"content": "hel"}, "finish_reason": None}],
+}
+STOP = 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+
+def test_a_chunk_of_any_shape_is_text_or_a_gateway_error(server):
+    client = client_for(server, retries=0)
+    seen = Counter()
+
+    @examples(80)
+    @given(chunk=hostile(CHUNK))
+    @example(chunk={"choices": {"0": CHUNK["choices"][0]}})  # KeyError
+    @example(chunk={"choices": 5})  # TypeError
+    @example(chunk={"choices": [{"delta": {"content": "a\x00b\ud800"}}]})  # unstorable
+    def check(chunk):
+        server.script(Reply(raw=f"data: {json.dumps(chunk)}\n\n{STOP}"))
+        try:
+            pieces = collect(client)
+        except IntegrationError as exc:
+            assert str(exc)
+            seen["refused"] += 1
+        else:
+            # Shown live, stored as events and parsed: text PostgreSQL can keep.
+            assert all(isinstance(p, str) and unstorable(p) is None for p in pieces), pieces
+            seen["read"] += 1
+
+    check()
+    assert seen["read"] >= 5 and seen["refused"] >= 5, seen
 
 
 def test_a_truncated_answer_is_reported(server):

@@ -4,10 +4,13 @@ against an OpenAI-compatible fake on loopback, a fake devbox at the integrations
 import base64
 import json
 import time
+from collections import Counter
 
 import gevent
 import pytest
 from gevent.event import Event
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from engine.integrations import Integrations
 from engine.integrations.devbox import ExecResult
@@ -23,14 +26,21 @@ from tests.helpers import (
     wait_for,
     wait_for_status,
 )
+from tests.hostile_json import examples, hostile
 
 PROMPT = {"kind": "prompt", "prompt": "deploy an nginx web server"}
 
 
 def plan_answer(name="web", *, extra_manifests=(), plan=None) -> str:
     """A model answer as prose around a fenced JSON object (what real models tend to send)."""
+    body = plan_body(name, extra_manifests=extra_manifests, plan=plan)
+    return "Sure. Here is the plan:\n```json\n" + json.dumps(body, indent=1) + "\n```\nDone."
+
+
+def plan_body(name="web", *, extra_manifests=(), plan=None) -> dict:
+    """The protocol object of a plan: a Deployment and its Service."""
     labels = {"app": name}
-    body = {
+    return {
         "plan": plan or {"summary": f"nginx as {name}", "args": {"replicas": 1}},
         "manifests": [
             *extra_manifests,
@@ -55,7 +65,6 @@ def plan_answer(name="web", *, extra_manifests=(), plan=None) -> str:
             },
         ],
     }
-    return "Sure. Here is the plan:\n```json\n" + json.dumps(body, indent=1) + "\n```\nDone."
 
 
 @pytest.fixture
@@ -720,3 +729,46 @@ def test_devbox_calls_carry_the_tasks_workspace_never_a_header(
         message="the prompt task",
     )
     assert devbox.calls and {call.workspace for call in devbox.calls} == {"team-b"}
+
+
+#: A model's answer of each kind, the shapes the property below mutates.
+NEED_INPUTS = {"needInputs": [{"name": "REPLICAS", "type": "number", "required": True}]}
+SERVICE = plan_body()["manifests"][1]
+YAML_DATE = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {d: 2020-01-01}\n"
+
+
+def test_a_model_answer_of_any_shape_ends_the_run_with_a_named_reason(make_ai_app, gateway):
+    """Every answer (any JSON, a plan or an input request with fields of other types, text
+    PostgreSQL cannot store) parks the run, completes it or fails it naming why; none crashes
+    it (`runner_error`)."""
+    client = make_ai_app(readiness_timeout_s=1, readiness_poll_s=0.05).test_client()
+    seen = Counter()
+
+    @examples(16)
+    @given(
+        answer=hostile(plan_body()) | hostile(NEED_INPUTS),
+        prose=st.sampled_from(["", "Here:\n", "\x00\ud800 "]),
+    )
+    # The answers that crashed a run (runner_error) before their fields were read by type.
+    @example(answer={"needInputs": [{"name": "X", "type": []}]}, prose="")
+    @example(answer=plan_body(plan={"summary": "a\x00b"}), prose="")
+    @example(answer=plan_body(plan={"summary": "\ud800"}), prose="")
+    @example(answer={"plan": {}, "manifests": [{**SERVICE, "spec": [1]}]}, prose="")
+    @example(answer={"plan": {}, "manifests": [{**SERVICE, "kind": "A\x00"}]}, prose="")
+    @example(answer={"plan": {}, "manifests": [YAML_DATE]}, prose="")
+    @example(answer=plan_body(extra_manifests=[{**SERVICE, "spec": {"selector": [1]}}]), prose="")
+    @example(answer=plan_body(), prose="\x00\ud800 ")  # unstorable text streamed
+    def check(answer, prose):
+        gateway.script(Reply(text=prose + json.dumps(answer), chunk_chars=4096))
+
+        created = client.post("/api/v1/tasks", json={"projectId": "demo", "source": PROMPT})
+        done = wait_for_status(
+            client, created.get_json()["id"], "completed", "failed", "blocked", timeout=30
+        )
+
+        failure = done["failure"] or {}
+        assert failure.get("reason") in (None, "malformed_answer"), (answer, failure)
+        seen[failure.get("reason") or done["status"]] += 1
+
+    check()
+    assert seen["completed"] and seen["blocked"] and seen["malformed_answer"], seen

@@ -148,6 +148,18 @@ def test_json_is_read_only_through_the_depth_limited_loader():
     assert "json.loads(" in (ROOT / "engine/trust/untrusted.py").read_text()  # the detector matches
 
 
+def test_an_upstream_answer_is_read_through_the_typed_accessors():
+    """A parsed answer's fields are read by type (engine/integrations/shapes.py), never by a
+    `.get()` chain or an index on the parsed body, which assume its shape (an answer of
+    `{"status": "x"}` was a 500)."""
+    chained = re.compile(r"\.json\(\)\s*(\.get\(|\[)")
+    assert chained.search('user = (response.json().get("status") or {})')  # the control
+    assert chained.search("kind = response.json()['kind']")
+    for path in (ROOT / "engine").rglob("*.py"):
+        found = chained.search(path.read_text())
+        assert not found, f"{path.relative_to(ROOT)}: {found.group()}"
+
+
 def test_the_manifest_rules_are_written_once():
     # Kinds, input types and placeholder syntax drifted when templates and the AI runner each
     # had their own copy; engine/trust/manifests.py is the one home.
