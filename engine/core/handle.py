@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 from engine.cleanup import task_runtimes as runtimes
 from engine.core.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
 from engine.core.errors import DatabaseUnavailable, LeaseLost
-from engine.core.status import Status
+from engine.core.status import CANCEL_REFUSES, Status
 from engine.core.transitions import Fence, Move, transition
 from engine.db import Database, Leased, write_key
 from engine.trust import secrets
@@ -247,7 +247,9 @@ class TaskHandle:
         self.db.one("task_mark_devbox_paused", task_id=self.task_id, devbox_id=devbox_id, now=None)
 
     def request_inputs(self, inputs: list[dict], message: str | None = None) -> None:
-        """Park the task blocked, asking for these inputs (declarations only, never values)."""
+        """Park the task blocked, asking for these inputs (declarations only, never values). A
+        cancel pending wins: the park is refused and Aborted(CANCEL) raised, as for `complete`
+        (a parked task has no runner to acknowledge a cancel)."""
         self.set_artifacts(pendingInputs=inputs)
         self._move(Status.BLOCKED, reason="inputs_required", message=message)
 
@@ -343,8 +345,6 @@ class TaskHandle:
             self.task_id,
             to,
             fence=Fence(self.epoch, self.owner),
-            # A user who asked to cancel never sees "completed".
-            if_cancel_pending=False if to is Status.COMPLETED else None,
             reason=reason,
             message=message,
             phase=phase,
@@ -355,7 +355,7 @@ class TaskHandle:
         with self._leased():
             moved = transition(self.db, move, abort=self._live_abort(), notices=self._notices)
         if not moved:
-            if to is Status.COMPLETED:
+            if to in CANCEL_REFUSES:  # a completion or a park
                 self.ending = None
                 # What was held is still true: the outcome the cancel leads to records it.
                 self._held = held

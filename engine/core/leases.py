@@ -18,7 +18,8 @@ def claim(
     actor: str | None = None,
     notices=None,
 ) -> dict | None:
-    """queued|blocked -> running under a new lease epoch; the claimed row, or None if it moved.
+    """queued|blocked -> running under a new lease epoch; the claimed row, or None if it moved
+    (or has a cancel pending: a claim never starts a run the user cancelled).
 
     With `notices` (the claiming process's RunnerNotices, engine/core/notices.py) the claim is
     announced with the run's own writes instead of notifying at once: the process that will run

@@ -11,8 +11,10 @@ class Status(StrEnum):
     #: (applying, blocked, failed, cancelled), the reaper (expired lease, timeout, cancel
     #: deadline) or the shutdown drain.
     RUNNING = "running"
-    #: Parked, leaseless, waiting for inputs as long as it takes. Left by an input submission
-    #: (inline claim) or a cancel.
+    #: Parked, leaseless, waiting for inputs as long as it takes; never entered with a cancel
+    #: pending (CANCEL_REFUSES). Left by an input submission (inline claim) or a cancel, or by
+    #: the reaper's cancel deadline should a cancel be pending on it all the same (a row parked
+    #: before that rule).
     BLOCKED = "blocked"
     #: Artifacts generated and being applied, then verified (verify is a phase, not a status).
     #: Left like running, or to completed once every required result resource is ready.
@@ -44,6 +46,13 @@ TRANSITIONS: dict[tuple[Status, Status], str] = {
     (Status.APPLYING, Status.CANCELLED): "cancelled",
     (Status.APPLYING, Status.COMPLETED): "completed",
 }
+
+
+#: Moves a pending cancel refuses, whoever asks: a claim (nothing starts once a cancel was
+#: accepted), a park (blocked has no runner left to acknowledge the cancel: the task would wait
+#: for inputs with the cancel pending for ever) and a completion (a user who asked to cancel never
+#: sees completed). The lease holder acknowledges the cancel instead (engine/core/handle.py).
+CANCEL_REFUSES = frozenset({Status.RUNNING, Status.BLOCKED, Status.COMPLETED})
 
 
 def sources_of(to: Status) -> list[Status]:

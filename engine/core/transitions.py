@@ -9,7 +9,7 @@ from uuid import UUID
 
 from engine.core.abort import AbortSignal
 from engine.core.errors import IllegalTransition
-from engine.core.status import LEASED, TERMINAL, TRANSITIONS, Status, sources_of
+from engine.core.status import CANCEL_REFUSES, LEASED, TERMINAL, TRANSITIONS, Status, sources_of
 from engine.db import Database, write_key
 from engine.operations import metrics
 
@@ -52,7 +52,8 @@ class Move:
     workspace: str | None = None
     # -- what the row must say now (the reaper's sweeps, a runner's completion) ------------------
     if_lease_expired: bool = False
-    #: True: a cancel must be pending; False: none may be; None: either.
+    #: True: a cancel must be pending; False: none may be; None: either. A move to a status a
+    #: pending cancel refuses (status.py, CANCEL_REFUSES) always asks False.
     if_cancel_pending: bool | None = None
     cancel_older_than_s: float | None = None
     claimed_older_than_s: float | None = None
@@ -77,6 +78,8 @@ class Move:
             raise IllegalTransition(f"a move to {self.to} is a lease holder's write")
         if (self.steps or self.artifacts is not None) and self.fence is None:
             raise IllegalTransition("only a lease holder's move records steps and artifacts")
+        if self.to in CANCEL_REFUSES and self.if_cancel_pending:
+            raise IllegalTransition(f"a pending cancel refuses every move to {self.to}")
 
     @property
     def sources(self) -> tuple[Status, ...]:
@@ -144,7 +147,9 @@ def statement_params(move: Move, *, notify: bool, move_key: str) -> dict:
         "fence_epoch": fence.epoch if fence else None,
         "fence_owner": fence.owner if fence else None,
         "if_lease_expired": move.if_lease_expired,
-        "if_cancel_pending": move.if_cancel_pending,
+        # Checked against the newest row under its lock: a cancel request (which needs a leased
+        # task) and such a move can never both succeed.
+        "if_cancel_pending": False if move.to in CANCEL_REFUSES else move.if_cancel_pending,
         "cancel_older_than_s": move.cancel_older_than_s,
         "claimed_older_than_s": move.claimed_older_than_s,
         "created_older_than_s": move.created_older_than_s,

@@ -284,7 +284,7 @@ def claim_and_launch(
     kubeconfig: dict | None,
 ) -> dict | None:
     """Claim the task from `from_status` and start its runner here with `memory` once the claim
-    commits; the claimed row, or None when the task moved first."""
+    commits; the claimed row, or None when the task moved first (or has a cancel pending)."""
     leased_at = runtime.db.clock()
     claimed = leases.claim(
         runtime.db,

@@ -1,11 +1,12 @@
 """The transition table, exhaustively, through the one guarded transition."""
 
 import itertools
+from datetime import UTC, datetime
 
 import pytest
 
 from engine.core.errors import IllegalTransition
-from engine.core.status import TRANSITIONS, Status
+from engine.core.status import CANCEL_REFUSES, TRANSITIONS, Status
 from engine.core.transitions import Claim, Fence, Move, transition
 
 PAIRS = list(itertools.product(Status, Status))
@@ -51,6 +52,25 @@ def test_every_pair_is_accepted_or_rejected_as_the_table_says(
                 dst,
                 from_statuses=(src,),
                 claim=Claim("me", 60) if dst is Status.RUNNING else None,
+            )
+
+
+@pytest.mark.parametrize("src,dst", list(TRANSITIONS), ids=[f"{a}->{b}" for a, b in TRANSITIONS])
+def test_a_pending_cancel_refuses_a_claim_a_park_and_a_completion_and_nothing_else(
+    runtime, insert_task, src, dst
+):
+    """A park (blocked) with a cancel pending would leave no runner to acknowledge it, a claim
+    would start a run the user cancelled, a completion would tell them it completed."""
+    row = insert_task(status=str(src), cancel_requested_at=datetime.now(UTC))
+    moved = _attempt(runtime.db, row, dst)
+    assert [m["status"] for m in moved] == ([] if dst in CANCEL_REFUSES else [str(dst)])
+    if dst in CANCEL_REFUSES:
+        with pytest.raises(IllegalTransition):  # a move cannot ask for the opposite
+            Move(
+                row["id"],
+                dst,
+                claim=Claim("me", 60) if dst is Status.RUNNING else None,
+                if_cancel_pending=True,
             )
 
 
