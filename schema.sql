@@ -132,10 +132,10 @@ CREATE TABLE deploy_tasks (
 -- leased rows here rather than indexing lease_expires_at, see fillfactor above).
 CREATE INDEX deploy_tasks_leased_by_claim
     ON deploy_tasks (lease_claimed_at) WHERE status IN ('running', 'applying');
--- task_list_ids_cancel_overdue: cancels a runner has not acknowledged in time.
+-- task_list_ids_cancel_overdue: cancels not acknowledged in time, in any active status.
 CREATE INDEX deploy_tasks_pending_cancel
     ON deploy_tasks (cancel_requested_at)
-    WHERE status IN ('running', 'applying') AND cancel_requested_at IS NOT NULL;
+    WHERE status IN ('queued', 'running', 'blocked', 'applying') AND cancel_requested_at IS NOT NULL;
 -- task_list_ids_queued_overdue: tasks nobody claimed in time.
 CREATE INDEX deploy_tasks_queued_by_age
     ON deploy_tasks (created_at) WHERE status = 'queued';

@@ -44,10 +44,11 @@ class Reaper:
                 "cancel_deadline",
                 "task_list_ids_cancel_overdue",
                 "cancel_ack_deadline_s",
+                # From every status the table cancels: a cancel is recorded on a leased task,
+                # but one pending on a task no run holds has nobody else to end it.
                 Move(
                     (),
                     Status.CANCELLED,
-                    from_statuses=LEASED_SOURCES,
                     reason="cancel_deadline",
                     message="cancel was not acknowledged in time; cancelled by the engine",
                     actor="reaper",

@@ -135,9 +135,10 @@ WHERE devbox_id = %(devbox_id)s AND status IN ('queued', 'running', 'blocked', '
 LIMIT 5;
 
 -- task_list_ids_cancel_overdue --
--- Leased tasks whose cancel request is older than the acknowledgement deadline.
+-- Active tasks whose cancel request is older than the acknowledgement deadline, whatever their
+-- status: a cancel is recorded on a leased task, but it must end the task wherever it went since.
 SELECT id FROM deploy_tasks
-WHERE status IN ('running', 'applying') AND cancel_requested_at IS NOT NULL
+WHERE status IN ('queued', 'running', 'blocked', 'applying') AND cancel_requested_at IS NOT NULL
   AND cancel_requested_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(deadline_s)s)
 ORDER BY cancel_requested_at LIMIT %(limit)s;
 
