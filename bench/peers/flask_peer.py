@@ -5,18 +5,33 @@ image-deployment body with marshmallow, commits a `deployments` row and hands a 
 the job marks the deployment running, writes four event rows (apply started/done, verify
 started/done) and marks it completed, each its own transaction. PEER_QUEUE chooses the queue:
 
-- `procrastinate`: the row and the job commit in one transaction (procrastinate's own
-  `procrastinate_defer_jobs_v1`, the statement its defer runs, on the request's connection, so
-  neither exists without the other); a procrastinate worker (LISTEN/NOTIFY) runs the job.
+- `procrastinate`: the row and the job commit in one transaction (the task's
+  `configure(connection=conn).defer(...)` on the request's connection, procrastinate's way to
+  defer inside the caller's transaction, so neither exists without the other); a procrastinate
+  worker (asyncio, LISTEN/NOTIFY, PEER_CONCURRENCY jobs at once) runs the job.
 - `celery`: the row commits, then the job is published to Redis (PEER_BROKER_URL); a Celery
   worker with the gevent pool runs it.
+
+Written for throughput as the libraries' documentation says, with nothing a competent team
+would not do (bench/peers/__init__.py lists each choice and its source):
+- every pool is in autocommit, so a single statement is one round trip (not BEGIN, the
+  statement, COMMIT); the create's two statements are one explicit transaction;
+- one marshmallow schema instance per process (instances are reusable; building one per
+  request cost 80 us of its 110);
+- the worker's pool holds one connection per job it runs at once and one more (procrastinate's
+  "Mind the size of your PostgreSQL pool": short jobs need as many as the concurrency, plus
+  one), and lends them without a check each time, as the service's pool does;
+- a job holds one connection of that pool for its six statements;
+- Celery prefetches many messages per slot (its "Optimizing" guide: for many short tasks a
+  large multiplier) and its broker pool covers every greenlet that publishes.
 
 Runs in the peers' venv (bench/requirements-peers.txt), never the app's, from this directory:
     python flask_peer.py setup                         # the tables (and procrastinate's schema)
     gunicorn -c gunicorn_peer.py flask_peer:app        # the HTTP service
     python flask_peer.py procrastinate-worker          # or, for celery:
     celery -A flask_peer:celery worker -P gevent -c 16 -Q deploy
-Environment: DATABASE_URL (a libpq conninfo or URL), PEER_QUEUE, PEER_BROKER_URL.
+Environment: DATABASE_URL (a libpq conninfo or URL), PEER_QUEUE, PEER_BROKER_URL,
+PEER_CONCURRENCY.
 """
 
 import os
@@ -33,6 +48,11 @@ QUEUE = os.environ.get("PEER_QUEUE", "procrastinate")
 BROKER_URL = os.environ.get("PEER_BROKER_URL", "redis://127.0.0.1:6379/15")
 #: Jobs a worker runs at once (procrastinate's concurrency, Celery's gevent pool).
 CONCURRENCY = int(os.environ.get("PEER_CONCURRENCY", "16"))
+#: Connections of a web worker's pool at most: the service's own limit (engine/db.py).
+WEB_POOL_MAX = 20
+#: Celery's prefetch multiplier: its "Optimizing" guide's figure for many short tasks.
+CELERY_PREFETCH_MULTIPLIER = 64
+AUTOCOMMIT = {"autocommit": True}
 JOB_QUEUE = "deploy"
 TASK_NAME = "run_deployment"
 
@@ -56,10 +76,6 @@ CREATE TABLE IF NOT EXISTS deployment_events (
 CREATE INDEX IF NOT EXISTS deployment_events_by_deployment ON deployment_events (deployment_id);
 """
 INSERT = "INSERT INTO deployments (id, project_id, source) VALUES (%s, %s, %s)"
-DEFER = (
-    "SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, NULL, NULL, %s, NULL)"
-    "::procrastinate_job_to_defer_v1])"
-)
 MARK_RUNNING = (
     "UPDATE deployments SET status = 'running', started_at = now() "
     "WHERE id = %s AND status = 'queued'"
@@ -99,6 +115,8 @@ class CreateDeployment(Schema):
     source = fields.Nested(ImageSource, required=True)
 
 
+CREATE_DEPLOYMENT = CreateDeployment()
+
 # -- the HTTP service ----------------------------------------------------------------------------
 
 app = Flask(__name__)
@@ -106,10 +124,12 @@ _pool: ConnectionPool | None = None
 
 
 def pool() -> ConnectionPool:
-    """This worker's pool, opened on first use (after gunicorn forked and gevent patched)."""
+    """This process's pool, opened on first use (after gunicorn forked and gevent patched)."""
     global _pool
     if _pool is None:
-        _pool = ConnectionPool(DATABASE_URL, min_size=4, max_size=20, open=True)
+        _pool = ConnectionPool(
+            DATABASE_URL, min_size=4, max_size=WEB_POOL_MAX, kwargs=AUTOCOMMIT, open=True
+        )
     return _pool
 
 
@@ -120,16 +140,20 @@ def create_deployment():
     if not isinstance(payload, dict):
         return jsonify({"code": "malformed_json"}), 400
     try:
-        body = CreateDeployment().load(payload)
+        body = CREATE_DEPLOYMENT.load(payload)
     except ValidationError as exc:
         return jsonify({"code": "invalid_request", "fields": exc.messages}), 400
     deployment_id = str(uuid.uuid4())
-    with pool().connection() as conn, conn.transaction():
-        conn.execute(INSERT, (deployment_id, body["projectId"], Jsonb(body["source"])))
+    row = (deployment_id, body["projectId"], Jsonb(body["source"]))
+    with pool().connection() as conn:
         if QUEUE == "procrastinate":
-            conn.execute(DEFER, (JOB_QUEUE, TASK_NAME, Jsonb({"deployment_id": deployment_id})))
+            with conn.transaction():
+                conn.execute(INSERT, row)
+                deploy_task.configure(connection=conn).defer(deployment_id=deployment_id)
+        else:
+            conn.execute(INSERT, row)
     if QUEUE == "celery":
-        celery_task().delay(deployment_id)
+        celery.tasks[TASK_NAME].delay(deployment_id)
     return jsonify({"id": deployment_id, "status": "queued"}), 201
 
 
@@ -140,63 +164,67 @@ def healthz():
 
 # -- procrastinate -------------------------------------------------------------------------------
 
-
-def procrastinate_app():
+if QUEUE == "procrastinate":
     import procrastinate
     from psycopg_pool import AsyncConnectionPool
 
-    papp = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=DATABASE_URL))
-    jobs_pool: list[AsyncConnectionPool] = []
+    #: In the web, never opened: a defer runs on the request's connection. The worker opens it
+    #: on a pool of its own (run_procrastinate_worker).
+    procrastinate_app = procrastinate.App(connector=procrastinate.PsycopgConnector())
 
-    @papp.task(name=TASK_NAME, queue=JOB_QUEUE)
-    async def run_deployment(deployment_id: str) -> None:
-        if not jobs_pool:
-            jobs_pool.append(
-                AsyncConnectionPool(DATABASE_URL, min_size=4, max_size=CONCURRENCY, open=False)
-            )
-            await jobs_pool[0].open()
-        for statement, params in job_statements(deployment_id):
-            async with jobs_pool[0].connection() as conn:
+    @procrastinate_app.task(name=TASK_NAME, queue=JOB_QUEUE)
+    async def deploy_task(deployment_id: str) -> None:
+        async with procrastinate_app.connector.pool.connection() as conn:
+            for statement, params in job_statements(deployment_id):
                 await conn.execute(statement, params)
 
-    return papp
+    async def _autocommit(conn) -> None:
+        await conn.set_autocommit(True)
+
+    async def run_procrastinate_worker() -> None:
+        """The worker on one pool for procrastinate's fetch and finish and the jobs' statements:
+        a connection per job at once and one for the fetch. The pool is the peer's own
+        (procrastinate's "Use an external pool"): procrastinate's would check every connection
+        it lends with an empty query, a round trip per fetch and per finish, which the
+        service's pool does not do. Autocommit by `configure`: with kwargs, procrastinate's
+        LISTEN connection would get autocommit twice (a TypeError in 3.10.0)."""
+        async with AsyncConnectionPool(
+            DATABASE_URL,
+            min_size=CONCURRENCY + 1,
+            max_size=CONCURRENCY + 1,
+            configure=_autocommit,
+            open=False,
+        ) as pool:
+            await pool.wait()
+            async with procrastinate_app.open_async(pool=pool):
+                await procrastinate_app.run_worker_async(
+                    queues=[JOB_QUEUE], concurrency=CONCURRENCY, wait=True
+                )
 
 
 # -- Celery --------------------------------------------------------------------------------------
 
-_celery = None
-
-
-def celery_app():
-    """The Celery app (broker Redis, results ignored), its one task registered."""
-    global _celery
-    if _celery is None:
-        from celery import Celery
-
-        _celery = Celery("flask_peer", broker=BROKER_URL)
-        _celery.conf.update(
-            task_ignore_result=True,
-            task_default_queue=JOB_QUEUE,
-            broker_connection_retry_on_startup=True,
-            worker_hijack_root_logger=False,
-        )
-
-        @_celery.task(name=TASK_NAME)
-        def run_deployment(deployment_id: str) -> None:
-            for statement, params in job_statements(deployment_id):
-                with pool().connection() as conn:
-                    conn.execute(statement, params)
-
-    return _celery
-
-
-def celery_task():
-    return celery_app().tasks[TASK_NAME]
-
-
 if QUEUE == "celery":
+    from celery import Celery
+
     #: What `celery -A flask_peer` looks for.
-    celery = celery_app()
+    celery = Celery("flask_peer", broker=BROKER_URL)
+    celery.conf.update(
+        task_ignore_result=True,
+        task_default_queue=JOB_QUEUE,
+        # Every greenlet of a web worker that publishes at once gets a connection without
+        # waiting (Celery's "Optimizing": size it to the active green threads).
+        broker_pool_limit=WEB_POOL_MAX,
+        worker_prefetch_multiplier=CELERY_PREFETCH_MULTIPLIER,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+
+    @celery.task(name=TASK_NAME)
+    def run_deployment(deployment_id: str) -> None:
+        with pool().connection() as conn:
+            for statement, params in job_statements(deployment_id):
+                conn.execute(statement, params)
 
 
 def setup() -> None:
@@ -211,9 +239,11 @@ def setup() -> None:
         import asyncio
 
         async def apply():
-            papp = procrastinate_app()
-            async with papp.open_async():
-                await papp.schema_manager.apply_schema_async()
+            async with (
+                AsyncConnectionPool(DATABASE_URL, min_size=1, open=False) as pool,
+                procrastinate_app.open_async(pool=pool),
+            ):
+                await procrastinate_app.schema_manager.apply_schema_async()
 
         asyncio.run(apply())
 
@@ -222,6 +252,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "setup":
         setup()
     elif sys.argv[1] == "procrastinate-worker":
-        procrastinate_app().run_worker(queues=[JOB_QUEUE], concurrency=CONCURRENCY, wait=True)
+        import asyncio
+
+        asyncio.run(run_procrastinate_worker())
     else:
         raise SystemExit(f"unknown command {sys.argv[1]!r}; see the docstring")
