@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-scaleout test-ha fuzz setup browser suite-packages gunicorn bench clean lock lint format
+.PHONY: run test test-scaleout test-ha fuzz setup browser suite-packages bench-packages gunicorn bench clean lock lint format
 
 # Installs come from the lock files only: every package, transitive ones included, pinned and
 # checked against its hash (requirements-dev.txt holds the app's lock plus the test tools).
@@ -79,7 +79,16 @@ fuzz: setup
 gunicorn: setup
 	exec $(VENV)/bin/gunicorn -c gunicorn.conf.py wsgi:app
 
-bench: setup
+# The end-to-end benchmark (bench/e2e_throughput.py) also runs on Debian's PostgreSQL 15 and
+# gives Celery a Redis of its own: both started by the benchmark and stopped after it. Installed
+# as the suites' packages are: nothing left running or enabled.
+BENCH_PACKAGES := postgresql-15 redis-server
+bench-packages:
+	@if [ "$$(id -u)" = 0 ] && ! (test -x /usr/lib/postgresql/15/bin/postgres && command -v redis-server) >/dev/null; then \
+		sh tests/install_suite_packages.sh $(BENCH_PACKAGES); \
+	fi
+
+bench: setup bench-packages
 	$(PY) -m bench.run_all
 
 clean:

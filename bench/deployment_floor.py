@@ -167,7 +167,7 @@ def summary(floor: dict) -> str:
 
 
 if __name__ == "__main__":
-    from bench.e2e_throughput import admin_url, postgres_cpu_seconds
+    from bench.e2e_servers import admin_url, postgres_cpu_seconds
 
     admin, _ = admin_url()
     count = int(os.environ.get("BENCH_FLOOR_DEPLOYMENTS", "1000"))

@@ -1,13 +1,14 @@
 #!/bin/sh
 # Installs Debian's packages for the scale-out and HA suites (`make suite-packages`, as root) and
-# leaves no service of them running or enabled: the suites start their own processes.
+# for the end-to-end benchmark (`make bench-packages`), and leaves no service of them running or
+# enabled: the suites and the benchmark start their own processes.
 # A policy-rc.d that refuses every start keeps apt from starting a service, but Debian's postinst
 # still enables it (deb-systemd-helper, update-rc.d), so the units of every package this run
 # newly installs (its dependencies included) are disabled afterwards. A package that was already
 # installed keeps whatever its owner chose.
 set -u
 
-echo "Installing Debian's $* (apt, system-wide) for the scale-out and HA suites;" \
+echo "Installing Debian's $* (apt, system-wide) for the suites or the benchmark;" \
     "no service is started or enabled"
 apt-get update -qq || exit
 # "Inst name (version ...)" is a fresh install; an upgrade reads "Inst name [old] (new ...)".
