@@ -30,6 +30,7 @@ against the documentation found in revision 1 (results measured against it name 
   request's transaction ("Using an external database connection"), not its SQL function;
 - a job borrows one connection for its six statements, not one per statement;
 - the marshmallow schema is built once per process, not per request;
+- the queue workers `gc.freeze()` what they loaded once started, as the service's workers do;
 - Celery: `worker_prefetch_multiplier` 64 ("Optimizing": for many short tasks, a large
   multiplier) and `broker_pool_limit` sized to a web worker's pool ("the value should be based on
   the number of active threads/green-threads using broker connections"); the create's row is

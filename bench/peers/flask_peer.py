@@ -22,6 +22,8 @@ would not do (bench/peers/__init__.py lists each choice and its source):
   "Mind the size of your PostgreSQL pool": short jobs need as many as the concurrency, plus
   one), and lends them without a check each time, as the service's pool does;
 - a job holds one connection of that pool for its six statements;
+- the queue workers freeze what they loaded out of the collector's scans, as the service's
+  workers do (gunicorn_peer.py does it for the peers' web workers);
 - Celery prefetches many messages per slot (its "Optimizing" guide: for many short tasks a
   large multiplier) and its broker pool covers every greenlet that publishes.
 
@@ -34,6 +36,7 @@ Environment: DATABASE_URL (a libpq conninfo or URL), PEER_QUEUE, PEER_BROKER_URL
 PEER_CONCURRENCY.
 """
 
+import gc
 import os
 import sys
 import uuid
@@ -119,6 +122,14 @@ CREATE_DEPLOYMENT = CreateDeployment()
 
 # -- the HTTP service ----------------------------------------------------------------------------
 
+
+def _freeze_what_is_loaded() -> None:
+    """Collect once and freeze what is loaded, as the service's workers and the peers' gunicorn
+    workers do: a full collection no longer scans it."""
+    gc.collect()
+    gc.freeze()
+
+
 app = Flask(__name__)
 _pool: ConnectionPool | None = None
 
@@ -196,6 +207,7 @@ if QUEUE == "procrastinate":
             open=False,
         ) as pool:
             await pool.wait()
+            _freeze_what_is_loaded()
             async with procrastinate_app.open_async(pool=pool):
                 await procrastinate_app.run_worker_async(
                     queues=[JOB_QUEUE], concurrency=CONCURRENCY, wait=True
@@ -219,6 +231,12 @@ if QUEUE == "celery":
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
+
+    from celery.signals import worker_ready
+
+    @worker_ready.connect
+    def _freeze(**_) -> None:
+        _freeze_what_is_loaded()
 
     @celery.task(name=TASK_NAME)
     def run_deployment(deployment_id: str) -> None:
