@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import re
+from itertools import accumulate
 
 import yaml
 from marshmallow import Schema, ValidationError, fields, pre_load
@@ -22,8 +23,15 @@ from yaml.composer import ComposerError
 #: Deeper than any request, kubeconfig or plan this service reads (a manifest is ~10 levels).
 MAX_JSON_DEPTH = 64
 
-#: A JSON string (escapes included) or one bracket; everything else is skipped by finditer.
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+#: A JSON string (escapes included) to its closing quote or, never closed, to the end of the
+#: text. Possessive, unrolled: one pass that keeps no backtracking state per character (the
+#: alternation `(?:[^"\\]|\\.)*` kept ~100 bytes per character: 16 MiB of one string took
+#: gigabytes), and a string that never closes is swallowed whole, so no scan restarts inside it.
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
+#: For bytes.translate: every byte but the four brackets deleted, `{` `}` as `[` `]`.
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("]"): -1}
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 #: The same rule as a JSON Schema pattern for the API's documents: no NUL character. (A lone
 #: surrogate cannot be written in the regex dialect JSON Schema validators use; JSON generators
@@ -36,17 +44,18 @@ class MalformedJson(ValueError):
 
 
 def json_depth_exceeds(text: str, max_depth: int = MAX_JSON_DEPTH) -> bool:
-    """Whether brackets outside strings nest deeper than `max_depth` (linear, no recursion)."""
-    depth = 0
-    for match in _JSON_TOKEN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > max_depth:
-                return True
-        elif token in "]}":
-            depth -= 1
-    return False
+    """Whether brackets outside strings nest deeper than `max_depth` (an unclosed one counts).
+
+    Linear in time with constant state per character, every step in C (the regular expression,
+    bytes.translate, the running sum): 2 MiB of text takes ~1-5 ms, 2 MiB of nothing but
+    brackets ~50-100 ms (json.loads itself takes longer on such a document)."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
+    if '"' in text:
+        text = _JSON_STRING.sub("", text)
+    brackets = text.encode("utf-8", "surrogatepass").translate(_SQUARE, _NOT_BRACKETS)
+    depths = accumulate(map(_STEP.__getitem__, brackets))
+    return next(filter(max_depth.__lt__, depths), None) is not None
 
 
 def load_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH):
