@@ -197,13 +197,18 @@ def build_devbox(settings: Settings):
         return SandboxDevbox()
     if not settings.devbox_signing_key:
         raise RuntimeError("DEVBOX_URL is set but DEVBOX_SIGNING_KEY is not")
-    from engine.integrations.devbox import DevboxClient
+    from engine.integrations.devbox import DEFAULT_ANSWER_LIMIT, DevboxClient
 
     return DevboxClient(
         settings.devbox_url,
         settings.devbox_signing_key,
         timeout_s=settings.devbox_timeout_s,
         exec_timeout_s=settings.devbox_exec_timeout_s,
+        answer_limit=dataclasses.replace(
+            DEFAULT_ANSWER_LIMIT,
+            max_bytes=settings.devbox_answer_max_bytes,
+            max_s=settings.devbox_answer_max_s,
+        ),
     )
 
 
@@ -215,7 +220,11 @@ def build_gateway(settings: Settings):
         return SandboxGateway(chunk_delay_s=settings.sandbox_gateway_delay_s)
     if not settings.gateway_model:
         raise RuntimeError("GATEWAY_URL is set but GATEWAY_MODEL is not")
-    from engine.integrations.gateway import GatewayClient
+    from engine.integrations.gateway import (
+        DEFAULT_ANSWER_LIMIT,
+        DEFAULT_EVENT_LIMIT,
+        GatewayClient,
+    )
 
     return GatewayClient(
         settings.gateway_url,
@@ -224,6 +233,16 @@ def build_gateway(settings: Settings):
         retries=settings.gateway_retries,
         connect_timeout_s=settings.gateway_connect_timeout_s,
         idle_timeout_s=settings.gateway_idle_timeout_s,
+        answer_limit=dataclasses.replace(
+            DEFAULT_ANSWER_LIMIT,
+            max_bytes=settings.gateway_answer_max_bytes,
+            max_s=settings.gateway_answer_max_s,
+        ),
+        event_limit=dataclasses.replace(
+            DEFAULT_EVENT_LIMIT,
+            max_bytes=settings.gateway_event_max_bytes,
+            max_s=settings.gateway_answer_max_s,
+        ),
     )
 
 

@@ -45,6 +45,7 @@ from flask import (
 
 from blueprints import csrf
 from blueprints.oidc import (
+    DEFAULT_ANSWER_LIMIT,
     BearerVerifier,
     ConfigurationError,
     InvalidToken,
@@ -53,6 +54,8 @@ from blueprints.oidc import (
     identity_from_claims,
     is_loopback_host,
 )
+from engine.integrations.base import IntegrationError
+from engine.integrations.upstream import bound
 from engine.lifecycle import sessions
 from engine.lifecycle.identity import Identity
 from engine.operations.config import Settings
@@ -258,15 +261,21 @@ class OidcAuth:
                 raise ConfigurationError(f"AUTH_MODE=oidc needs {name.upper()}")
         self.settings = settings
         self.audience = settings.oidc_audience or settings.oidc_client_id
-        self.metadata = discover(settings.oidc_issuer)
+        self.answer_limit = dataclasses.replace(
+            DEFAULT_ANSWER_LIMIT,
+            max_bytes=settings.oidc_answer_max_bytes,
+            max_s=settings.oidc_answer_max_s,
+        )
+        self.metadata = discover(settings.oidc_issuer, self.answer_limit)
         self.verifier = BearerVerifier(
-            settings.oidc_issuer, self.metadata["jwks_uri"], self.audience
+            settings.oidc_issuer, self.metadata["jwks_uri"], self.audience, self.answer_limit
         )
         self.refusals = RefusalLog()
         self.client = None
 
     def init_app(self, app: Flask) -> None:
         from authlib.integrations.flask_client import OAuth
+        from authlib.integrations.requests_client import OAuth2Session
 
         metadata = {
             key: self.metadata[key]
@@ -289,6 +298,8 @@ class OidcAuth:
             client_kwargs={"scope": SCOPES, "code_challenge_method": "S256"},
             **metadata,
         )
+        # Authlib's token and key-set requests read their answers through the same bounds.
+        self.client.client_cls = lambda **kwargs: bound(OAuth2Session(**kwargs), self.answer_limit)
 
     def identify(self) -> Identity:
         header = request.headers.get("Authorization")
@@ -373,7 +384,13 @@ class OidcAuth:
             identity = identity_from_claims(
                 dict(token["userinfo"]), self.settings.tenant_claim, self.settings.user_claim
             )
-        except (OAuthError, JoseError, InvalidToken, requests.RequestException) as exc:
+        except (
+            OAuthError,
+            JoseError,
+            InvalidToken,
+            requests.RequestException,
+            IntegrationError,  # the issuer's answer was too large or unreadable
+        ) as exc:
             log.warning("sign-in refused: %s: %.200s", type(exc).__name__, exc)
             return render_template("signed_out.html", failed=True), 401
         back = safe_next(session.get("next"))

@@ -10,6 +10,10 @@ All JOSE work is PyJWT's (PyJWKClient holds the issuer's key set); the browser l
   EdDSA (the key's own algorithm), carries exactly our `iss`, an `aud` containing our audience,
   and `exp` (with `nbf`, 60 s leeway). `jku`, `x5u` and embedded `jwk` headers are never read;
 - the user and the workspaces come only from signed claims (USER_CLAIM, TENANT_CLAIM).
+
+Every answer of the issuer (discovery, the key set, and Authlib's token and key-set requests in
+blueprints/auth.py) is read through engine/integrations/upstream.py: at most
+OIDC_ANSWER_MAX_BYTES after decompression, within OIDC_ANSWER_MAX_S.
 """
 
 import ipaddress
@@ -23,8 +27,11 @@ from urllib.parse import urlsplit
 import jwt
 import requests
 
+from engine.integrations.base import IntegrationError
+from engine.integrations.upstream import AnswerLimit, http_session
 from engine.lifecycle.identity import Identity
 from engine.operations.config import ConfigurationError  # one boot error for every setting
+from engine.trust.untrusted import load_json
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,10 @@ JWKS_REFRESH_COOLDOWN_S = 60.0
 #: The key set is re-read this often even when every kid is known.
 JWKS_LIFESPAN_S = 300.0
 HTTP_TIMEOUT_S = 10.0
+#: The caps on one answer of the issuer (OIDC_ANSWER_MAX_BYTES, OIDC_ANSWER_MAX_S).
+DEFAULT_ANSWER_LIMIT = AnswerLimit(
+    256 * 1024, HTTP_TIMEOUT_S, "OIDC_ANSWER_MAX_BYTES", "OIDC_ANSWER_MAX_S"
+)
 #: Workspace names a claim may carry: they appear in URLs, rows and failure-streak subjects.
 WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 #: Reasons for a refused token are logged at most once per interval each (attackers can send
@@ -81,15 +92,16 @@ def require_safe_url(name: str, url: str) -> None:
     raise ConfigurationError(f"{name} must be an https URL (http only for loopback): {url!r}")
 
 
-def discover(issuer: str) -> dict:
+def discover(issuer: str, limit: AnswerLimit = DEFAULT_ANSWER_LIMIT) -> dict:
     """The issuer's discovery document, checked to name exactly this issuer and a safe jwks_uri."""
     require_safe_url("OIDC_ISSUER", issuer)
     url = issuer.rstrip("/") + "/.well-known/openid-configuration"
     try:
-        response = requests.get(url, timeout=HTTP_TIMEOUT_S, allow_redirects=False)
+        with http_session(limit) as http:
+            response = http.get(url, timeout=HTTP_TIMEOUT_S, allow_redirects=False)
         response.raise_for_status()
-        metadata = response.json()
-    except (requests.RequestException, ValueError) as exc:
+        metadata = load_json(response.content)
+    except (requests.RequestException, IntegrationError, ValueError) as exc:
         raise ConfigurationError(f"OIDC discovery failed at {url}: {exc}") from None
     named = metadata.get("issuer") if isinstance(metadata, dict) else None
     if named != issuer:
@@ -151,13 +163,38 @@ class RefusalLog:
         )
 
 
+class KeySetClient(jwt.PyJWKClient):
+    """PyJWT's key-set client, fetching through engine/integrations/upstream.py: its own fetch
+    reads the whole answer, whatever its size."""
+
+    def __init__(self, uri: str, limit: AnswerLimit, **kwargs):
+        super().__init__(uri, **kwargs)
+        self._http = http_session(limit)
+
+    def fetch_data(self):
+        """The key set (cached, and the refresh cooldown started), as PyJWKClient.fetch_data."""
+        try:
+            response = self._http.get(self.uri, timeout=self.timeout, allow_redirects=False)
+            response.raise_for_status()
+            jwk_set = self._as_jwk_set_payload(load_json(response.content))
+        except (requests.RequestException, IntegrationError, ValueError) as exc:
+            raise jwt.PyJWKClientConnectionError(f"fetching the key set failed: {exc}") from None
+        if self.jwk_set_cache is not None:
+            self.jwk_set_cache.put(jwk_set)
+        self._last_successful_fetch = time.monotonic()
+        return jwk_set
+
+
 class BearerVerifier:
     """Verifies bearer JWTs against one issuer's key set; returns their claims."""
 
-    def __init__(self, issuer: str, jwks_uri: str, audience: str):
+    def __init__(
+        self, issuer: str, jwks_uri: str, audience: str, limit: AnswerLimit = DEFAULT_ANSWER_LIMIT
+    ):
         self.issuer, self.audience = issuer, audience
-        self.keys = jwt.PyJWKClient(
+        self.keys = KeySetClient(
             jwks_uri,
+            limit,
             lifespan=JWKS_LIFESPAN_S,
             timeout=HTTP_TIMEOUT_S,
             cooldown_duration=JWKS_REFRESH_COOLDOWN_S,
@@ -180,7 +217,7 @@ class BearerVerifier:
             # Only the key the kid names; PyJWK binds the algorithm to that key, so the header's
             # alg cannot switch an RSA key to another family.
             key = self.keys.get_signing_key(kid)
-        except jwt.PyJWKClientError as exc:
+        except jwt.PyJWTError as exc:  # the client's errors, and a key set that is not one
             raise InvalidToken("key", str(exc)) from None
         try:
             return jwt.decode(

@@ -100,6 +100,13 @@ class ClusterUnavailable(IntegrationError):
     reason = "cluster_unavailable"
 
 
+class UpstreamAnswerTooLarge(IntegrationError):
+    """A server's answer went over its cap (engine/integrations/upstream.py): more bytes than
+    allowed after decompression (or on the wire), or still not complete when its time was up."""
+
+    reason = "upstream_answer_too_large"
+
+
 class CredentialsRefused(ApplyError):
     """The API server does not accept the kubeconfig's credentials (401)."""
 
@@ -153,6 +160,8 @@ def upstream_text(value, limit: int) -> str:
     """
     if not isinstance(value, str):
         return ""
+    # Only the head can show: a megabyte-long message is not walked a character at a time.
+    value = value[: 4 * limit]
     text = " ".join("".join(c if c.isprintable() else " " for c in value).split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 

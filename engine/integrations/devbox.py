@@ -5,7 +5,9 @@ format, not ours, and stays as it is; our parameters say `workspace`.
 
 The JWT is the server's only credential (signed with DEVBOX_SIGNING_KEY, HS256), so pause and
 delete work without any user: the reaper and cleanup jobs call them. Every call honours an
-abort signal; a 404 is the typed absence NotFound.
+abort signal; a 404 is the typed absence NotFound. Every answer is read through
+engine/integrations/upstream.py: at most DEVBOX_ANSWER_MAX_BYTES after decompression, and a call
+over within DEVBOX_ANSWER_MAX_S (an exec: beyond its command's own time).
 
 Routes (all under DEVBOX_URL, JSON bodies):
   POST   /v1/namespaces/<workspace>/devboxes                {"taskId"} -> 201 {"id"}
@@ -16,6 +18,7 @@ Routes (all under DEVBOX_URL, JSON bodies):
   DELETE /v1/namespaces/<workspace>/devboxes/<id>           -> 200 or 204
 """
 
+import dataclasses
 import time
 from urllib.parse import quote
 
@@ -31,6 +34,7 @@ from engine.integrations.base import (
     upstream_text,
 )
 from engine.integrations.shapes import field, reading
+from engine.integrations.upstream import AnswerLimit, http_session
 from engine.trust import secrets
 from engine.trust.untrusted import storable
 
@@ -46,6 +50,10 @@ MIN_KEY_BYTES = 32
 HTTP_POOL_SIZE = 64
 #: Kept of a command's output; the rest is cut (a runner shows only a summary anyway).
 MAX_OUTPUT_CHARS = 64 * 1024
+#: The caps on one answer (DEVBOX_ANSWER_MAX_BYTES, DEVBOX_ANSWER_MAX_S).
+DEFAULT_ANSWER_LIMIT = AnswerLimit(
+    1024 * 1024, 60.0, "DEVBOX_ANSWER_MAX_BYTES", "DEVBOX_ANSWER_MAX_S"
+)
 
 
 class DevboxClient:
@@ -60,6 +68,7 @@ class DevboxClient:
         *,
         timeout_s: float = 30.0,
         exec_timeout_s: float = 300.0,
+        answer_limit: AnswerLimit = DEFAULT_ANSWER_LIMIT,
     ):
         if len((signing_key or "").encode()) < MIN_KEY_BYTES:
             raise ValueError(
@@ -71,7 +80,11 @@ class DevboxClient:
         secrets.register_server_secret(signing_key)
         self.timeout_s = timeout_s
         self.exec_timeout_s = exec_timeout_s
-        self._http = http_session()
+        self._http = _session(answer_limit)
+        # An exec's answer comes after its command: its time is the command's plus the cap.
+        self._exec_http = _session(
+            dataclasses.replace(answer_limit, max_s=answer_limit.max_s + exec_timeout_s)
+        )
 
     def __repr__(self) -> str:  # never show the key
         return f"DevboxClient({self.base_url!r})"
@@ -126,6 +139,7 @@ class DevboxClient:
             {"command": list(command), "timeoutSeconds": int(timeout_s)},
             abort=abort,
             read_timeout_s=timeout_s + self.timeout_s,
+            http=self._exec_http,
         )
         with reading("running a command in the devbox"):
             exit_code = field(body, "exitCode", int)
@@ -155,6 +169,7 @@ class DevboxClient:
         *,
         abort: AbortSignal,
         read_timeout_s: float | None = None,
+        http: requests.Session | None = None,
     ):
         url = f"{self.base_url}/v1/namespaces/{quote(workspace, safe='')}/devboxes{path}"
         headers = {"Authorization": f"Bearer {self.token(workspace)}", "Accept": "application/json"}
@@ -162,7 +177,7 @@ class DevboxClient:
         # database connection, so killing it mid-read only drops its socket.
         try:
             response = abort.run(
-                self._http.request,
+                (http or self._http).request,
                 method,
                 url,
                 json=body,
@@ -189,15 +204,10 @@ class DevboxClient:
             raise IntegrationError("the devbox API answered with something that is not JSON")
 
 
-def http_session() -> requests.Session:
-    """A session for a server credential: no ambient proxy or .netrc (which could replace our
-    Authorization header), and a pool sized for many concurrent runs."""
-    session = requests.Session()
-    session.trust_env = False
-    adapter = requests.adapters.HTTPAdapter(pool_maxsize=HTTP_POOL_SIZE)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
+def _session(limit: AnswerLimit) -> requests.Session:
+    """A session for the server credential (no ambient proxy or .netrc, which could replace our
+    Authorization header) whose answers are read within `limit`, pooled for many runs."""
+    return http_session(limit, pool_size=HTTP_POOL_SIZE, trust_env=False)
 
 
 def _detail(response: requests.Response) -> str:

@@ -6,7 +6,10 @@ server-sent events whose `data:` lines carry chat.completion.chunk objects, endi
 
 Retries are bounded and happen only before the first byte of an answer (connection errors,
 timeouts, 429 and 5xx): once text has been handed out, a retry would repeat it. An abort
-shuts the socket down at once, so a turn stops mid-stream within milliseconds.
+shuts the socket down at once, so a turn stops mid-stream within milliseconds. The stream is read
+through engine/integrations/upstream.py: each event (and an error answer) at most
+GATEWAY_EVENT_MAX_BYTES, the whole turn at most GATEWAY_ANSWER_MAX_BYTES after decompression and
+GATEWAY_ANSWER_MAX_S from request to end.
 """
 
 import logging
@@ -17,8 +20,8 @@ import urllib3
 
 from engine.core.abort import AbortSignal
 from engine.integrations.base import IntegrationError, upstream_text
-from engine.integrations.devbox import http_session
 from engine.integrations.shapes import entries, field, optional, reading
+from engine.integrations.upstream import AnswerLimit, Deadline, answer_lines, http_session
 from engine.trust import secrets
 from engine.trust.untrusted import load_json, storable
 
@@ -31,6 +34,14 @@ RETRY_BACKOFF_S = 0.5
 MAX_RETRY_AFTER_S = 10.0
 #: The header carrying the runner's gateway session id (a gateway may key its state on it).
 SESSION_HEADER = "X-Session-Id"
+#: The caps on a turn's stream (GATEWAY_ANSWER_MAX_BYTES, GATEWAY_ANSWER_MAX_S) and on one of
+#: its lines or an error answer (GATEWAY_EVENT_MAX_BYTES).
+DEFAULT_ANSWER_LIMIT = AnswerLimit(
+    16 * 1024 * 1024, 600.0, "GATEWAY_ANSWER_MAX_BYTES", "GATEWAY_ANSWER_MAX_S"
+)
+DEFAULT_EVENT_LIMIT = AnswerLimit(
+    1024 * 1024, 600.0, "GATEWAY_EVENT_MAX_BYTES", "GATEWAY_ANSWER_MAX_S"
+)
 
 
 class GatewayError(IntegrationError):
@@ -58,6 +69,8 @@ class GatewayClient:
         connect_timeout_s: float = 5.0,
         idle_timeout_s: float = 120.0,
         backoff_s: float = RETRY_BACKOFF_S,
+        answer_limit: AnswerLimit = DEFAULT_ANSWER_LIMIT,
+        event_limit: AnswerLimit = DEFAULT_EVENT_LIMIT,
     ):
         if not model:
             raise ValueError("the gateway needs a model (GATEWAY_MODEL)")
@@ -69,7 +82,10 @@ class GatewayClient:
         self.connect_timeout_s = connect_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.backoff_s = backoff_s
-        self._http = http_session()
+        self.answer_limit, self.event_limit = answer_limit, event_limit
+        # Server credentials: no ambient proxy or .netrc. An error answer is read whole within
+        # the event cap; a turn's stream is read by _sse_data.
+        self._http = http_session(event_limit, trust_env=False)
 
     def __repr__(self) -> str:  # never show the key
         return f"GatewayClient({self.base_url!r}, model={self.model!r})"
@@ -141,6 +157,7 @@ class GatewayClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         body = {"model": self.model, "messages": messages, "stream": True}
+        deadline = Deadline(self.answer_limit)  # the whole turn, from this request on
         try:
             response = self._http.post(
                 f"{self.base_url}/chat/completions",
@@ -161,13 +178,13 @@ class GatewayClient:
             raise GatewayError(
                 f"the gateway refused the turn: HTTP {response.status_code} {detail}".rstrip()
             )
-        events = _sse_data(response)
+        events = _sse_data(response, self.answer_limit, self.event_limit, deadline)
         try:
             first = next(events)
         except StopIteration:
             response.close()
             raise _Retryable("empty answer") from None
-        except (requests.RequestException, OSError) as exc:
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             response.close()
             raise _Retryable(type(exc).__name__) from exc
 
@@ -178,10 +195,13 @@ class GatewayClient:
         return response, replay()
 
 
-def _sse_data(response: requests.Response) -> Iterator[str]:
+def _sse_data(
+    response: requests.Response, limit: AnswerLimit, line_limit: AnswerLimit, deadline: Deadline
+) -> Iterator[str]:
     """The `data` of each server-sent event (multi-line data joined with newlines)."""
     lines: list[str] = []
-    for raw in response.iter_lines(decode_unicode=False):
+    size = 0  # of the event being gathered: its data lines together stay within the event cap
+    for raw in answer_lines(response.raw, limit, line_limit, deadline):
         line = raw.decode("utf-8", errors="replace")
         if line == "":
             if lines:
@@ -192,6 +212,9 @@ def _sse_data(response: requests.Response) -> Iterator[str]:
             continue  # a comment (keepalive)
         field, _, value = line.partition(":")
         if field == "data":
+            size = size + len(raw) if lines else len(raw)
+            if size > line_limit.max_bytes:
+                raise line_limit.too_large("an event of the answer")
             lines.append(value[1:] if value.startswith(" ") else value)
     if lines:
         yield "\n".join(lines)

@@ -9,8 +9,10 @@ builds a run's cluster from its kubeconfig.
 
 Every call is bounded and abort-aware: each HTTP attempt runs in its own greenlet under the
 run's AbortSignal (an abort stops the wait at once; killing the greenlet closes its connection),
-urllib3's own retries are off, and the retry policy retries 429, 5xx and connection errors with
-exponential backoff, honouring Retry-After.
+its answer is read through engine/integrations/upstream.py (at most KUBE_ANSWER_MAX_BYTES after
+decompression, KUBE_ANSWER_MAX_S from request to last byte), urllib3's own retries are off, and
+the retry policy retries 429, 5xx and connection errors with exponential backoff, honouring
+Retry-After.
 """
 
 import weakref
@@ -34,6 +36,7 @@ from engine.integrations.base import (
     Readiness,
     ResourceRef,
     UnknownKind,
+    UpstreamAnswerTooLarge,
     upstream_text,
 )
 from engine.integrations.kube_diagnosis import log_tail
@@ -55,6 +58,12 @@ from engine.integrations.kubeconfig import (
     KubeTarget,
 )
 from engine.integrations.shapes import UpstreamAnswerMalformed, entries, field, reading
+from engine.integrations.upstream import (
+    AnswerLimit,
+    Deadline,
+    UnreadableAnswer,
+    read_answer,
+)
 
 __all__ = ["KubeCluster"]
 
@@ -67,6 +76,12 @@ DEFAULT_RETRY_POLICY = RetryPolicy()
 POD_LIST_LIMIT = 20
 #: Most bytes of a log one diagnosis reads (tailLines alone does not bound a long line).
 LOG_LIMIT_BYTES = 16384
+#: The caps on one API answer (KUBE_ANSWER_MAX_BYTES, KUBE_ANSWER_MAX_S) and on a log's
+#: (KUBE_LOG_MAX_BYTES: we ask for LOG_LIMIT_BYTES, a server may send more).
+DEFAULT_ANSWER_LIMIT = AnswerLimit(
+    2 * 1024 * 1024, 60.0, "KUBE_ANSWER_MAX_BYTES", "KUBE_ANSWER_MAX_S"
+)
+DEFAULT_LOG_LIMIT = AnswerLimit(64 * 1024, 60.0, "KUBE_LOG_MAX_BYTES", "KUBE_ANSWER_MAX_S")
 
 
 @dataclass(frozen=True)
@@ -110,11 +125,14 @@ class KubeCluster:
         field_manager: str = DEFAULT_FIELD_MANAGER,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        answer_limit: AnswerLimit = DEFAULT_ANSWER_LIMIT,
+        log_limit: AnswerLimit = DEFAULT_LOG_LIMIT,
     ):
         """`addresses`: the server's addresses as NetworkPolicy.resolve checked them."""
         self.target = target
         self.field_manager = field_manager
         self.retry = retry
+        self.answer_limit, self.log_limit = answer_limit, log_limit
         self._timeout = (min(CONNECT_TIMEOUT_MAX_S, request_timeout_s), request_timeout_s)
         configuration = kube_client.Configuration(host=target.server)
         configuration.retries = False
@@ -173,7 +191,12 @@ class KubeCluster:
         except ApplyError as exc:
             exc.ref = exc.ref or ref
             raise
-        except (ClusterUnreachable, ClusterUnavailable, UpstreamAnswerMalformed):
+        except (
+            ClusterUnreachable,
+            ClusterUnavailable,
+            UpstreamAnswerMalformed,
+            UpstreamAnswerTooLarge,
+        ):
             raise  # not the document's fault: the runner reports the cluster, not the source
         except IntegrationError as exc:
             raise ApplyError(str(exc), ref) from exc
@@ -260,6 +283,7 @@ class KubeCluster:
                 what=f"reading the log of {pod}",
                 not_found_ok=True,
                 bad_request_ok=True,  # "previous terminated container not found"
+                limit=self.log_limit,
                 query=[
                     ("container", container),
                     ("tailLines", str(lines)),
@@ -408,10 +432,12 @@ class KubeCluster:
         content_type: str = "application/json",
         not_found_ok: bool = False,
         bad_request_ok: bool = False,
+        limit: AnswerLimit | None = None,
     ) -> KubeResponse:
         """One API call under the retry policy; the response, or a typed IntegrationError.
 
-        `what` ("reading Service/web") prefixes error messages.
+        `what` ("reading Service/web") prefixes error messages; `limit` caps the answer (the
+        cluster's answer limit by default).
         """
         prefix = f"{what}: " if what else ""
         headers = {"Accept": "application/json"}
@@ -430,9 +456,14 @@ class KubeCluster:
         for attempt in range(attempts):
             retry_after = None
             try:
-                response = abort.run(self._send, *request)
+                response = abort.run(self._send, limit or self.answer_limit, *request)
                 if isinstance(response, Exception):
                     raise response
+            except (UpstreamAnswerTooLarge, UnreadableAnswer) as exc:
+                # Not retried: the same server would send the same again.
+                raise type(exc)(
+                    f"{prefix}the cluster at {self._address}: {exc}"[:MESSAGE_MAX_CHARS]
+                ) from None
             except RETRYABLE_ERRORS as exc:
                 unreachable = transport_failure(exc)
                 failure = f"the API server did not answer: {unreachable}"
@@ -475,23 +506,26 @@ class KubeCluster:
         return f"cannot reach the cluster at {self._address}: {why}"
 
     def _send(
-        self, method: str, url: str, headers: dict, body, post_params
+        self, limit: AnswerLimit, method: str, url: str, headers: dict, body, post_params
     ) -> KubeResponse | Exception:
-        """One HTTP attempt, in its own greenlet: killing it (abort) closes its connection.
+        """One HTTP attempt, in its own greenlet: killing it (abort) closes its connection. The
+        answer is read within `limit` (the REST layer would read and inflate it whole).
 
         A failure is returned, not raised: gevent's hub prints the traceback of every greenlet
         that dies raising, and a retried connection error is not worth a traceback in the log.
         """
+        deadline = Deadline(limit)
         try:
-            response = self._api.call_api(
-                method,
-                url,
-                header_params=headers,
-                body=body,
-                post_params=post_params,
-                _request_timeout=self._timeout,
-            )
-            data = response.read()
+            with deadline.bounding():
+                response = self._api.call_api(
+                    method,
+                    url,
+                    header_params=headers,
+                    body=body,
+                    post_params=post_params,
+                    _request_timeout=self._timeout,
+                )
+            data = read_answer(response.response, limit, deadline)
         except Exception as exc:
             return exc
         return KubeResponse(response.status, response.headers, data)

@@ -55,9 +55,12 @@ NEEDS = (
 
 
 def check_access(cluster, namespace: str, *, abort: AbortSignal) -> dict:
-    """{reachable, version, user, namespace, namespaceExists, missing, problems} of a KubeCluster.
+    """{reachable, version, user, namespace, namespaceExists, missing, problems, cause} of a
+    KubeCluster.
 
-    `problems` are sentences a user acts on; empty means a deploy can go ahead."""
+    `problems` are sentences a user acts on; empty means a deploy can go ahead. `cause` is the
+    reason code of a call that failed (`cluster_unreachable`, `upstream_answer_too_large`, ...),
+    else None."""
     report = {
         "reachable": False,
         "version": None,
@@ -66,6 +69,7 @@ def check_access(cluster, namespace: str, *, abort: AbortSignal) -> dict:
         "namespaceExists": None,
         "missing": [],
         "problems": [],
+        "cause": None,
     }
     try:
         report["version"] = cluster.server_version(abort=abort)
@@ -90,18 +94,21 @@ def check_access(cluster, namespace: str, *, abort: AbortSignal) -> dict:
                     }
                 )
     except (ClusterUnreachable, ClusterUnavailable) as exc:
+        report["cause"] = exc.reason
         report["problems"].append(
             f"{_sentence(str(exc))} Check the kubeconfig's server address, "
             "that the cluster is up, and that this server can reach it."
         )
         return report
-    except CredentialsRefused:
+    except CredentialsRefused as exc:
+        report["cause"] = exc.reason
         report["problems"].append(
             "The cluster does not accept this kubeconfig's credentials (token or client "
             "certificate): it may be expired or revoked."
         )
         return report
     except IntegrationError as exc:
+        report["cause"] = exc.reason
         report["problems"].append(f"The cluster could not answer the check: {exc}.")
         return report
     if report["namespaceExists"] is False:

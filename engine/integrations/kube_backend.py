@@ -2,6 +2,7 @@
 connected only to the server's checked addresses, or a cluster that refuses every call with the
 reason the kubeconfig cannot be used."""
 
+import dataclasses
 from typing import NoReturn
 
 from engine.core.abort import AbortSignal
@@ -14,7 +15,9 @@ from engine.integrations.base import (
     ResourceRef,
 )
 from engine.integrations.kube import (
+    DEFAULT_ANSWER_LIMIT,
     DEFAULT_FIELD_MANAGER,
+    DEFAULT_LOG_LIMIT,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_RETRY_POLICY,
     KubeCluster,
@@ -27,6 +30,7 @@ from engine.integrations.kubeconfig import (
     UnresolvableServer,
     parse_kubeconfig,
 )
+from engine.integrations.upstream import AnswerLimit
 
 
 class KubeBackend:
@@ -41,11 +45,14 @@ class KubeBackend:
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         network: NetworkPolicy | None = None,
+        answer_limit: AnswerLimit = DEFAULT_ANSWER_LIMIT,
+        log_limit: AnswerLimit = DEFAULT_LOG_LIMIT,
     ):
         self.field_manager = field_manager
         self.request_timeout_s = request_timeout_s
         self.retry = retry
         self.network = network or NetworkPolicy()
+        self.answer_limit, self.log_limit = answer_limit, log_limit
 
     @classmethod
     def from_settings(cls, settings) -> "KubeBackend":
@@ -56,6 +63,16 @@ class KubeBackend:
                 max_retries=settings.kube_max_retries, backoff_s=settings.kube_retry_backoff_s
             ),
             network=NetworkPolicy.from_settings(settings),
+            answer_limit=dataclasses.replace(
+                DEFAULT_ANSWER_LIMIT,
+                max_bytes=settings.kube_answer_max_bytes,
+                max_s=settings.kube_answer_max_s,
+            ),
+            log_limit=dataclasses.replace(
+                DEFAULT_LOG_LIMIT,
+                max_bytes=settings.kube_log_max_bytes,
+                max_s=settings.kube_answer_max_s,
+            ),
         )
 
     def check(self, kubeconfig) -> KubeTarget:
@@ -86,6 +103,8 @@ class KubeBackend:
             field_manager=self.field_manager,
             request_timeout_s=self.request_timeout_s,
             retry=self.retry,
+            answer_limit=self.answer_limit,
+            log_limit=self.log_limit,
         )
 
 

@@ -35,6 +35,8 @@ from engine.operations.setting_rules import (
     shown,
 )
 
+KIB, MIB = 1024, 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -268,6 +270,31 @@ class Settings:
         AI,
         above=0,
     )
+    devbox_answer_max_bytes: int = setting(
+        MIB,
+        "most bytes of one devbox answer after decompression",
+        AI,
+        at_least=64 * KIB,
+        shown="`1048576` (1 MiB)",
+    )
+    devbox_answer_max_s: float = setting(
+        60.0, "most seconds one devbox call may take (an exec: beyond its command's)", AI, above=0
+    )
+    gateway_event_max_bytes: int = setting(
+        MIB,
+        "most bytes of one streamed event of a turn (or an error answer)",
+        AI,
+        at_least=KIB,
+        shown="`1048576` (1 MiB)",
+    )
+    gateway_answer_max_bytes: int = setting(
+        16 * MIB,
+        "most bytes of one turn's whole stream",
+        AI,
+        at_least=64 * KIB,
+        shown="`16777216` (16 MiB)",
+    )
+    gateway_answer_max_s: float = setting(600.0, "most seconds one turn may take", AI, above=0)
     sandbox_gateway_delay_s: float = setting(
         0.02, "the sandbox gateway's delay per streamed piece", AI, at_least=0
     )
@@ -290,6 +317,24 @@ class Settings:
         "first backoff step (doubles with jitter, at most 8 s; `Retry-After` wins, at most 60 s)",
         CLUSTER,
         above=0,
+    )
+    kube_answer_max_bytes: int = setting(
+        2 * MIB,
+        "most bytes of one API answer after decompression; a larger one fails the call "
+        "(`upstream_answer_too_large`)",
+        CLUSTER,
+        at_least=64 * KIB,
+        shown="`2097152` (2 MiB)",
+    )
+    kube_log_max_bytes: int = setting(
+        64 * KIB,
+        "most bytes of a container log read for a diagnosis",
+        CLUSTER,
+        at_least=16 * KIB,
+        shown="`65536` (64 KiB)",
+    )
+    kube_answer_max_s: float = setting(
+        60.0, "most seconds one API call attempt may take, request to last byte", CLUSTER, above=0
     )
     kube_allowed_networks: str = setting(
         "",
@@ -329,6 +374,16 @@ class Settings:
     oidc_client_secret: str | None = setting(None, "that client's secret", AUTH, secret=True)
     oidc_audience: str | None = setting(
         None, "what a bearer token's `aud` must contain", AUTH, shown="the client id"
+    )
+    oidc_answer_max_bytes: int = setting(
+        256 * KIB,
+        "most bytes of one answer of the issuer (discovery, key set, token) after decompression",
+        AUTH,
+        at_least=16 * KIB,
+        shown="`262144` (256 KiB)",
+    )
+    oidc_answer_max_s: float = setting(
+        10.0, "most seconds one request to the issuer may take", AUTH, above=0
     )
     tenant_claim: str = setting(
         "namespace",

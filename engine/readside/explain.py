@@ -57,6 +57,10 @@ NEXT_STEPS = {
     "repo_no_access": "Use a public repository; this server clones without credentials.",
     "repo_ref_not_found": "Check the branch, tag or commit (edit & redeploy).",
     "clone_failed": "Check that the repository can be cloned, then redeploy.",
+    # Any server it talks to (the cluster, the devbox API, the gateway).
+    "upstream_answer_too_large": "Check what answers at that address: a server sent more, or "
+    "took longer, than this server reads. If the answer is genuine, the operator can raise the "
+    "setting the message names; then redeploy.",
 }
 
 
@@ -90,6 +94,7 @@ CAUSES = {
     "repo_no_access": "The repository cannot be read without credentials.",
     "repo_ref_not_found": "The branch or tag does not exist.",
     "clone_failed": "The repository could not be cloned.",
+    "upstream_answer_too_large": "A server's answer was too large or too slow.",
 }
 #: Reasons whose message says the specifics in a user's words: the cause quotes them.
 SPECIFIC = frozenset(CAUSES) - {

@@ -21,7 +21,7 @@ import yaml
 
 from engine.core.abort import Aborted, AbortSignal
 from engine.core.status import Status
-from engine.integrations.base import IntegrationError, NotFound
+from engine.integrations.base import IntegrationError, NotFound, UpstreamAnswerTooLarge
 from engine.runners import direct
 from engine.runners.ai_answer import (
     MAX_ANSWER_CHARS,
@@ -176,7 +176,9 @@ def _run(
         return
     except IntegrationError as exc:
         handle.abort.raise_if_aborted()
-        handle.fail("devbox_error", f"the devbox failed: {exc}")
+        # An answer over its cap names itself; any other devbox failure is the devbox's.
+        reason = exc.reason if isinstance(exc, UpstreamAnswerTooLarge) else "devbox_error"
+        handle.fail(reason, f"the devbox failed: {exc}")
         return
 
     if session.asked:

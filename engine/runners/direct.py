@@ -10,6 +10,7 @@ from engine.integrations.base import (
     ClusterUnreachable,
     IntegrationError,
     ResourceRef,
+    UpstreamAnswerTooLarge,
 )
 from engine.integrations.shapes import UpstreamAnswerMalformed, optional
 from engine.runners.context import RunContext, TaskHandle, resources
@@ -139,8 +140,9 @@ def verify(handle: TaskHandle, ctx: RunContext, manifests: list[dict]) -> None:
             waiting = [
                 ref for ref in required if not ctx.cluster.readiness(ref, abort=handle.abort).ready
             ]
-        except ApplyError as exc:
-            # The cluster answered and refused the read (401, 403): waiting will not change it.
+        except (ApplyError, UpstreamAnswerTooLarge) as exc:
+            # The cluster answered and refused the read (401, 403), or answered more than it
+            # may: waiting will not change it.
             handle.update_timeline("verify", "failed", str(exc))
             handle.fail(exc.reason, f"checking readiness failed: {exc}; resources were kept")
             return

@@ -39,6 +39,7 @@ def test_a_cluster_that_allows_everything_answers_with_its_version_and_user(
         "namespaceExists": True,
         "missing": [],
         "problems": [],
+        "cause": None,
     }
     asked = [r.data["spec"]["resourceAttributes"] for r in mock[SSAR]]
     assert len(asked) == len(NEEDS) and {a["namespace"] for a in asked} == {"demo"}

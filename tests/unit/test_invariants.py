@@ -160,6 +160,36 @@ def test_an_upstream_answer_is_read_through_the_typed_accessors():
         assert not found, f"{path.relative_to(ROOT)}: {found.group()}"
 
 
+#: Ways to get an answer from another server past engine/integrations/upstream.py's caps: a
+#: session or one-shot call of requests or urllib made elsewhere, a body read whole
+#: (RESTResponse.read, urllib3's `.data`) or streamed unbounded (iter_lines, iter_content), and
+#: PyJWT's own key-set fetch.
+UNBOUNDED_READS = re.compile(
+    r"requests\.(Session|get|post|put|patch|delete|head|request)\(|urlopen\(|urllib\.request|"
+    r"\bHTTPAdapter\(|\.iter_lines\(|\.iter_content\(|"
+    r"\b(response|resp|raw)\.(data|read)\b|jwt\.PyJWKClient\("
+)
+
+
+def test_answers_from_outside_are_read_only_through_the_bounded_reader():
+    # urllib3 and requests read and inflate a body whole, without a cap (a 16 KiB gzip answer
+    # grew a worker by 2 GB); every outbound request goes through upstream.py's caps.
+    home = (ROOT / "engine/integrations/upstream.py").read_text()
+    assert UNBOUNDED_READS.search("session = requests.Session()")  # the controls
+    assert UNBOUNDED_READS.search("data = response.read()")
+    assert UNBOUNDED_READS.search("for line in response.iter_lines():")
+    assert not UNBOUNDED_READS.search("raw.read1(READ_CHUNK_BYTES)") and "read1(" in home
+    for folder in ("engine", "blueprints"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.name == "upstream.py":
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#")[0]
+                assert not UNBOUNDED_READS.search(code), (
+                    f"{path.relative_to(ROOT)}:{number}: {line}"
+                )
+
+
 def test_the_manifest_rules_are_written_once():
     # Kinds, input types and placeholder syntax drifted when templates and the AI runner each
     # had their own copy; engine/trust/manifests.py is the one home.
