@@ -248,7 +248,7 @@ class Reply:
     #: after `stall_after` pieces (instead of `stall_s`). Each wait is bounded by HELD_MAX_S.
     hold: Event | None = None
     resume: Event | None = None
-    #: Raw SSE text sent instead of the generated chunks (parser tests).
+    #: Raw SSE text sent instead of the generated chunks (parser tests), or an error's raw body.
     raw: str | None = None
     finish_reason: str = "stop"
 
@@ -311,6 +311,8 @@ class FakeGatewayServer:
             start_response(
                 f"{reply.status} Scripted", [("Content-Type", "application/json"), *reply.headers]
             )
+            if reply.raw is not None:
+                return [reply.raw.encode()]  # an error answer's raw body
             message = reply.text or f"scripted {reply.status}"  # an error's text, when scripted
             return [json.dumps({"error": {"message": message}}).encode()]
         start_response(

@@ -36,7 +36,7 @@ from engine.integrations.base import (
 from engine.integrations.shapes import field, reading
 from engine.integrations.upstream import AnswerLimit, http_session
 from engine.trust import secrets
-from engine.trust.untrusted import storable
+from engine.trust.untrusted import load_json, storable
 
 #: Who the tokens say minted them, and whom they are for.
 TOKEN_ISSUER = ENGINE_NAME
@@ -199,7 +199,8 @@ class DevboxClient:
         if response.status_code == 204 or not response.content:
             return {}
         try:
-            return response.json()
+            # The depth-limited loader: requests' own json() raises RecursionError on deep nesting.
+            return load_json(response.content)
         except ValueError:
             raise IntegrationError("the devbox API answered with something that is not JSON")
 
@@ -213,7 +214,7 @@ def _session(limit: AnswerLimit) -> requests.Session:
 def _detail(response: requests.Response) -> str:
     """The API's structured message, bounded; never the raw body."""
     try:
-        body = response.json()
+        body = load_json(response.content)
     except ValueError:
         return ""
     if isinstance(body, dict):

@@ -247,7 +247,7 @@ def _parse_chunk(data: str) -> tuple[str, str | None]:
 
 def _error_detail(response: requests.Response) -> str:
     try:
-        body = response.json()
+        body = load_json(response.content)  # depth-limited: requests' json() recurses
     except ValueError:
         return ""
     error = body.get("error") if isinstance(body, dict) else None

@@ -220,6 +220,18 @@ def test_a_malformed_answer_is_an_integration_error(api, client):
         client.exec("dbx-1", ["ls"], workspace="team-a", abort=AbortSignal())
 
 
+def test_a_deeply_nested_answer_is_an_integration_error_not_a_crash(api, client):
+    # requests' own json() recurses per level: 100,000 brackets raised RecursionError.
+    deep = b"[" * 100_000 + b"]" * 100_000
+    api.route(f"POST {BASE}", 201, deep)
+    api.route(f"POST {BASE}/dbx-1/pause", 500, deep)
+    with pytest.raises(IntegrationError, match="not JSON"):
+        client.create(workspace="team-a", task_id="t", abort=AbortSignal())
+    with pytest.raises(IntegrationError) as refused:
+        client.pause("dbx-1", workspace="team-a", abort=AbortSignal())
+    assert str(refused.value) == "devbox API error: HTTP 500"
+
+
 EXEC = {"exitCode": 1, "stdout": "Dockerfile\n", "stderr": "fatal: not found\n"}
 
 

@@ -106,6 +106,13 @@ def test_a_refusal_is_not_retried(server):
     assert len(server.requests) == 1
 
 
+def test_a_deeply_nested_error_answer_is_reported_not_a_crash(server):
+    # requests' own json() recurses per level: 100,000 brackets raised RecursionError.
+    server.script(Reply(status=401, raw="[" * 100_000 + "]" * 100_000))
+    with pytest.raises(GatewayError, match="HTTP 401"):
+        collect(client_for(server))
+
+
 def test_an_unreachable_gateway_is_retried_then_reported():
     client = GatewayClient(
         f"http://127.0.0.1:{free_port()}/v1",
