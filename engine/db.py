@@ -424,7 +424,8 @@ def start_embedded(data_dir: Path) -> str:
 
 
 def ensure_database(admin_url: str, name: str) -> None:
-    """Create database `name` if it does not exist."""
+    """Create database `name` if it does not exist; safe when several processes (the gunicorn
+    workers of a first boot) do it at once."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
@@ -432,8 +433,11 @@ def ensure_database(admin_url: str, name: str) -> None:
                 conn.execute(
                     psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name))
                 )
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another process created it first
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                # Another process created it first: 42P04 when its row was committed before our
+                # CREATE began, 23505 on pg_database_datname_index when both were under way at
+                # once (the loser waits for the winner's commit, so it exists when we return).
+                pass
 
 
 def resolve_database_url(database_url: str | None, data_dir: Path) -> str:
