@@ -40,6 +40,12 @@ class MalformedBody(DomainError):
     code = "malformed_json"
 
 
+class UnreadableBody(DomainError):
+    """The body could not be read: its chunked framing is broken."""
+
+    code = "unreadable_body"
+
+
 class KubeconfigRequired(DomainError):
     """This server deploys to real clusters: send your kubeconfig (base64) in X-Kubeconfig."""
 
@@ -51,6 +57,7 @@ HTTP_STATUS: dict[type[DomainError], int] = {
     DomainError: 400,
     errors.InvalidRequest: 400,
     MalformedBody: 400,
+    UnreadableBody: 400,
     UntrustedHost: 400,
     KubeconfigRequired: 400,
     errors.TaskNotFound: 404,

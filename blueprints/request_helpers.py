@@ -6,7 +6,6 @@ import binascii
 
 from flask import current_app, request
 from marshmallow import ValidationError
-from werkzeug.exceptions import RequestEntityTooLarge
 
 from blueprints import schemas
 from blueprints.errors import KubeconfigRequired, MalformedBody, UnsupportedMediaType
@@ -53,16 +52,12 @@ def json_body() -> dict:
     """The request's JSON object, read by the one depth-limited loader.
 
     UnsupportedMediaType when it is not sent as JSON, MalformedBody when it does not parse (or
-    nests too deep), InvalidRequest when it is not an object; a body over the limit, chunked or
-    not, is a 413 (werkzeug caps the stream at MAX_CONTENT_LENGTH).
+    nests too deep), InvalidRequest when it is not an object. Its size was checked before any
+    route ran (blueprints/edge.py read_body_within_limit).
     """
     if not request.is_json:
         raise UnsupportedMediaType()
     data = request.get_data(cache=True)
-    limit = request.max_content_length
-    if request.content_length is None and limit is not None and len(data) >= limit:
-        # A chunked body is cut at the limit, not refused: what was cut off is still too large.
-        raise RequestEntityTooLarge()
     try:
         body = load_json(data)
     except MalformedJson as exc:

@@ -4,8 +4,10 @@ origin, cross-site refusal of unsafe API methods, security headers, the session 
 import re
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,3 +112,75 @@ def test_the_session_cookie_is_samesite_lax_and_secure_behind_https(make_app):
     assert "SameSite=Lax" in cookie and "HttpOnly" in cookie and "Secure" not in cookie
     assert "SameSite=Lax" in secure.headers["Set-Cookie"]
     assert "Secure" in secure.headers["Set-Cookie"]
+
+
+#: A value for each path parameter of the app's routes (any well-formed one: the body limit
+#: answers before the route looks anything up).
+PATH_VALUES = {
+    "task_id": uuid.uuid4(),
+    "project_id": "demo",
+    "app_key": "web",
+    "name": "create_deployment",
+    "kind": "image",
+    "filename": "css/app.css",
+}
+
+
+def test_every_route_refuses_a_body_over_the_limit_sized_or_chunked(app, insert_task):
+    """The limit holds for every body on every route, whatever the route reads and whatever
+    the headers: a rollback without an Idempotency-Key read no body and took 300 KB (with a key,
+    whose fingerprint reads it, it was a 413)."""
+    from gevent.pywsgi import WSGIServer
+
+    from app import MAX_BODY_BYTES
+    from blueprints.framing import StrictFramingHandler
+    from tests.helpers import free_port
+
+    task = insert_task(status="completed")
+    body = b'{"projectId": "' + b"x" * MAX_BODY_BYTES + b'"}'
+    with app.test_request_context():
+        calls = [
+            (method, route_path(rule))
+            for rule in app.url_map.iter_rules()
+            for method in sorted(rule.methods - {"HEAD", "OPTIONS"})
+        ]
+    assert len(calls) > 40 and ("POST", "/cluster-access/check") in calls
+    port = free_port()
+    server = WSGIServer(("127.0.0.1", port), app, log=None, handler_class=StrictFramingHandler)
+    server.start()
+    answers = {}
+    try:
+        with requests.Session() as session:
+            rollback = f"http://127.0.0.1:{port}/api/v1/tasks/{task['id']}/rollback"
+            small = session.post(rollback, json={}, timeout=10)
+            for method, path in calls:
+                url = f"http://127.0.0.1:{port}{path}"
+                answers[method, path] = tuple(
+                    refusal(session, method, url, data) for data in (body, iter([body]))
+                )
+    finally:
+        server.stop(timeout=1)
+
+    assert small.status_code == 201, small.text  # positive control: a small body is let through
+    too_large = {True: (413, "body_too_large"), False: (413, None)}  # JSON under /api/
+    assert answers == {(m, p): (too_large[p.startswith("/api/")],) * 2 for m, p in calls}
+
+
+def route_path(rule) -> str:
+    """`rule`'s path with PATH_VALUES in it (a websocket route builds as a ws:// URL)."""
+    from flask import url_for
+
+    return urlsplit(url_for(rule.endpoint, **{k: PATH_VALUES[k] for k in rule.arguments})).path
+
+
+def refusal(session, method: str, url: str, data) -> tuple[int, str | None] | str:
+    """The status of `method url` with body `data` (bytes: sized; an iterator: chunked) and its
+    JSON error code, if it is JSON."""
+    try:
+        response = session.request(
+            method, url, data=data, headers={"Content-Type": "application/json"}, timeout=10
+        )
+    except requests.RequestException as exc:
+        return f"no answer: {type(exc).__name__}"  # a stream that started, say
+    is_json = response.headers.get("Content-Type", "").startswith("application/json")
+    return response.status_code, response.json().get("code") if is_json else None
