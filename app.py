@@ -251,6 +251,7 @@ def serve() -> None:
     import gevent
     from gevent.pywsgi import WSGIServer
 
+    from blueprints.framing import StrictFramingHandler
     from engine.operations import logs
 
     try:
@@ -259,14 +260,23 @@ def serve() -> None:
     except ConfigurationError as exc:
         raise SystemExit(f"configuration error: {exc}")
     settings = app.extensions["engine"].settings
-    server = WSGIServer((settings.host, settings.port), app, log=None)
+    server = WSGIServer(
+        (settings.host, settings.port), app, log=None, handler_class=StrictFramingHandler
+    )
     server.init_socket()
     # Accepted sockets inherit it: without it, Nagle + delayed ACK add ~40 ms to small responses.
     server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     servers = [server]
     if settings.metrics_port:
         # /metrics answers only here (blueprints/ops.py checks the port).
-        servers.append(WSGIServer((settings.host, settings.metrics_port), app, log=None))
+        servers.append(
+            WSGIServer(
+                (settings.host, settings.metrics_port),
+                app,
+                log=None,
+                handler_class=StrictFramingHandler,
+            )
+        )
         servers[-1].start()
 
     def stop():
