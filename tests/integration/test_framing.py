@@ -37,6 +37,10 @@ AMBIGUOUS = {
         b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: a\r\n b\r\n\r\n",
         True,
     ),
+    "a bare CR inside a header line": (
+        POST + b"X-A: a\rTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n{}",
+        True,
+    ),
     "two Content-Lengths": (POST + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", True),
     "a Content-Length that is not digits": (POST + b"Content-Length: +2\r\n\r\n{}", True),
     "a Content-Length with an underscore": (POST + b"Content-Length: 0_2\r\n\r\n{}", True),
