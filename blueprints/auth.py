@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from urllib.parse import unquote_plus
 
 import gevent
 import requests
@@ -86,6 +87,11 @@ SESSION_SKEW_S = 60
 #: Where a sign-in may come back to: a path (and query) of this site, nothing else.
 SAME_ORIGIN_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*")
 MAX_NEXT_CHARS = 2048
+#: The query parameters a page reads (blueprints/pages.py, app_pages.py): the only ones a return
+#: address keeps. Any other may be a credential (`access_token`, `id_token`, `code`, a signed
+#: link's `token`), and a return address travels in the /login redirect's Location, the session
+#: cookie and the issuer's logs.
+RETURN_QUERY_PARAMS = frozenset({"task", "deploy", "template", "before", "cursor", "limit"})
 #: Sign-ins started and not finished that the session cookie keeps (Authlib's state entries,
 #: one per /login): a few tabs; older ones are dropped so the cookie stays small.
 MAX_PENDING_SIGN_INS = 3
@@ -169,11 +175,12 @@ def refusal():
     ):
         return render_template("signed_out.html", fragment=True), 401
     wanted = request.full_path if request.query_string else request.path
-    return redirect(url_for("auth.login", next=wanted))
+    return redirect(url_for("auth.login", next=safe_next(wanted)))
 
 
 def safe_next(target) -> str:
-    """A same-origin path to return to after sign-in; anything else is the home page.
+    """A same-origin path to return to after sign-in, keeping only the query parameters a page
+    reads (RETURN_QUERY_PARAMS); anything else is the home page.
 
     Only the characters of a URL path and query (RFC 3986), starting with one "/" not followed
     by another or a backslash: browsers drop tabs and newlines and read "\\" as "/", so
@@ -184,7 +191,11 @@ def safe_next(target) -> str:
         and len(target) <= MAX_NEXT_CHARS
         and SAME_ORIGIN_PATH.fullmatch(target)
     ):
-        return target
+        path, _, query = target.partition("?")
+        kept = [
+            p for p in query.split("&") if unquote_plus(p.partition("=")[0]) in RETURN_QUERY_PARAMS
+        ]
+        return f"{path}?{'&'.join(kept)}" if kept else path
     return url_for("pages.index")
 
 

@@ -11,13 +11,13 @@ import json
 import logging
 import re
 import time
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, unquote_plus, urlsplit
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blueprints.auth import MAX_PENDING_SIGN_INS
+from blueprints.auth import MAX_PENDING_SIGN_INS, RETURN_QUERY_PARAMS
 from blueprints.oidc import REFUSAL_LOG_MAX_LINES, REFUSAL_LOG_MAX_REASONS, RefusalLog
 from engine.operations.logs import JsonFormatter, TextFormatter
 from tests.helpers import oidc_settings
@@ -110,7 +110,57 @@ def test_any_next_is_kept_as_a_same_origin_path_or_replaced(oidc_app, browser, p
     response = browser.get("/login", query_string={"next": target})
     assert response.status_code == 302
     kept = session_of(oidc_app, browser)["next"]
-    assert kept in (target, "/") and stays_on_this_site(kept), (target, kept)
+    assert stays_on_this_site(kept), (target, kept)
+    if kept != "/":  # the target's path, with the page parameters among its own, or nothing
+        path, _, query = kept.partition("?")
+        pieces = [p for p in query.split("&") if p]
+        assert path == target.partition("?")[0], (target, kept)
+        assert set(pieces) <= set(target.partition("?")[2].split("&")), (target, kept)
+        assert all(unquote_plus(p.partition("=")[0]) in RETURN_QUERY_PARAMS for p in pieces)
+
+
+#: Query parameters that carry credentials somewhere (OAuth, OIDC, signed links).
+CREDENTIAL_PARAMS = ["access_token", "id_token", "refresh_token", "code", "state", "token"]
+JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ2aWN0aW0ifQ.c2lnbmF0dXJl"
+
+
+def test_a_credential_in_the_query_reaches_neither_the_login_redirect_nor_the_session(
+    oidc_app, browser, issuer
+):
+    """A signed-out visit to /?access_token=<jwt> was sent to /login?next=/?access_token%3D<jwt>,
+    and the token kept in the session cookie."""
+    home = browser.get(f"/?access_token={JWT}")
+    page = browser.get(f"/projects/shop?task=1&id_token={JWT}&deploy=image&code=c&token={JWT}")
+
+    for response in (home, page):
+        assert response.status_code == 302 and JWT not in response.headers["Location"]
+    login = urlsplit(home.headers["Location"])
+    assert (login.path, parse_qs(login.query)) == ("/login", {"next": ["/"]})
+    # Positive control: the parameters the page reads are kept, in order.
+    kept = parse_qs(urlsplit(page.headers["Location"]).query)["next"]
+    assert kept == ["/projects/shop?task=1&deploy=image"]
+    query = start(browser, "next=" + quote(f"/projects/shop?task=1&access_token={JWT}"))
+    assert session_of(oidc_app, browser)["next"] == "/projects/shop?task=1"
+    assert JWT not in json.dumps(session_of(oidc_app, browser))
+    assert finish(browser, issuer, query).headers["Location"] == "/projects/shop?task=1"
+
+
+@PROPERTY
+@given(
+    params=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(RETURN_QUERY_PARAMS) + CREDENTIAL_PARAMS),
+            st.text("abcXYZ019-._~%2F", max_size=12),
+        ),
+        max_size=6,
+    )
+)
+def test_a_return_address_keeps_the_page_parameters_and_no_other(oidc_app, browser, params):
+    target = "/projects/shop?" + "&".join(f"{name}={value}" for name, value in params)
+    browser.get("/login", query_string={"next": target})
+    page = [f"{name}={value}" for name, value in params if name in RETURN_QUERY_PARAMS]
+    expected = "/projects/shop" + ("?" + "&".join(page) if page else "")
+    assert session_of(oidc_app, browser)["next"] == expected
 
 
 @PROPERTY
