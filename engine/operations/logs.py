@@ -83,15 +83,20 @@ def escape_controls(text: str) -> str:
 
 class TextFormatter(logging.Formatter):
     """One line per record, whatever its values hold (control characters escaped); a traceback
-    follows on indented lines, so a line that starts at column 0 always starts a record."""
+    follows on indented lines, so a line that starts at column 0 always starts a record.
+
+    Only what a record carries (its message, context and traceback) is redacted, never the
+    line's own head: "blueprints.auth: sign-in refused" read as `auth: <value>` and lost its
+    first word, as did every line of a logger named like a secret (`engine.trust.secrets`)."""
 
     def __init__(self):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
         known = [(k, getattr(record, k, None)) for k in ("request_id", "task_id", "workspace")]
-        record.context = "".join(f" {k}={escape_controls(str(v))}" for k, v in known if v)
-        record.message = escape_controls(record.getMessage())
+        context = "".join(f" {k}={escape_controls(str(v))}" for k, v in known if v)
+        record.context = secrets.redact_credentials(context)
+        record.message = secrets.redact_credentials(escape_controls(record.getMessage()))
         if self.usesTime():
             record.asctime = self.formatTime(record, self.datefmt)
         line = self.formatMessage(record)
@@ -101,11 +106,16 @@ class TextFormatter(logging.Formatter):
         if record.stack_info:
             blocks.append(self.formatStack(record.stack_info))
         for block in blocks:
-            line += "".join(f"\n    {escape_controls(part)}" for part in block.split("\n"))
-        return secrets.redact_credentials(line)
+            lines = "".join(f"\n    {escape_controls(part)}" for part in block.split("\n"))
+            line += secrets.redact_credentials(lines)
+        return line
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line. Each value a record carries is redacted before the line is
+    encoded, never the encoded line: a message ending `password=x` lost the quote closing it
+    (the value's pattern runs to the next comma), which left the line no longer JSON."""
+
     def format(self, record: logging.LogRecord) -> str:
         line = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -122,8 +132,27 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        text = json.dumps(line, default=str, ensure_ascii=False).translate(_JSON_LINE_BREAKS)
-        return secrets.redact_credentials(text)
+        carried = {k: v if k in _OWN_JSON_FIELDS else _redacted(v, k) for k, v in line.items()}
+        text = json.dumps(carried, default=lambda v: _redacted(str(v)), ensure_ascii=False)
+        return text.translate(_JSON_LINE_BREAKS)
+
+
+#: The JSON line's own fields (never redacted: a logger may be named like a secret).
+_OWN_JSON_FIELDS = frozenset({"time", "level", "logger"})
+
+
+def _redacted(value, name: str = ""):
+    """A carried value as an operator may read it: whole under a secret's name, else every
+    string in it (a structured field's keys and values too) redacted."""
+    if name and secrets.is_sensitive(name):
+        return secrets.REDACTED
+    if isinstance(value, str):
+        return secrets.redact_credentials(value)
+    if isinstance(value, dict):
+        return {_redacted(str(k)): _redacted(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def logging_config(log_format: str | None = None, level: str | None = None) -> dict:

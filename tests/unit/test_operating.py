@@ -83,6 +83,40 @@ def test_text_lines_name_the_context_and_redact_credentials():
     assert "request_id=r-9" in line and "pw123456" not in line
 
 
+@pytest.mark.parametrize(
+    "logger", ["blueprints.auth", "engine.trust.secrets", "authlib", "app.password_reset"]
+)
+def test_a_logger_named_like_a_secret_keeps_its_line_and_a_secret_is_still_redacted(logger):
+    """A text line's head ("<logger>: ") read as `auth: <value>` and lost the message's first
+    word (blueprints.auth: [redacted] refused)."""
+
+    def formatted(message, *args):
+        rec = logging.LogRecord(logger, logging.INFO, __file__, 1, message, args, None)
+        text = TextFormatter().format(rec)
+        return text, json.loads(JsonFormatter().format(rec))
+
+    text, parsed = formatted("sign-in refused: %s", "InvalidToken")
+    assert text.endswith(f" INFO {logger}: sign-in refused: InvalidToken"), text
+    assert (parsed["logger"], parsed["message"]) == (logger, "sign-in refused: InvalidToken")
+    # The message is still redacted, and so is a traceback.
+    text, parsed = formatted("token: %s password=%s", "s3cr3t-value", "hunter2hunter")
+    assert text.endswith(f" INFO {logger}: token: [redacted] password=[redacted]"), text
+    assert parsed["message"] == "token: [redacted] password=[redacted]"  # and still JSON
+    fields = {"token": "s3cr3t-value", "upstream": {"password": ["hunter2hunter"], "port": 5}}
+    parsed = json.loads(JsonFormatter().format(record("x", **fields)))
+    assert (parsed["token"], parsed["upstream"]) == (
+        "[redacted]",
+        {"password": "[redacted]", "port": 5},
+    )
+    try:
+        raise RuntimeError("connect with password=hunter2hunter")
+    except RuntimeError:
+        rec = record("failed")
+        rec.exc_info = sys.exc_info()
+    assert "hunter2hunter" not in TextFormatter().format(rec)
+    assert "password=[redacted]" in TextFormatter().format(rec)
+
+
 def test_probe_requests_are_dropped_from_the_access_log():
     quiet = QuietAccessFilter()
     assert not quiet.filter(record("%(U)s", {"U": "/healthz"}))
