@@ -120,6 +120,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(pages.bp)
     app.register_blueprint(app_pages.bp)
     app.register_blueprint(cluster_access.bp)
+    app.register_blueprint(cluster_access.api)
     ws.init_app(app, runtime)
 
     @app.errorhandler(HTTPException)

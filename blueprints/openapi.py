@@ -206,6 +206,7 @@ def build(app) -> dict:
         "AppDetail",
         "WaitOutcome",
         "Explanation",
+        "AccessVerdict",
     ):
         spec.components.schema(name, schema=getattr(responses, name))
     spec.components.schema("Error", schema=responses.Error)

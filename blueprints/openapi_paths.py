@@ -400,6 +400,30 @@ OPERATIONS = {
             },
         }
     },
+    "cluster_access_api.check_by_api": {
+        "post": {
+            "operationId": "checkClusterAccess",
+            "tags": ["clusters"],
+            "summary": "Check a kubeconfig before deploying: which cluster it names and what the "
+            "cluster says the credential may not do in the project's namespace (read-only)",
+            "parameters": [
+                {
+                    **KUBECONFIG,
+                    # Any text gets a verdict: judging the kubeconfig is what the check is for.
+                    "schema": {"type": "string"},
+                    "description": "base64 kubeconfig (kept in memory only): the one to check",
+                }
+            ],
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": schemas.AccessCheck}},
+            },
+            "responses": {
+                "200": answer("AccessVerdict", "the verdict, whether the kubeconfig is usable"),
+                **errors(400, 413, 415),
+            },
+        }
+    },
     "auth.whoami": {
         "get": {
             "operationId": "whoAmI",

@@ -176,6 +176,44 @@ class ToolList(Schema):
     items = fields.List(fields.Nested(ToolDefinition), required=True)
 
 
+class MissingAccess(Schema):
+    verb = fields.String(required=True)
+    resource = fields.String(required=True)
+    namespace = fields.String(required=True)
+    why = fields.String(required=True)
+
+
+class ClusterAccess(Schema):
+    """The cluster's own answer (engine/integrations/kube_access.py)."""
+
+    reachable = fields.Boolean(required=True)
+    version = fields.String(**Nullable)
+    user = fields.String(**Nullable)
+    namespace = fields.String(required=True)
+    namespaceExists = fields.Boolean(**Nullable)
+    missing = fields.List(fields.Nested(MissingAccess), required=True)
+    problems = fields.List(
+        fields.String(),
+        required=True,
+        metadata={"description": "what stands in a deploy's way, in plain words"},
+    )
+
+
+class AccessVerdict(Schema):
+    """The access check's verdict: `ok` with the names the kubeconfig gives and the cluster's
+    answer (null where the target is the sandbox, which needs no access), or not `ok` with why
+    the kubeconfig cannot be used."""
+
+    ok = fields.Boolean(required=True)
+    context = fields.String()
+    cluster = fields.String()
+    server = fields.String(metadata={"description": "the server's host (and port)"})
+    namespace = fields.String(metadata={"description": "the context's namespace, if it names one"})
+    access = fields.Nested(ClusterAccess, allow_none=True)
+    code = fields.String(metadata={"description": "why not, as a stable code"})
+    message = fields.String()
+
+
 class Error(Schema):
     """Every error: a stable `code`, a message, the bad fields, the task when one is concerned."""
 

@@ -78,6 +78,19 @@ class CreateTask(RequestSchema):
                 raise ValidationError(missing)
 
 
+class AccessCheck(RequestSchema):
+    """Check a kubeconfig against a project's namespace (the cluster access dialog's "Check")."""
+
+    projectId = fields.String(
+        validate=PROJECT_ID,
+        allow_none=True,
+        metadata={
+            "description": "the project whose namespace is checked (absent or null: the "
+            "namespace of the kubeconfig's context, else `default`)"
+        },
+    )
+
+
 class SubmitInputs(RequestSchema):
     """Answer a blocked task's inputs; it resumes at once."""
 

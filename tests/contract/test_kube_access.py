@@ -1,6 +1,11 @@
 """Contract: "Check" in the cluster access dialog asks the cluster (kmock) what a deploy needs,
 read-only, through the run's address guard, and answers what is missing in plain words."""
 
+import json
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
 from engine.integrations.kube_access import NEEDS
 from engine.integrations.kube_retry import RetryPolicy
 from tests.contract.conftest import TOKEN, kubeconfig_for
@@ -128,3 +133,107 @@ def test_the_check_goes_through_the_runs_address_guard(make_app, mock_server, mo
 
     assert answer["ok"] is False and "cluster.server" in answer["message"]
     assert list(mock) == []
+
+
+def test_a_project_id_that_is_no_project_id_is_refused_before_the_cluster_is_asked(
+    kube_app, mock_server, mock
+):
+    """The body is validated as every body is: `{"projectId": "\\ud800"}` reached the cluster
+    request unchecked and answered 500. By the page's route and the API's, each the same."""
+    serve_access(mock)
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+    with client.session_transaction() as session:
+        session["csrf"] = "t"
+    kubeconfig = header(kubeconfig_for(mock_server.url))
+    routes = {
+        "/cluster-access/check": {**kubeconfig, "X-CSRF-Token": "t"},
+        "/api/v1/cluster-access/check": kubeconfig,
+    }
+    bad = ['"\\ud800"', '"de\\u0000mo"', '"Demo"', '"-demo"', f'"{"x" * 64}"', "5", '["demo"]']
+
+    answers = {
+        (path, project): client.post(
+            path,
+            data=f'{{"projectId": {project}}}',
+            content_type="application/json",
+            headers=headers,
+        )
+        for path, headers in routes.items()
+        for project in bad
+    }
+
+    for (path, project), response in answers.items():
+        assert response.status_code == 400, (path, project, response.get_data(as_text=True))
+        assert response.get_json()["code"] == "invalid_request", response.get_json()
+        assert "projectId" in response.get_json()["fields"], response.get_json()
+    assert list(mock) == []  # nothing was asked
+    # Positive control: a project id, null (the context's namespace) and no body are checked.
+    for path, headers in routes.items():
+        for body in ({"projectId": "demo"}, {"projectId": None}, None):
+            answer = client.post(path, json=body, headers=headers)
+            assert answer.status_code == 200 and answer.get_json()["ok"] is True, answer.text
+            assert answer.get_json()["access"]["reachable"] is True
+    assert len(list(mock)) > 0
+
+
+#: Any JSON, its text hostile to PostgreSQL and to a URL (NUL, lone surrogates, slashes).
+TEXT = st.one_of(
+    st.sampled_from(["demo", "Demo", "", "\x00", "\ud800", "a/b", "..", "x" * 64, "demo\n"]),
+    st.text(max_size=10),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+BODIES = st.one_of(
+    st.fixed_dictionaries({"projectId": JSON}), st.dictionaries(TEXT, JSON, max_size=3), JSON
+)
+
+
+def test_no_body_makes_the_access_check_answer_5xx_or_ask_the_cluster_unchecked(
+    kube_app, mock_server, mock
+):
+    """Property: whatever the body, either it is an AccessCheck (the cluster is asked about that
+    project's namespace, 200) or it is refused with a stable code and the cluster is not asked."""
+    serve_access(mock)
+    client = kube_app(RetryPolicy(max_retries=0)).test_client()
+    with client.session_transaction() as session:
+        session["csrf"] = "t"
+    kubeconfig = header(kubeconfig_for(mock_server.url))
+    routes = {
+        "/cluster-access/check": {**kubeconfig, "X-CSRF-Token": "t"},
+        "/api/v1/cluster-access/check": kubeconfig,
+    }
+    seen = {"asked": 0, "refused": 0}
+
+    @settings(
+        max_examples=60,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(body=BODIES, path=st.sampled_from(sorted(routes)))
+    @example(body={"projectId": "\ud800"}, path="/cluster-access/check")  # the issue's 500
+    @example(body={"projectId": "demo"}, path="/api/v1/cluster-access/check")
+    def check(body, path):
+        asked_before = len(list(mock))
+        response = client.post(
+            path,
+            data=json.dumps(body).encode("utf-8", "surrogatepass"),
+            content_type="application/json",
+            headers=routes[path],
+        )
+        assert response.status_code in (200, 400), (body, response.get_data(as_text=True))
+        if response.status_code == 400:
+            seen["refused"] += 1
+            assert response.get_json()["code"] == "invalid_request", response.get_json()
+            assert len(list(mock)) == asked_before, body
+        else:
+            seen["asked"] += 1
+            access = response.get_json()["access"]
+            assert access["namespace"] == (body.get("projectId") or "default"), body
+
+    check()
+    assert seen["asked"] > 0 and seen["refused"] > 0, seen

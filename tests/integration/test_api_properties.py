@@ -211,6 +211,12 @@ def endpoints(blocked_id: str, failed_id: str, completed_id: str):
         ("POST", "/api/v1/tasks", schemas.CreateTask, creates + [{"predecessorTaskId": failed_id}]),
         ("POST", f"/api/v1/tasks/{blocked_id}/input", schemas.SubmitInputs, [inputs]),
         ("PATCH", f"/api/v1/tasks/{blocked_id}/canvas", schemas.CanvasPatch, [{"x": 1.5, "y": -2}]),
+        (
+            "POST",
+            "/api/v1/cluster-access/check",
+            schemas.AccessCheck,
+            [{"projectId": "demo"}, {"projectId": None}],
+        ),
     ]
     out += [
         ("POST", f"/api/v1/tools/{tool.name}", tool.arguments, tool_bodies[tool.name])
@@ -219,7 +225,7 @@ def endpoints(blocked_id: str, failed_id: str, completed_id: str):
     return out
 
 
-ENDPOINT_NAMES = ["create", "input", "canvas"] + [f"tool:{name}" for name in TOOLS]
+ENDPOINT_NAMES = ["create", "input", "canvas", "access_check"] + [f"tool:{n}" for n in TOOLS]
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINT_NAMES)
