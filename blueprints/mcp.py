@@ -22,6 +22,7 @@ tool error (`isError`) whose text starts with the stable error code.
 
 import json
 import logging
+import re
 import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -48,6 +49,11 @@ BATCH_VERSION = "2025-03-26"
 #: What a request without the version header is assumed to speak (the transport spec's rule).
 DEFAULT_HEADER_VERSION = "2025-03-26"
 SESSION_HEADER = "Mcp-Session-Id"
+#: What a session id may be (the transport spec: visible ASCII; ours are 32 characters). Any
+#: other value names no session and is refused before a lookup: a NUL in it reached
+#: PostgreSQL's text and answered 500.
+SESSION_ID = re.compile(r"[\x21-\x7e]{1,200}")
+NOT_A_SESSION_ID = f"{SESSION_HEADER} is not a session id (visible ASCII, at most 200 characters)"
 VERSION_HEADER = "MCP-Protocol-Version"
 METHOD_HEADER = "Mcp-Method"
 NAME_HEADER = "Mcp-Name"
@@ -303,7 +309,9 @@ def end_session():
     sent = request.headers.get(SESSION_HEADER)
     if not sent:
         return _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required")
-    if not sessions.close_mcp_session(runtime().db, current_identity(), sent[:200]):
+    if not SESSION_ID.fullmatch(sent):
+        return _http_error(400, INVALID_REQUEST, NOT_A_SESSION_ID)
+    if not sessions.close_mcp_session(runtime().db, current_identity(), sent):
         return _http_error(404, INVALID_REQUEST, "unknown or ended session")
     return Response(status=204)
 
@@ -322,7 +330,9 @@ def _session(identity) -> tuple[dict | None, Response | None]:
     if not sent:
         refusal = _http_error(400, INVALID_REQUEST, f"{SESSION_HEADER} is required; initialize")
         return None, refusal
-    known = sessions.touch_mcp_session(runtime().db, identity, sent[:200], idle_s=_idle_s())
+    if not SESSION_ID.fullmatch(sent):
+        return None, _http_error(400, INVALID_REQUEST, NOT_A_SESSION_ID)
+    known = sessions.touch_mcp_session(runtime().db, identity, sent, idle_s=_idle_s())
     if known is None:
         return None, _http_error(404, INVALID_REQUEST, "unknown or ended session; initialize again")
     version = request.headers.get(VERSION_HEADER)

@@ -2,12 +2,15 @@
 
 JSON-RPC messages to /mcp with every field of any JSON type; CSRF tokens of any Unicode, in the
 header or the form field, on every CSRF-checked route; kubeconfig documents of any YAML shape
-(maps, lists, scalars and nulls in every slot) on create and on the access check. Every refusal
-carries a stable `code`. Derandomized with bounded example counts, like test_api_properties.py.
+(maps, lists, scalars and nulls in every slot) on create and on the access check; and every
+route's path parameters, query arguments and headers, each given values PostgreSQL cannot store.
+Every refusal carries a stable `code`. Derandomized with bounded example counts, like
+test_api_properties.py.
 """
 
 import base64
 import json
+import re
 import uuid
 
 import pytest
@@ -343,3 +346,84 @@ def test_no_kubeconfig_shape_makes_create_or_the_access_check_answer_5xx(make_ap
         assert checked["refused"] == checked["sent"], checked
     else:  # the sandbox reads no kubeconfig: each one goes through
         assert checked["ok"] > 0, checked
+
+
+# -- every route's path parameters, query arguments and headers -----------------------------------
+
+#: Values no route may answer 5xx to, wherever they come: what PostgreSQL's text refuses (a NUL,
+#: a lone surrogate: percent-encoded in a path or query, as raw bytes in a header), a long one,
+#: and shapes a rule may refuse.
+SURFACE_VALUES = ["\x00", "\ud800", "x" * 3000, "UPPER", "..", "é", " "]
+#: Every query argument a route reads (request.args in blueprints/), and one none reads.
+QUERY_ARGS = (
+    "task", "deploy", "template", "before", "cursor", "limit", "projectId", "status", "after",
+    "waitFor", "timeout", "next", "unread",
+)  # fmt: skip
+#: Every request header a route reads (request.headers in blueprints/, the auth gate's aside:
+#: test_auth_bearer.py), and one none reads.
+HEADER_NAMES = (
+    "Idempotency-Key", "X-Kubeconfig", "Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method",
+    "Mcp-Name", "X-Request-Id", "HX-Request", "Accept", "Origin", "Sec-Fetch-Site", "Unread",
+)  # fmt: skip
+
+
+def test_no_route_answers_5xx_to_any_path_parameter_query_argument_or_header(app, insert_task):
+    """Every route of the app, every method: each path parameter, query argument and header it
+    reads, given each of SURFACE_VALUES in turn (an Mcp-Session-Id holding a NUL answered 500).
+    A stream is sent only its hostile path parameters (a valid request streams forever)."""
+    from urllib.parse import quote
+
+    client = app.test_client()
+    with client.session_transaction() as session:
+        session["csrf"] = "t"
+    task = insert_task(status="completed")
+    valid = {"task_id": str(task["id"]), "project_id": "demo", "app_key": "image:web"}
+    valid |= {"name": "create_deployment", "kind": "image", "filename": "css/app.css"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    mcp = {"Accept": "application/json, text/event-stream"}
+    mcp["Mcp-Session-Id"] = client.post("/mcp", json=init, headers=mcp).headers["Mcp-Session-Id"]
+
+    def path_of(rule, values) -> str:
+        def part(match):
+            return quote(values[match.group(1)].encode("utf-8", "surrogatepass"), safe="")
+
+        return re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", part, rule.rule)
+
+    def wire(value: str) -> str:
+        """A header value as a WSGI server hands it on: the bytes sent, read as latin-1."""
+        return value.encode("utf-8", "surrogatepass").decode("latin-1")
+
+    sent, failed = 0, []
+    for rule in app.url_map.iter_rules():
+        streams = rule.endpoint in {"static", "ws.timeline_socket"} or "stream" in rule.rule
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            cases = [
+                ({**valid, name: value}, "", {})
+                for name in rule.arguments - {"task_id"}  # a uuid converter: 404 for anything else
+                for value in SURFACE_VALUES
+            ]
+            if not streams:
+                cases += [
+                    (valid, f"?{arg}={quote(value.encode('utf-8', 'surrogatepass'))}", extra)
+                    for arg in QUERY_ARGS
+                    for value in SURFACE_VALUES
+                    for extra in ({}, {"HX-Request": "true"})
+                ]
+                cases += [
+                    (valid, "", {**(mcp if rule.rule == "/mcp" else {}), name: wire(value)})
+                    for name in HEADER_NAMES
+                    for value in SURFACE_VALUES
+                ]
+            for values, query, headers in cases:
+                body = {"jsonrpc": "2.0", "id": 2, "method": "ping"} if rule.rule == "/mcp" else {}
+                response = client.open(
+                    path_of(rule, values) + query,
+                    method=method,
+                    headers={"X-CSRF-Token": "t", **headers},
+                    json=body if method != "GET" else None,
+                )
+                sent += 1
+                if response.status_code >= 500:
+                    failed.append((method, rule.rule, values, query, headers))
+    assert failed == []
+    assert sent > 5000, sent  # positive control: the sweep went everywhere

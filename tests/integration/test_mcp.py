@@ -142,6 +142,22 @@ def test_initialize_negotiates_the_version_and_signs_a_session_of_its_own(client
     assert nothing.get_json()["error"]["code"] == -32601
 
 
+def test_a_session_id_that_is_no_session_id_is_refused_before_any_lookup(client):
+    """An Mcp-Session-Id holding a NUL reached PostgreSQL's text and answered 500 (POST and
+    DELETE); ids are visible ASCII (the transport spec), so anything else names no session."""
+    session = initialize(client).headers["Mcp-Session-Id"]
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    for bad in ("\x00", session + "\x00", "caf\xe9", "a b", "x" * 201):
+        posted = rpc(client, ping, bad)
+        ended = client.delete("/mcp", headers={"Mcp-Session-Id": bad})
+        for response in (posted, ended):
+            assert response.status_code == 400, (bad, response.get_data(as_text=True))
+            assert "not a session id" in response.get_json()["error"]["message"]
+    # Positive control: the session is untouched and still ends on DELETE.
+    assert rpc(client, ping, session).get_json()["result"] == {}
+    assert client.delete("/mcp", headers={"Mcp-Session-Id": session}).status_code == 204
+
+
 def test_json_rpc_envelope_errors_follow_the_specification(client):
     session = initialize(client).headers["Mcp-Session-Id"]
     # A message with an id and no method is neither a request nor a response.
