@@ -182,10 +182,10 @@ def test_next_never_leaves_the_site(browser, issuer):
 
 
 def test_what_an_anonymous_request_of_each_kind_gets(browser):
-    page = browser.get("/projects/shop?tab=1")
+    page = browser.get("/projects/shop?task=1")
     assert (page.status_code, page.headers["Location"]) == (
         302,
-        "/login?next=/projects/shop?tab%3D1",
+        "/login?next=/projects/shop?task%3D1",
     )
     htmx = browser.post("/projects/shop/tasks", headers={"HX-Request": "true"})
     assert htmx.status_code == 401 and "Signed out" in htmx.text
