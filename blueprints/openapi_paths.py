@@ -404,24 +404,14 @@ OPERATIONS = {
         "post": {
             "operationId": "checkClusterAccess",
             "tags": ["clusters"],
-            "summary": "Check a kubeconfig before deploying: which cluster it names and what the "
-            "cluster says the credential may not do in the project's namespace (read-only)",
+            "summary": "Check a kubeconfig before deploying (read-only): the cluster it names and "
+            "what the credential may not do in the project's namespace",
+            # Any text gets a verdict: judging the kubeconfig is what the check is for.
             "parameters": [
-                {
-                    **KUBECONFIG,
-                    # Any text gets a verdict: judging the kubeconfig is what the check is for.
-                    "schema": {"type": "string"},
-                    "description": "base64 kubeconfig (kept in memory only): the one to check",
-                }
+                {**KUBECONFIG, "schema": {"type": "string"}, "description": "the one to check"}
             ],
-            "requestBody": {
-                "required": False,
-                "content": {"application/json": {"schema": schemas.AccessCheck}},
-            },
-            "responses": {
-                "200": answer("AccessVerdict", "the verdict, whether the kubeconfig is usable"),
-                **errors(400, 413, 415),
-            },
+            "requestBody": {**request_body(schemas.AccessCheck), "required": False},
+            "responses": {"200": answer("AccessVerdict", "the verdict"), **errors(400, 413, 415)},
         }
     },
     "auth.whoami": {
