@@ -46,8 +46,8 @@ def create_app(test_config: dict | None = None) -> Flask:
         tools,
         ws,
     )
-    from engine.core.errors import DomainError
     from engine.db import Database, resolve_database_url
+    from engine.errors import DomainError
     from engine.integrations import Integrations
     from engine.integrations.sandbox import SandboxBackend
     from engine.operations import migrations

@@ -280,7 +280,8 @@ CREATE UNIQUE INDEX task_runtimes_one_per_devbox
 --
 -- Written by: whoever triggers a cleanup (engine/cleanup/jobs.py: cleanup_job_enqueue, the
 -- reaper's sweeps cleanup_job_enqueue_purges / _devbox_pauses), the cleanup worker
--- (engine/cleanup/worker.py: claim, finish, retry, fail) and operators (retry a failed job).
+-- (engine/maintenance/cleanup_worker.py: claim, finish, retry, fail) and operators (retry a
+-- failed job).
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE cleanup_jobs (
     id              bigserial PRIMARY KEY,
@@ -352,7 +353,8 @@ CREATE TABLE failure_streaks (
 -- API answered (secrets already stripped).
 --
 -- Written by: engine/lifecycle/idempotency.py (claim, record, release), in the create's
--- transaction; purged after 24 h by the cleanup worker's housekeeping.
+-- transaction; purged after 24 h by the cleanup worker's housekeeping
+-- (engine/maintenance/purges.py).
 -- ---------------------------------------------------------------------------------------------
 CREATE TABLE idempotency_keys (
     workspace       text NOT NULL,
@@ -458,7 +460,7 @@ CREATE TABLE schema_migrations (
 -- ---------------------------------------------------------------------------------------------
 
 -- The task-change NOTIFY on the one channel `deploy_tasks`, one notification per call: ids only,
--- never content (engine/readside/listener.py parses it; viewers re-read the row).
+-- never content (engine/maintenance/listener.py parses it; viewers re-read the row).
 -- - removed: a retention purge, itself the removal event (nothing is left to re-read).
 -- - status/epoch/owner/cancel: the lease facts the writing statement already holds, so the
 --   process running the task decides from the payload whether its runner must stop.

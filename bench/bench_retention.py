@@ -38,8 +38,8 @@ import time  # noqa: E402
 import gevent  # noqa: E402
 import psycopg  # noqa: E402
 
-from engine.cleanup.worker import CleanupWorker  # noqa: E402
-from engine.core.reaper import Reaper  # noqa: E402
+from engine.maintenance.cleanup_worker import CleanupWorker  # noqa: E402
+from engine.maintenance.reaper import Reaper  # noqa: E402
 from engine.db import NOTIFY_CHANNEL, Database  # noqa: E402
 from engine.integrations import Integrations  # noqa: E402
 from engine.operations.config import Settings  # noqa: E402

@@ -14,7 +14,7 @@ from blueprints.request_helpers import (
     requested_app_page,
     runtime,
 )
-from engine.core.errors import InvalidRequest
+from engine.errors import InvalidRequest
 from engine.lifecycle import actions
 from engine.readside import apps, dto
 from engine.readside.store import read_task_page

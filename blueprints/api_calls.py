@@ -8,7 +8,7 @@ from flask import Response, current_app, jsonify
 from blueprints.auth import current_identity
 from blueprints.errors import error_body, http_status, retry_after
 from blueprints.request_helpers import kubeconfig_from_header, runtime
-from engine.core.errors import DomainError
+from engine.errors import DomainError
 from engine.lifecycle import actions, idempotency, rollback
 from engine.readside import dto
 

@@ -8,7 +8,7 @@ from blueprints import csrf
 from blueprints.auth import current_identity
 from blueprints.request_helpers import kubeconfig_from_header, requested_app_page, runtime
 from blueprints.views import page_error, valid_project
-from engine.core.errors import AppDeployAlreadyActive, DomainError
+from engine.errors import AppDeployAlreadyActive, DomainError
 from engine.lifecycle import actions, rollback
 from engine.readside import dto
 

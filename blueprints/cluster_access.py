@@ -22,8 +22,8 @@ from flask import Blueprint, current_app, jsonify, request
 
 from blueprints import csrf, schemas
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load
-from engine.core.abort import Aborted, AbortSignal
-from engine.core.errors import DomainError, InvalidRequest
+from engine.abort import Aborted, AbortSignal
+from engine.errors import DomainError, InvalidRequest
 from engine.integrations.kube_access import check_access
 
 #: How long the check may ask the cluster before it answers "no answer" (a person waits).

@@ -5,9 +5,9 @@ bodies of errors under /api. The engine raises domain errors and never speaks HT
 from flask import jsonify
 from werkzeug.exceptions import HTTPException
 
-from engine.core import errors
-from engine.core.errors import DomainError
-from engine.operations import operator as operations
+from engine import errors
+from engine.errors import DomainError
+from engine.lifecycle import operator as operations
 
 
 class UnknownTool(DomainError):

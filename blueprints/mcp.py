@@ -32,7 +32,7 @@ from blueprints.auth import current_identity
 from blueprints.edge import origin_allowed
 from blueprints.jsonschema import schema_of
 from blueprints.request_helpers import runtime
-from engine.core.errors import DomainError
+from engine.errors import DomainError
 from engine.lifecycle import actions, sessions
 from engine.trust.untrusted import load_json
 

@@ -25,7 +25,7 @@ from blueprints.openapi_paths import (
     errors,
     request_body,
 )
-from engine.core.errors import DomainError
+from engine.errors import DomainError
 from engine.runners.kinds import KINDS
 from engine.trust.untrusted import STORABLE_TEXT_PATTERN
 

@@ -13,9 +13,9 @@ from flask import Blueprint, Flask, current_app, g, jsonify, render_template, re
 from werkzeug.exceptions import NotFound, Unauthorized
 
 from blueprints.auth import current_identity
-from engine.core.errors import OperatorOnly
+from engine.errors import OperatorOnly
+from engine.lifecycle import operator as operations
 from engine.operations import logs, metrics
-from engine.operations import operator as operations
 
 bp = Blueprint("ops", __name__)
 

@@ -36,7 +36,7 @@ from blueprints.views import (
     valid_project,
     view_from_store,
 )
-from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskConflict
+from engine.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskConflict
 from engine.lifecycle import actions, dismissals
 from engine.readside import dto
 from engine.readside.apps import read_apps

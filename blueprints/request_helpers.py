@@ -9,7 +9,7 @@ from marshmallow import ValidationError
 
 from blueprints import schemas
 from blueprints.errors import KubeconfigRequired, MalformedBody, UnsupportedMediaType
-from engine.core.errors import AppNotFound, InvalidRequest
+from engine.errors import AppNotFound, InvalidRequest
 from engine.integrations.base import IntegrationError
 from engine.process import EngineRuntime
 from engine.readside import apps

@@ -15,7 +15,7 @@ from blueprints.request_helpers import runtime
 from blueprints.schemas import PROJECT_ID
 from blueprints.sse import KEEPALIVE, sse, sse_response
 from blueprints.views import dismissed_ids, now, valid_project
-from engine.core.errors import InvalidRequest
+from engine.errors import InvalidRequest
 from engine.readside import dto
 from engine.readside.follow import Change, Follow, Idle, Removed, Snapshot
 from engine.readside.store import TaskStore, read_board, read_task

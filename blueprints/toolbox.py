@@ -13,7 +13,7 @@ from blueprints import schemas
 from blueprints.api_calls import answer_once, create_from, rollback_from
 from blueprints.auth import current_identity
 from blueprints.request_helpers import kubeconfig_from_header, load, runtime
-from engine.core.errors import InvalidRequest
+from engine.errors import InvalidRequest
 from engine.lifecycle import actions, idempotency
 from engine.readside import dto
 from engine.readside.explain import explain

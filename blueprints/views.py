@@ -11,8 +11,8 @@ from blueprints import presentation, schemas
 from blueprints.auth import current_identity
 from blueprints.errors import http_status
 from blueprints.request_helpers import runtime
-from engine.core.errors import DomainError
 from engine.core.status import ACTIVE, Status
+from engine.errors import DomainError
 from engine.lifecycle import actions, dismissals
 from engine.readside import dto
 from engine.readside.store import TaskStore, attention

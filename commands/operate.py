@@ -15,11 +15,11 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
+from engine import errors
 from engine.cleanup.jobs import JobState
-from engine.core import errors
-from engine.core.errors import DomainError
 from engine.core.status import Status
-from engine.operations import operator as operations
+from engine.errors import DomainError
+from engine.lifecycle import operator as operations
 
 EXIT_ATTENTION = 1
 EXIT_NOT_FOUND = 3

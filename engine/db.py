@@ -17,8 +17,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from engine.core.abort import Aborted, AbortSignal
-from engine.core.errors import DatabaseUnavailable
+from engine.abort import Aborted, AbortSignal
+from engine.errors import DatabaseUnavailable
 from engine.sql import queries
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
-"""The per-process engine runtime: launches runners, renews leases, delivers cancels, drains.
+"""The per-process engine runtime: launches runners, delivers cancels, drains.
 
 One per process (created by the app factory). Its greenlets: one runner per leased task it
-launched, the lease renewer, the reaper, the cleanup worker and the NOTIFY listener (the Listener).
+launched, and the loops of engine/maintenance: the lease renewer, the reaper, the cleanup worker
+and the NOTIFY listener.
 """
 
 import logging
 import os
 import socket
-import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -18,24 +18,24 @@ import gevent
 from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 
+from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
 from engine.cleanup.process_groups import KILL_CONFIRM_S
-from engine.cleanup.worker import CleanupWorker
-from engine.core import leases
-from engine.core.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
-from engine.core.errors import DatabaseUnavailable, LeaseLost, Overloaded, ShuttingDown
 from engine.core.handle import TaskHandle
 from engine.core.notices import RunnerNotices
-from engine.core.reaper import Reaper
 from engine.core.status import LEASED, Status
 from engine.core.transitions import Fence, Move, transition
 from engine.db import Database
+from engine.errors import DatabaseUnavailable, LeaseLost, Overloaded, ShuttingDown
 from engine.integrations import Integrations
 from engine.integrations.kubeconfig import credentials as kubeconfig_credentials
+from engine.maintenance.cleanup_worker import CleanupWorker
+from engine.maintenance.listener import Listener, LiveFeed
+from engine.maintenance.reaper import Reaper
+from engine.maintenance.renewer import LeaseRenewer
 from engine.operations import logs, metrics
 from engine.operations.config import Settings
 from engine.operations.observed import observe_cluster, observe_integrations
 from engine.operations.streaks import Streaks
-from engine.readside.listener import Listener, LiveFeed
 from engine.runners import runner_for
 from engine.runners.context import RunContext
 from engine.trust import secrets
@@ -75,6 +75,14 @@ class EngineRuntime:
             streaks=self.streaks,
         )
         self.reaper = Reaper(db, settings, self.streaks)
+        self.renewer = LeaseRenewer(
+            db,
+            settings,
+            self.streaks,
+            owner=self.owner,
+            handles=lambda: {task_id: run.handle for task_id, run in self.runs.items()},
+            abort_run=self.abort_local,
+        )
         #: Durable cleanup jobs, this process's local runtime groups, startup reconciliation.
         self.cleanup = CleanupWorker(
             db, settings, self.integrations, self.owner, streaks=self.streaks
@@ -100,7 +108,10 @@ class EngineRuntime:
     def start(self) -> None:
         self.listener.on_notify(self._on_notify)
         self.listener.start()
-        self._loops = [gevent.spawn(self._renew_forever), gevent.spawn(self._reap_forever)]
+        self._loops = [
+            gevent.spawn(self.renewer.run_forever),
+            gevent.spawn(self.reaper.run_forever),
+        ]
         self.cleanup.start()
         self.runner_notices.start()
         log.info("engine runtime %s started", self.owner)
@@ -323,73 +334,7 @@ class EngineRuntime:
         run.handle.abort.abort(reason)
         return True
 
-    # -- background loops ---------------------------------------------------------------------
-    def _renew_forever(self) -> None:
-        while True:
-            gevent.sleep(self.settings.lease_renew_interval_s)
-            try:
-                with metrics.timed(metrics.RENEWAL_DURATION):
-                    self.renew_once()
-            except Exception as exc:
-                self.streaks.failed("lease_renewal", exc)
-            else:
-                self.streaks.succeeded("lease_renewal")
-
-    def renew_once(self) -> None:
-        """One renewal tick: renew all held leases; abort runners whose lease is gone.
-
-        Through a database blip the renewal is retried until the first held lease would expire;
-        a run whose lease expired unrenewed is stopped as lost (the reaper resolves it once the
-        database is back), and the others are renewed at once."""
-        while True:
-            now = time.monotonic()
-            held = {}
-            for task_id, run in list(self.runs.items()):
-                if run.handle.ending is not None:
-                    continue
-                deadline = run.handle.lease_deadline
-                if deadline is not None and deadline <= now:
-                    self.abort_local(task_id, LEASE_LOST)
-                else:
-                    held[task_id] = run
-            if not held:
-                return
-            deadlines = [r.handle.lease_deadline for r in held.values()]
-            first = min((d for d in deadlines if d is not None), default=None)
-            try:
-                still_held = leases.renew_all(
-                    self.db,
-                    {task_id: run.handle.epoch for task_id, run in held.items()},
-                    owner=self.owner,
-                    lease_ttl_s=self.settings.lease_ttl_s,
-                    retry_until=first,
-                )
-            except DatabaseUnavailable:
-                if first is None or time.monotonic() < first:
-                    raise
-                continue  # the first lease expired meanwhile: stop it, renew the rest
-            break
-        for task_id, run in held.items():
-            if self.runs.get(task_id) is not run or run.handle.ending is not None:
-                continue  # it ended while the tick ran: its own terminal write moved the lease
-            if task_id not in still_held:
-                self.abort_local(task_id, LEASE_LOST)
-                continue
-            # The renewed lease runs from no earlier than this statement was sent.
-            run.handle.lease_deadline = now + self.settings.lease_ttl_s
-            if still_held[task_id]:
-                self.abort_local(task_id, CANCEL)
-
-    def _reap_forever(self) -> None:
-        while True:
-            gevent.sleep(self.settings.reaper_interval_s)
-            try:
-                self.reaper.sweep()
-            except Exception as exc:
-                self.streaks.failed("reaper", exc)
-            else:
-                self.streaks.succeeded("reaper")
-
+    # -- cancel delivery --------------------------------------------------------------------------
     def _on_notify(self, payload: dict) -> None:
         """A task this process runs changed: stop at once on a cancel or a lost lease."""
         try:

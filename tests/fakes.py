@@ -3,7 +3,7 @@
 import threading
 from dataclasses import dataclass, field
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import (
     AppliedResource,
     ApplyError,

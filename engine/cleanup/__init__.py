@@ -1,2 +1,2 @@
-"""Releasing what tasks leave behind (seed 001): cleanup jobs, their worker, runtime rows, local
-process groups."""
+"""Releasing what tasks leave behind (seed 001): cleanup jobs, runtime rows, local process
+groups; rows and actions only (the worker that runs the jobs is engine/maintenance's)."""

@@ -1,5 +1,6 @@
 """Durable cleanup intents (seed 001): the `cleanup_jobs` rows, their states and triggers, the retry
-ladder, and the functions that enqueue them. engine/cleanup/worker.py's worker runs them.
+ladder, and the functions that enqueue them. The cleanup worker runs them
+(engine/maintenance/cleanup_worker.py).
 
 A `cleanup_jobs` row is a durable cleanup intent with a snapshot of every handle, taken before the
 task is touched. The worker claims due jobs (`attempts + 1`), revalidates the precondition before

@@ -18,6 +18,7 @@ from uuid import UUID
 
 import gevent
 
+from engine.abort import Aborted, AbortSignal
 from engine.cleanup.jobs import enqueue_runtime_stop
 from engine.cleanup.process_groups import (
     HOST,
@@ -31,7 +32,6 @@ from engine.cleanup.process_groups import (
     spawn_group,
     stop_group,
 )
-from engine.core.abort import Aborted, AbortSignal
 from engine.db import Database
 
 log = logging.getLogger(__name__)

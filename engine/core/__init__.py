@@ -1,2 +1,2 @@
-"""The core: statuses as data, the one guarded transition, leases, fenced handles, runner notices,
-the reaper, the abort signal and the domain errors."""
+"""The core: statuses as data, the one guarded transition, leases, fenced handles and runner
+notices."""

@@ -8,12 +8,12 @@ from uuid import UUID
 from gevent.lock import BoundedSemaphore
 from psycopg.types.json import Jsonb
 
+from engine.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
 from engine.cleanup import task_runtimes as runtimes
-from engine.core.abort import CANCEL, LEASE_LOST, Aborted, AbortSignal
-from engine.core.errors import DatabaseUnavailable, LeaseLost
 from engine.core.status import CANCEL_REFUSES, Status
 from engine.core.transitions import Fence, Move, transition
 from engine.db import Database, Leased, write_key
+from engine.errors import DatabaseUnavailable, LeaseLost
 from engine.trust import secrets
 
 log = logging.getLogger(__name__)

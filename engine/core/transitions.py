@@ -7,10 +7,10 @@ from datetime import datetime
 from functools import lru_cache
 from uuid import UUID
 
-from engine.core.abort import AbortSignal
-from engine.core.errors import IllegalTransition
+from engine.abort import AbortSignal
 from engine.core.status import CANCEL_REFUSES, LEASED, TERMINAL, TRANSITIONS, Status, sources_of
 from engine.db import Database, write_key
+from engine.errors import IllegalTransition
 from engine.operations import metrics
 
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 
 #: The name this engine signs its work with: the server-side apply field manager, the
 #: `app.kubernetes.io/managed-by` label and its own label prefix, the devbox token issuer.

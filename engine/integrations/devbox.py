@@ -25,7 +25,7 @@ from urllib.parse import quote
 import jwt
 import requests
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import (
     ENGINE_NAME,
     ExecResult,

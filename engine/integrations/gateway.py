@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import requests
 import urllib3
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, upstream_text
 from engine.integrations.shapes import entries, field, optional, reading
 from engine.integrations.upstream import AnswerLimit, Deadline, answer_lines, http_session

@@ -23,7 +23,7 @@ import urllib3
 from kubernetes import client as kube_client
 from kubernetes.client.exceptions import ApiException
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import (
     ENGINE_NAME,
     AppliedResource,

@@ -8,7 +8,7 @@ and forgotten by the API server. The answer lists what is missing in plain words
 
 from dataclasses import dataclass
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import (
     ClusterUnavailable,
     ClusterUnreachable,

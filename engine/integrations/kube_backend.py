@@ -5,7 +5,7 @@ reason the kubeconfig cannot be used."""
 import dataclasses
 from typing import NoReturn
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import (
     AppliedResource,
     ApplyError,

@@ -12,7 +12,7 @@ returns them, so the same diagnosis reads them as on a real cluster).
 import time
 from dataclasses import dataclass
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations import kube_diagnosis as why
 from engine.integrations.base import (
     AdmissionDenied,

@@ -6,7 +6,7 @@ import json
 import re
 import uuid
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import ExecResult, IntegrationError, NotFound
 
 SANDBOX_EXEC_DELAY_S = 0.05

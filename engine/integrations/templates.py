@@ -19,7 +19,7 @@ from pathlib import Path
 from secrets import token_hex
 from typing import Protocol
 
-from engine.core.abort import CANCEL, AbortSignal
+from engine.abort import CANCEL, AbortSignal
 from engine.integrations.base import (
     ENGINE_NAME,
     AppliedResource,

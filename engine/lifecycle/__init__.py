@@ -1,2 +1,2 @@
-"""The use cases every surface calls (create, cancel, redeploy, input), who asks, and idempotent
-creates."""
+"""The use cases every surface calls (create, cancel, redeploy, input) and the operator's
+(engine/lifecycle/operator.py), who asks, and idempotent creates."""

@@ -5,7 +5,9 @@ import uuid
 from uuid import UUID
 
 from engine.core import leases
-from engine.core.errors import (
+from engine.core.status import TERMINAL, Status
+from engine.core.transitions import Move, transition
+from engine.errors import (
     InvalidRequest,
     PredecessorNotFound,
     PredecessorNotRedeployable,
@@ -14,8 +16,6 @@ from engine.core.errors import (
     TaskNotBlocked,
     UnknownTemplate,
 )
-from engine.core.status import TERMINAL, Status
-from engine.core.transitions import Move, transition
 from engine.integrations.templates import TemplateNotFound
 from engine.lifecycle.identity import Identity
 from engine.operations import metrics

@@ -1,6 +1,7 @@
 """Idempotent creates (the IETF httpapi Idempotency-Key draft).
 
-A request carrying a key runs once per caller and key for TTL_S: the first one runs and its
+A request carrying a key runs once per caller and key for a day (IDEMPOTENCY_KEY_TTL_S,
+engine/maintenance/purges.py, which forgets it after): the first one runs and its
 response is kept; a repeat with the same fingerprint gets that response again (replayed); a
 repeat with another fingerprint is IdempotencyKeyReused. The key, what the request wrote (the
 task it created and claimed) and its kept answer commit in ONE transaction, or none of them
@@ -21,17 +22,16 @@ from dataclasses import dataclass
 
 import psycopg
 
-from engine.core.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
 from engine.db import Database
+from engine.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidRequest
+from engine.maintenance.purges import IDEMPOTENCY_KEY_TTL_S
 
-TTL_S = 24 * 3600
 #: How long a repeat waits for the first request with its key to commit or roll back. Creates
 #: and inputs answer within seconds (the run itself goes on after the answer).
 IN_FLIGHT_WAIT_S = 10.0
 #: A request's transaction idle this long (its process stalled or cut off) is ended by the
 #: server, and the key with it.
 IDLE_LIMIT_S = 30.0
-PURGE_BATCH = 1000
 #: Printable ASCII without spaces, 1 to 255 characters (a UUID is the usual choice).
 KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -89,7 +89,7 @@ def run_once(
             taken = db.one(
                 "idempotency_key_claim",
                 fingerprint=fp,
-                ttl_s=TTL_S,
+                ttl_s=IDEMPOTENCY_KEY_TTL_S,
                 wait_ms=int(IN_FLIGHT_WAIT_S * 1000),
                 idle_ms=int(IDLE_LIMIT_S * 1000),
                 now=None,
@@ -110,8 +110,3 @@ def run_once(
         raise IdempotencyKeyInFlight() from None
     # Only a rollback on a 5xx answer gets here: that answer, nothing kept.
     return answer
-
-
-def purge_expired(db: Database, *, now=None, limit: int = PURGE_BATCH) -> int:
-    """Delete a batch of expired keys; how many."""
-    return db.execute("idempotency_key_delete_expired", ttl_s=TTL_S, limit=limit, now=now)

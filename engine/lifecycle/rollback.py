@@ -13,8 +13,8 @@ active is refused with the active task's snapshot.
 import logging
 from uuid import UUID
 
-from engine.core.errors import AppDeployAlreadyActive, NotRollbackable
 from engine.core.status import Status
+from engine.errors import AppDeployAlreadyActive, NotRollbackable
 from engine.lifecycle.actions import claim_and_launch, get_task, insert_task
 from engine.lifecycle.identity import Identity
 from engine.operations import metrics

@@ -1,2 +1,2 @@
 """Running the engine: settings, metrics, failure streaks, observed integration calls, logs,
-migrations, and the operator's use cases."""
+migrations."""

@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 import time
 
-from engine.core.abort import Aborted
+from engine.abort import Aborted
 from engine.integrations import Integrations
 from engine.integrations.base import ApplyError, NotFound
 from engine.operations import metrics

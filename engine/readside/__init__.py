@@ -1,1 +1,2 @@
-"""The read side: DTOs, pagination, and the NOTIFY listener. It never writes status."""
+"""The read side: DTOs, pagination, timelines, explain, waits, the one follow every live stream
+adapts. It never writes status."""

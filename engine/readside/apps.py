@@ -8,8 +8,8 @@ retention purges it.
 Reads only: nothing here writes.
 """
 
-from engine.core.errors import AppNotFound
 from engine.core.status import ACTIVE, Status
+from engine.errors import AppNotFound
 from engine.readside import dto
 from engine.readside.store import read_page
 

@@ -6,8 +6,8 @@ import json
 from datetime import datetime
 from uuid import UUID
 
-from engine.core.errors import InvalidRequest
 from engine.core.status import ACTIVE, Status
+from engine.errors import InvalidRequest
 from engine.runners.kinds import KINDS, TEMPLATE_INSTANCE
 from engine.trust import secrets
 from engine.trust.untrusted import load_json

@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from engine.readside.listener import CLOSED, REBOOTSTRAP
+from engine.maintenance.listener import CLOSED, REBOOTSTRAP
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Removed:
 
 @dataclass(frozen=True)
 class Live:
-    """A frame this process's runner published and never persisted (engine.readside.listener
+    """A frame this process's runner published and never persisted (engine.maintenance.listener
     LiveFeed): shown as it is, no read."""
 
     payload: dict

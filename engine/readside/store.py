@@ -18,8 +18,8 @@ Visibility rules (seed 000: "finished tasks linger in memory" is a defect this s
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from engine.core.errors import TaskNotFound
 from engine.core.status import ACTIVE, Status
+from engine.errors import TaskNotFound
 from engine.readside import dto
 
 #: How long a finished task that needs no attention stays in the dock (and in the board read).

@@ -8,7 +8,7 @@ import time
 
 from engine.core.status import TERMINAL, Status
 from engine.db import Database
-from engine.readside.listener import CLOSED, Listener
+from engine.maintenance.listener import CLOSED, Listener
 from engine.readside.store import read_task
 
 #: The longest wait a caller may ask for (the chat tool and the API share it).

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import gevent
 import yaml
 
-from engine.core.abort import Aborted, AbortSignal
+from engine.abort import Aborted, AbortSignal
 from engine.core.status import Status
 from engine.integrations.base import IntegrationError, NotFound, UpstreamAnswerTooLarge
 from engine.runners import direct

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.core.status import Status
 from engine.integrations.base import Cluster
 from engine.integrations.kube_diagnosis import FAIL_FAST_DEFAULT

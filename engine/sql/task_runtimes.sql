@@ -1,5 +1,6 @@
 -- Queries on task_runtimes: the durable handles of what a task started (seed 001). A row stays
--- until a stop of its runtime is confirmed; liveness is judged in Python (engine/cleanup/worker.py).
+-- until a stop of its runtime is confirmed; liveness is judged in Python
+-- (engine/cleanup/task_runtimes.py, engine/cleanup/process_groups.py).
 
 -- runtime_delete_devbox --
 -- Forget the runtime row of a devbox whose deletion is confirmed.

@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 from hypothesis import example, given  # noqa: E402
 
-from engine.core.abort import Aborted, AbortSignal  # noqa: E402
+from engine.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.base import IntegrationError, NotFound  # noqa: E402
 from engine.integrations.devbox import DevboxClient, ExecResult  # noqa: E402
 from engine.trust.untrusted import unstorable  # noqa: E402

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from gevent.event import Event  # noqa: E402
 from hypothesis import example, given  # noqa: E402
 
-from engine.core.abort import Aborted, AbortSignal  # noqa: E402
+from engine.abort import Aborted, AbortSignal  # noqa: E402
 from engine.integrations.base import IntegrationError  # noqa: E402
 from engine.integrations.gateway import GatewayClient, GatewayError  # noqa: E402
 from engine.trust.untrusted import unstorable  # noqa: E402

@@ -13,7 +13,7 @@ import ipaddress
 import pytest
 from urllib3.util import connection as urllib3_connection
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kube_backend import KubeBackend
 from engine.integrations.kube_network import NetworkPolicy

@@ -8,7 +8,7 @@ import kmock
 import pytest
 import yaml
 
-from engine.core.abort import CANCEL, Aborted, AbortSignal
+from engine.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import (
     AdmissionDenied,
     AppliedResource,

@@ -3,7 +3,7 @@ request against kmock, and a run through the real app that names the cause from 
 
 import pytest
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import Forbidden
 from engine.integrations.kube_retry import RetryPolicy
 from tests.contract.conftest import kubeconfig_for

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, ResourceRef
 from engine.integrations.kube_backend import KubeBackend
 from engine.integrations.kube_retry import RetryPolicy

@@ -10,7 +10,7 @@ from pathlib import Path
 import gevent
 import pytest
 
-from engine.core.abort import CANCEL, Aborted, AbortSignal
+from engine.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kube_network import check_kubeconfig
 from engine.integrations.kubeconfig import InvalidKubeconfig, parse_kubeconfig

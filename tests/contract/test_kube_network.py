@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
 from engine.integrations.kube_backend import KubeBackend
 from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig

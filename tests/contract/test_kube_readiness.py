@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, Readiness, ResourceRef, UnknownKind
 
 DEPLOYMENT = ResourceRef("apps/v1", "Deployment", "web", "demo")

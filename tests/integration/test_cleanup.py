@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from engine.cleanup import jobs as cleanup_jobs
-from engine.cleanup import worker as cleanup
 from engine.cleanup.jobs import MAX_ATTEMPTS, RETRY_DELAYS_S, JobState, Trigger
 from engine.cleanup.process_groups import HOST
-from engine.cleanup.worker import NO_DEVBOX_NOTE
 from engine.integrations import Integrations
+from engine.maintenance import cleanup_worker as cleanup
+from engine.maintenance.cleanup_worker import NO_DEVBOX_NOTE
 from tests.fakes import FakeDevbox
 
 DAY = timedelta(days=1)
@@ -114,9 +114,9 @@ def test_python_and_postgres_enums_agree(sql_conn, typname, enum):
 
 
 def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_conn):
-    from engine.core.abort import AbortSignal
-    from engine.core.errors import LeaseLost
+    from engine.abort import AbortSignal
     from engine.core.handle import TaskHandle
+    from engine.errors import LeaseLost
 
     def handle_of(task, epoch=1):
         return TaskHandle(

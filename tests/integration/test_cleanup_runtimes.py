@@ -16,12 +16,12 @@ import psycopg.sql
 import pytest
 import requests
 
+from engine.abort import Aborted, AbortSignal
 from engine.cleanup import jobs as cleanup_jobs
 from engine.cleanup import process_groups as processes
 from engine.cleanup.process_groups import HOST, Liveness, ProcessIdentity
-from engine.core.abort import Aborted, AbortSignal
-from engine.core.errors import LeaseLost
 from engine.core.handle import TaskHandle
+from engine.errors import LeaseLost
 from tests.helpers import ROOT, free_port, wait_for
 
 STOP_TIMEOUT_S = 0.3
@@ -459,7 +459,7 @@ HELPER = """
 from gevent import monkey; monkey.patch_all()
 import json, os, socket, sys
 import gevent
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.db import Database
 from engine.core.handle import TaskHandle
 from engine.core.status import Status

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from engine.core.abort import AbortSignal
+from engine.abort import AbortSignal
 from engine.core.handle import TaskHandle
 from engine.core.status import Status
 from engine.db import Database
-from engine.readside.listener import REBOOTSTRAP
+from engine.maintenance.listener import REBOOTSTRAP
 from tests.helpers import IMAGE_SOURCE, PrivatePostgres, wait_for
 from tests.proxy import FaultyLink
 

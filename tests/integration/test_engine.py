@@ -182,7 +182,7 @@ def test_a_lease_that_fails_to_renew_aborts_its_runner(client, runtime, cluster,
     wait_for(cluster.applying.is_set, message="the runner to be inside its apply")
 
     before = row_of(sql_conn, task_id)["lease_expires_at"]
-    runtime.renew_once()  # positive control: a held lease is extended
+    runtime.renewer.renew_once()  # positive control: a held lease is extended
     renewed = row_of(sql_conn, task_id)
     assert renewed["lease_expires_at"] > before
 
@@ -191,7 +191,7 @@ def test_a_lease_that_fails_to_renew_aborts_its_runner(client, runtime, cluster,
         "UPDATE deploy_tasks SET lease_epoch = lease_epoch + 1 WHERE id = %s", (task_id,)
     )
     written = event_count(sql_conn, task_id)
-    runtime.renew_once()
+    runtime.renewer.renew_once()
     wait_for(lambda: runs_in_flight(client) == 0, 20, message="the runner to stop")
 
     assert cluster.calls[-1].outcome == "aborted"

@@ -9,12 +9,12 @@ import gevent.event
 import psycopg.sql
 import pytest
 
-from engine.core.abort import AbortSignal
-from engine.core.errors import LeaseLost
+from engine.abort import AbortSignal
 from engine.core.handle import TaskHandle
-from engine.core.reaper import Reaper
 from engine.core.status import Status
 from engine.core.transitions import transition
+from engine.errors import LeaseLost
+from engine.maintenance.reaper import Reaper
 from tests.helpers import late_events
 
 #: Races per run of the race test (each a fresh task: a fenced event against the reaper).

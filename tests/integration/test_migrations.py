@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from engine.core.reaper import Reaper
+from engine.maintenance.reaper import Reaper
 from engine.operations import migrations
 from engine.operations.migrations import APPLICATION_NAME, MIGRATION_LOCK_KEY, MIGRATIONS_DIR
 from tests.helpers import _with_db, wait_for

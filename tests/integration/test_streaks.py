@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from gevent.pywsgi import WSGIServer
 
 from engine.cleanup import jobs as cleanup_jobs
-from engine.cleanup import worker as cleanup
 from engine.integrations.devbox import DevboxClient
+from engine.maintenance import cleanup_worker as cleanup
 from engine.operations.streaks import REPORT_EVERY, Streaks
 from tests.helpers import free_port, wait_for
 

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engine.core.errors import IllegalTransition
 from engine.core.status import CANCEL_REFUSES, TRANSITIONS, Status
 from engine.core.transitions import Claim, Fence, Move, transition
+from engine.errors import IllegalTransition
 
 PAIRS = list(itertools.product(Status, Status))
 

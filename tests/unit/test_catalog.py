@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import yaml
 
-from engine.core.abort import CANCEL, SHUTDOWN, Aborted, AbortSignal
+from engine.abort import CANCEL, SHUTDOWN, Aborted, AbortSignal
 from engine.integrations.base import AppliedResource, ApplyError, IntegrationError, ResourceRef
 from engine.integrations.templates import (
     CatalogError,

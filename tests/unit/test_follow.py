@@ -8,10 +8,10 @@ import gevent
 import psycopg
 import pytest
 
+from engine.maintenance.listener import CLOSED, REBOOTSTRAP, Listener, LiveFeed
 from engine.operations.config import Settings
 from engine.readside import follow as follows
 from engine.readside.follow import Change, Follow, Idle, Live, Removed, Snapshot
-from engine.readside.listener import CLOSED, REBOOTSTRAP, Listener, LiveFeed
 
 TASK = "6c1d7f0e-9f7e-4a53-8a43-5d2f3a0c1b11"
 

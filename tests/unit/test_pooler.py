@@ -91,5 +91,5 @@ def test_only_the_listener_issues_listen_and_only_on_the_direct_connection():
         for p in (ROOT / "engine").rglob("*.py")
         if re.search(r"[\"']LISTEN\b", p.read_text())
     ]
-    assert hits == ["engine/readside/listener.py"]
-    assert "dedicated_connection()" in (ROOT / "engine/readside/listener.py").read_text()
+    assert hits == ["engine/maintenance/listener.py"]
+    assert "dedicated_connection()" in (ROOT / "engine/maintenance/listener.py").read_text()

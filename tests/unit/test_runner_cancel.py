@@ -3,7 +3,7 @@
 import gevent
 import pytest
 
-from engine.core.abort import CANCEL, Aborted, AbortSignal
+from engine.abort import CANCEL, Aborted, AbortSignal
 from engine.runners import direct
 from engine.runners.context import RunContext
 from tests.fakes import FakeCluster

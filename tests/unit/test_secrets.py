@@ -106,7 +106,7 @@ def test_a_failing_call_under_an_abort_signal_prints_no_greenlet_traceback(capfd
     import gevent
     import pytest
 
-    from engine.core.abort import AbortSignal
+    from engine.abort import AbortSignal
 
     def upstream_call():
         raise ValueError("upstream said: internal-console-text")

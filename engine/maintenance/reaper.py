@@ -5,6 +5,8 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+import gevent
+
 from engine.cleanup import jobs as cleanup_jobs
 from engine.cleanup import task_runtimes as runtimes
 from engine.core.status import LEASED, Status
@@ -115,6 +117,17 @@ class Reaper:
             ),
         ]
 
+    def run_forever(self) -> None:
+        """One sweep every REAPER_INTERVAL_S; a failing sweep is the `reaper` streak."""
+        while True:
+            gevent.sleep(self.settings.reaper_interval_s)
+            try:
+                self.sweep()
+            except Exception as exc:
+                self.streaks.failed("reaper", exc)
+            else:
+                self.streaks.succeeded("reaper")
+
     def sweep(self, now: datetime | None = None) -> dict[str, int]:
         """Run every sweep once; how many tasks each resolved (or enqueued cleanup for)."""
         with metrics.timed(metrics.SWEEP_DURATION, sweep="all"):
@@ -142,7 +155,7 @@ class Reaper:
             if moved:
                 log.info("reaper %s: %d task(s) -> %s", sweep.name, len(moved), sweep.move.to)
         # Then seed 000's devbox duties, in its order: pause devboxes of finished tasks, then
-        # purge. Both only enqueue durable cleanup jobs (engine/cleanup/worker.py runs them).
+        # purge. Both only enqueue durable cleanup jobs (the cleanup worker runs them).
         with metrics.timed(metrics.SWEEP_DURATION, sweep="pause_devboxes"):
             resolved["pause_devboxes"] = cleanup_jobs.enqueue_devbox_pauses(
                 self.db, grace_s=self.settings.devbox_pause_grace_s, streaks=self.streaks, now=now

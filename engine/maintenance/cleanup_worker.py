@@ -13,6 +13,7 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 
+from engine.abort import SHUTDOWN, Aborted, AbortSignal
 from engine.cleanup import task_runtimes as runtimes
 from engine.cleanup.jobs import (
     MAX_ATTEMPTS,
@@ -23,12 +24,11 @@ from engine.cleanup.jobs import (
     streak_subject,
 )
 from engine.cleanup.process_groups import HOST, StopUnconfirmed
-from engine.core.abort import SHUTDOWN, Aborted, AbortSignal
 from engine.core.status import TERMINAL, Status
 from engine.db import Database
 from engine.integrations import Integrations
 from engine.integrations.base import IntegrationError, NotFound
-from engine.lifecycle import idempotency
+from engine.maintenance import purges
 from engine.operations.config import Settings
 from engine.operations.streaks import Streaks
 
@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 
 #: Jobs other than purges run this many at a time per process.
 JOB_CONCURRENCY = 8
-#: Succeeded and cancelled jobs are forgotten after this; failed ones stay for diagnosis.
-COMPLETED_JOB_KEEP_S = 7 * 24 * 3600.0
-COMPLETED_JOB_DELETE_BATCH = 1000
 NO_DEVBOX_NOTE = (
     "waiting: this process has no devbox integration; a process configured with "
     "one (DEVBOX_URL, or the sandbox devbox) will run it"
@@ -179,13 +176,7 @@ class CleanupWorker:
             log.error("cleanup job %s failed for good: its last attempt was abandoned", row["id"])
         if self.devbox is None:
             self.db.all("cleanup_job_note_if_unclaimable", note=NO_DEVBOX_NOTE, now=now)
-        self.db.execute(
-            "cleanup_job_delete_completed",
-            keep_s=COMPLETED_JOB_KEEP_S,
-            limit=COMPLETED_JOB_DELETE_BATCH,
-            now=now,
-        )
-        idempotency.purge_expired(self.db, now=now)
+        purges.forget_expired(self.db, now)
 
     def _claim(self, triggers: list[Trigger], limit: int, now: datetime | None) -> list[dict]:
         if self._stopping:

@@ -7,7 +7,7 @@ one guarded transition), like any user's.
 
 from uuid import UUID
 
-from engine.core.errors import DomainError
+from engine.errors import DomainError
 from engine.lifecycle import actions
 from engine.lifecycle.identity import Identity
 from engine.operations.streaks import PERSISTENT_AFTER_S
