@@ -82,7 +82,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     integrations = settings.overrides.get("integrations")
     if integrations is None:
         if settings.cluster_backend == "kubernetes":
-            from engine.integrations.kube_backend import KubeBackend
+            from engine.integrations.kube.backend import KubeBackend
 
             backend = KubeBackend.from_settings(settings)
         else:
@@ -142,7 +142,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         # one must bring a usable kubeconfig (blueprints/request_helpers.py kubeconfig_from_header).
         # The server address is checked against the operator's networks here, before any task
         # exists, and again (resolved once, connected to as checked) when a run builds its cluster.
-        from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig
+        from engine.integrations.kube.network import NetworkPolicy, check_kubeconfig
 
         network = NetworkPolicy.from_settings(settings)
         app.config["KUBECONFIG_CHECK"] = lambda kubeconfig: check_kubeconfig(kubeconfig, network)

@@ -24,7 +24,7 @@ from blueprints import csrf, schemas
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load
 from engine.abort import Aborted, AbortSignal
 from engine.errors import DomainError, InvalidRequest
-from engine.integrations.kube_access import check_access
+from engine.integrations.kube.access import check_access
 
 #: How long the check may ask the cluster before it answers "no answer" (a person waits).
 ACCESS_CHECK_TIMEOUT_S = 20.0
@@ -52,7 +52,7 @@ def verdict():
     """{ok: true, context, cluster, server, namespace, access}, or {ok: false, code, message}
     for a kubeconfig that is missing or unusable (200 either way: the check itself went
     through). `access` is the cluster's own answer for the namespace of the body's projectId
-    (kube_access.py). A body that is not an AccessCheck is refused first (4xx, like any body)."""
+    (kube/access.py). A body that is not an AccessCheck is refused first (4xx, like any body)."""
     project = load(schemas.AccessCheck, json_body()).get("projectId") if has_body() else None
     try:
         kubeconfig = kubeconfig_from_header()
@@ -71,7 +71,7 @@ def has_body() -> bool:
 
 
 def ask_cluster(kubeconfig: dict, namespace: str) -> dict | None:
-    """The cluster's answer (kube_access.check_access), bounded in time; None for a target that
+    """The cluster's answer (kube/access.py check_access), bounded in time; None for a target that
     is not a real cluster (the sandbox needs no access)."""
     cluster = current_app.extensions["engine"].integrations.cluster(kubeconfig)
     if not hasattr(cluster, "server_version"):

@@ -184,7 +184,7 @@ class MissingAccess(Schema):
 
 
 class ClusterAccess(Schema):
-    """The cluster's own answer (engine/integrations/kube_access.py)."""
+    """The cluster's own answer (engine/integrations/kube/access.py)."""
 
     reachable = fields.Boolean(required=True)
     version = fields.String(**Nullable)

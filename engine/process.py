@@ -27,7 +27,7 @@ from engine.core.transitions import Fence, Move, transition
 from engine.db import Database
 from engine.errors import DatabaseUnavailable, LeaseLost, Overloaded, ShuttingDown
 from engine.integrations import Integrations
-from engine.integrations.kubeconfig import credentials as kubeconfig_credentials
+from engine.integrations.kube.kubeconfig import credentials as kubeconfig_credentials
 from engine.maintenance.cleanup_worker import CleanupWorker
 from engine.maintenance.listener import Listener, LiveFeed
 from engine.maintenance.reaper import Reaper

@@ -190,7 +190,7 @@ class Cluster(Protocol):
     def delete(self, ref: ResourceRef, *, abort: AbortSignal) -> None:
         """Delete one object; NotFound when it is already gone (callers count that as done)."""
 
-    # The reads that say why a workload is not ready (kube_diagnosis.py decides from them).
+    # The reads that say why a workload is not ready (kube/diagnosis.py decides from them).
     # Forbidden when the credential may not read them: the runner degrades, never fails.
     def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
         """The pods matching a label selector, as the API returns them."""

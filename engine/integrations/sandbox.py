@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 
 from engine.abort import AbortSignal
-from engine.integrations import kube_diagnosis as why
 from engine.integrations.base import (
     AdmissionDenied,
     AppliedResource,
@@ -28,6 +27,7 @@ from engine.integrations.base import (
     Readiness,
     ResourceRef,
 )
+from engine.integrations.kube import diagnosis as why
 
 KNOWN_KINDS = {
     "Deployment",
@@ -84,7 +84,7 @@ APPLY_TROUBLE = {
         "images must come from registry.example.com (HTTP 400)"
     ),
 }
-#: Markers of a workload that never becomes ready, and why (kube_diagnosis's cause codes).
+#: Markers of a workload that never becomes ready, and why (kube/diagnosis.py's cause codes).
 POD_TROUBLE = {
     "sandbox-image-not-found": why.IMAGE_NOT_FOUND,
     "sandbox-invalid-image": why.INVALID_IMAGE_NAME,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.integrations.base import ENGINE_NAME
-from engine.integrations.kube_diagnosis import CAUSES, FAIL_FAST_DEFAULT
+from engine.integrations.kube.diagnosis import CAUSES, FAIL_FAST_DEFAULT
 from engine.operations.setting_rules import (
     AI,
     AUTH,

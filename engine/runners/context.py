@@ -9,7 +9,7 @@ from uuid import UUID
 from engine.abort import AbortSignal
 from engine.core.status import Status
 from engine.integrations.base import Cluster
-from engine.integrations.kube_diagnosis import FAIL_FAST_DEFAULT
+from engine.integrations.kube.diagnosis import FAIL_FAST_DEFAULT
 
 if TYPE_CHECKING:
     from engine.integrations import Integrations

@@ -2,11 +2,11 @@
 
 With the run's own credential (in memory), the verify loop asks here between readiness polls.
 This reads the waiting workloads' pods, the events about the pods that are not ready and the last
-log lines of a crashing container; kube_diagnosis.py turns them into findings; each new finding
-goes to the timeline once ("web-7c9f: back-off pulling image nginx:1.99: not found"). Every
-write goes through the handle, so log lines are scrubbed of the task's secrets before they are
-stored. A credential that may not read pods, events or logs degrades to one plain line, never to
-a failed run.
+log lines of a crashing container; engine/integrations/kube/diagnosis.py turns them into
+findings; each new finding goes to the timeline once ("web-7c9f: back-off pulling image
+nginx:1.99: not found"). Every write goes through the handle, so log lines are scrubbed of the
+task's secrets before they are stored. A credential that may not read pods, events or logs
+degrades to one plain line, never to a failed run.
 """
 
 from functools import partial
@@ -17,7 +17,7 @@ from engine.integrations.base import (
     IntegrationError,
     ResourceRef,
 )
-from engine.integrations.kube_diagnosis import (
+from engine.integrations.kube.diagnosis import (
     CAUSES,
     CRASH_LOOP,
     OOM_KILLED,

@@ -9,9 +9,9 @@ import pytest
 import trustme
 
 from engine.integrations import Integrations
-from engine.integrations.kube_backend import KubeBackend
-from engine.integrations.kube_network import NetworkPolicy
-from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kube.backend import KubeBackend
+from engine.integrations.kube.network import NetworkPolicy
+from engine.integrations.kube.retry import RetryPolicy
 from tests.contract.kmock_server import KMockServer
 
 TOKEN = "t0ken-for-contract-tests"

@@ -6,8 +6,8 @@ import json
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine.integrations.kube_access import NEEDS
-from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kube.access import NEEDS
+from engine.integrations.kube.retry import RetryPolicy
 from tests.contract.conftest import TOKEN, kubeconfig_for
 from tests.contract.helpers import header, serve_access, status
 from tests.helpers import dump_database, free_port

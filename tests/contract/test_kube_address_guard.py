@@ -15,10 +15,10 @@ from urllib3.util import connection as urllib3_connection
 
 from engine.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
-from engine.integrations.kube_backend import KubeBackend
-from engine.integrations.kube_network import NetworkPolicy
-from engine.integrations.kube_retry import RetryPolicy
-from engine.integrations.kubeconfig import InvalidKubeconfig, parse_kubeconfig
+from engine.integrations.kube.backend import KubeBackend
+from engine.integrations.kube.kubeconfig import InvalidKubeconfig, parse_kubeconfig
+from engine.integrations.kube.network import NetworkPolicy
+from engine.integrations.kube.retry import RetryPolicy
 from tests.contract.conftest import kubeconfig_for
 from tests.contract.helpers import DEPLOYMENT, CountingListener, header
 from tests.helpers import IMAGE_SOURCE, wait_for

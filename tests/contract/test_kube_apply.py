@@ -25,8 +25,8 @@ from engine.integrations.base import (
     ResourceRef,
     UnknownKind,
 )
-from engine.integrations.kube_backend import KubeBackend
-from engine.integrations.kube_retry import RetryPolicy, retry_after_seconds
+from engine.integrations.kube.backend import KubeBackend
+from engine.integrations.kube.retry import RetryPolicy, retry_after_seconds
 from tests.contract.conftest import (
     FAST_RETRY,
     LOOPBACK,

@@ -5,7 +5,7 @@ import pytest
 
 from engine.abort import AbortSignal
 from engine.integrations.base import Forbidden
-from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kube.retry import RetryPolicy
 from tests.contract.conftest import kubeconfig_for
 from tests.contract.helpers import (
     DEPLOYMENT_PATH,

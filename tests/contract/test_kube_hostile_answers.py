@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from engine.abort import AbortSignal
 from engine.integrations.base import IntegrationError, ResourceRef
-from engine.integrations.kube_backend import KubeBackend
-from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kube.backend import KubeBackend
+from engine.integrations.kube.retry import RetryPolicy
 from engine.readside.explain import CAUSES
 from tests.contract.conftest import LOOPBACK, kubeconfig_for
 from tests.contract.helpers import (

@@ -12,8 +12,8 @@ import pytest
 
 from engine.abort import CANCEL, Aborted, AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
-from engine.integrations.kube_network import check_kubeconfig
-from engine.integrations.kubeconfig import InvalidKubeconfig, parse_kubeconfig
+from engine.integrations.kube.kubeconfig import InvalidKubeconfig, parse_kubeconfig
+from engine.integrations.kube.network import check_kubeconfig
 from tests.contract.conftest import (
     TOKEN,
     established_client_sockets,

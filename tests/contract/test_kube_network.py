@@ -13,10 +13,10 @@ import pytest
 
 from engine.abort import AbortSignal
 from engine.integrations.base import ApplyError, ClusterUnreachable
-from engine.integrations.kube_backend import KubeBackend
-from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig
-from engine.integrations.kube_retry import RetryPolicy
-from engine.integrations.kubeconfig import InvalidKubeconfig
+from engine.integrations.kube.backend import KubeBackend
+from engine.integrations.kube.kubeconfig import InvalidKubeconfig
+from engine.integrations.kube.network import NetworkPolicy, check_kubeconfig
+from engine.integrations.kube.retry import RetryPolicy
 from tests.contract.conftest import FAST_RETRY, LOOPBACK, kubeconfig_for
 from tests.contract.helpers import (
     DEPLOYMENT,

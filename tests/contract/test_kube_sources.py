@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from engine.integrations.kube_retry import RetryPolicy
+from engine.integrations.kube.retry import RetryPolicy
 from tests.contract.helpers import deploy, echo, wait_finished, workload_status
 
 WORKLOAD = re.compile(r"^/apis/apps/v1/namespaces/demo/(deployments|statefulsets)/[a-z0-9-]+$")

@@ -13,13 +13,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from engine.integrations.base import IntegrationError, Readiness, ResourceRef
-from engine.integrations.kube_diagnosis import CAUSES, diagnose, not_ready, pod_name
-from engine.integrations.kube_readiness import (
+from engine.integrations.kube.diagnosis import CAUSES, diagnose, not_ready, pod_name
+from engine.integrations.kube.readiness import (
     endpoint_slices_readiness,
     object_readiness,
     service_readiness_by_spec,
 )
-from engine.integrations.kube_response import KubeResponse, refusal
+from engine.integrations.kube.response import KubeResponse, refusal
 from engine.integrations.shapes import (
     UpstreamAnswerMalformed,
     entries,

@@ -89,7 +89,7 @@ def test_every_query_is_short_enough_for_psycopg_to_cache_its_conversion():
 
 def test_runners_and_integrations_import_no_storage():
     for folder in ("engine/runners", "engine/integrations"):
-        for path in (ROOT / folder).glob("*.py"):
+        for path in (ROOT / folder).rglob("*.py"):
             leaked = {n for n in imports_of(path) if n.startswith(STORAGE)}
             assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
 
@@ -431,15 +431,15 @@ def test_every_adapter_implements_its_integration_protocol():
         base,
         devbox,
         gateway,
-        kube,
-        kube_backend,
         sandbox,
         sandbox_ai,
         templates,
     )
+    from engine.integrations.kube.backend import NoKubeconfig
+    from engine.integrations.kube.cluster import KubeCluster
 
     implementations = {
-        base.Cluster: [kube.KubeCluster, kube_backend.NoKubeconfig, sandbox.SandboxCluster],
+        base.Cluster: [KubeCluster, NoKubeconfig, sandbox.SandboxCluster],
         base.Devbox: [devbox.DevboxClient, sandbox_ai.SandboxDevbox],
         base.Gateway: [gateway.GatewayClient, sandbox_ai.SandboxGateway],
         templates.Templates: [templates.TemplateCatalog],
@@ -909,12 +909,12 @@ def test_settings_are_read_only_through_their_one_definition():
 #: Modules where `namespace` is a Kubernetes namespace (manifests, the kube adapter, templates).
 KUBERNETES_MODULES = {
     "engine/integrations/base.py",
-    "engine/integrations/kube.py",
-    "engine/integrations/kube_backend.py",
-    "engine/integrations/kube_network.py",
-    "engine/integrations/kube_access.py",
-    "engine/integrations/kube_response.py",
-    "engine/integrations/kubeconfig.py",
+    "engine/integrations/kube/cluster.py",
+    "engine/integrations/kube/backend.py",
+    "engine/integrations/kube/network.py",
+    "engine/integrations/kube/access.py",
+    "engine/integrations/kube/response.py",
+    "engine/integrations/kube/kubeconfig.py",
     "engine/integrations/sandbox.py",
     "engine/integrations/templates.py",
     "engine/readside/store.py",  # an applied resource's reference (kind/namespace/name)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.integrations.kube_diagnosis import Finding, diagnose, log_tail, not_ready
+from engine.integrations.kube.diagnosis import Finding, diagnose, log_tail, not_ready
 
 
 def pod(*, waiting=None, last=None, terminated=None, ready=False, scheduled=None, restarts=0):

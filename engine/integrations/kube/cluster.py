@@ -1,27 +1,14 @@
-"""The Kubernetes adapter: server-side apply, readiness reads and deletes against a real cluster.
+"""The Kubernetes adapter: server-side apply, readiness reads and deletes against a real cluster,
+and the reads of the why-not-ready diagnosis and of the access check.
 
 The kubeconfig arrives with the request as an in-memory dict and is a secret; everything about it
-(parsing, the server address check, TLS from memory) lives in engine/integrations/kubeconfig.py.
-Which failures are retried and how long to wait is kube_retry.py; how a response's error text is
-built (the API's own `Status.message`, bounded) is kube_response.py; the readiness rule of each
-kind is kube_readiness.py. This module holds the request path they meet on; kube_backend.py
-builds a run's cluster from its kubeconfig.
-
-Every call is bounded and abort-aware: each HTTP attempt runs in its own greenlet under the
-run's AbortSignal (an abort stops the wait at once; killing the greenlet closes its connection),
-its answer is read through engine/integrations/upstream.py (at most KUBE_ANSWER_MAX_BYTES after
-decompression, KUBE_ANSWER_MAX_S from request to last byte), urllib3's own retries are off, and
-the retry policy retries 429, 5xx and connection errors with exponential backoff, honouring
-Retry-After.
+(parsing, TLS from memory) lives in kubeconfig.py and where its server may be reached in
+network.py. One call's request path (retries, bounds, abort) is api.py; the readiness rule of
+each kind is readiness.py; backend.py builds a run's cluster from its kubeconfig.
 """
 
-import weakref
 from dataclasses import dataclass
 from urllib.parse import quote
-
-import urllib3
-from kubernetes import client as kube_client
-from kubernetes.client.exceptions import ApiException
 
 from engine.abort import AbortSignal
 from engine.integrations.base import (
@@ -39,48 +26,34 @@ from engine.integrations.base import (
     UpstreamAnswerTooLarge,
     upstream_text,
 )
-from engine.integrations.kube_diagnosis import log_tail
-from engine.integrations.kube_network import pool_manager
-from engine.integrations.kube_readiness import (
+from engine.integrations.kube.api import (
+    DEFAULT_ANSWER_LIMIT,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_RETRY_POLICY,
+    KubeApi,
+)
+from engine.integrations.kube.diagnosis import log_tail
+from engine.integrations.kube.kubeconfig import KubeTarget
+from engine.integrations.kube.readiness import (
     endpoint_slices_readiness,
     object_readiness,
     service_readiness_by_spec,
 )
-from engine.integrations.kube_response import MESSAGE_MAX_CHARS, KubeResponse, refusal
-from engine.integrations.kube_retry import (
-    RETRYABLE_ERRORS,
-    RETRYABLE_STATUSES,
-    RetryPolicy,
-    retry_after_seconds,
-    transport_failure,
-)
-from engine.integrations.kubeconfig import (
-    KubeTarget,
-)
+from engine.integrations.kube.response import KubeResponse
+from engine.integrations.kube.retry import RetryPolicy
 from engine.integrations.shapes import UpstreamAnswerMalformed, entries, field, reading
-from engine.integrations.upstream import (
-    AnswerLimit,
-    Deadline,
-    UnreadableAnswer,
-    read_answer,
-)
+from engine.integrations.upstream import AnswerLimit
 
 __all__ = ["KubeCluster"]
 
 DEFAULT_FIELD_MANAGER = ENGINE_NAME
-DEFAULT_REQUEST_TIMEOUT_S = 30.0
-CONNECT_TIMEOUT_MAX_S = 10.0
 APPLY_PATCH = "application/apply-patch+yaml"
-DEFAULT_RETRY_POLICY = RetryPolicy()
 #: Pods one diagnosis reads at most (old ReplicaSets' pods match the selector too).
 POD_LIST_LIMIT = 20
 #: Most bytes of a log one diagnosis reads (tailLines alone does not bound a long line).
 LOG_LIMIT_BYTES = 16384
-#: The caps on one API answer (KUBE_ANSWER_MAX_BYTES, KUBE_ANSWER_MAX_S) and on a log's
-#: (KUBE_LOG_MAX_BYTES: we ask for LOG_LIMIT_BYTES, a server may send more).
-DEFAULT_ANSWER_LIMIT = AnswerLimit(
-    2 * 1024 * 1024, 60.0, "KUBE_ANSWER_MAX_BYTES", "KUBE_ANSWER_MAX_S"
-)
+#: The cap on a log's answer (KUBE_LOG_MAX_BYTES: we ask for LOG_LIMIT_BYTES, a server may send
+#: more).
 DEFAULT_LOG_LIMIT = AnswerLimit(64 * 1024, 60.0, "KUBE_LOG_MAX_BYTES", "KUBE_ANSWER_MAX_S")
 
 
@@ -131,27 +104,20 @@ class KubeCluster:
         """`addresses`: the server's addresses as NetworkPolicy.resolve checked them."""
         self.target = target
         self.field_manager = field_manager
-        self.retry = retry
-        self.answer_limit, self.log_limit = answer_limit, log_limit
-        self._timeout = (min(CONNECT_TIMEOUT_MAX_S, request_timeout_s), request_timeout_s)
-        configuration = kube_client.Configuration(host=target.server)
-        configuration.retries = False
-        if target.token:
-            configuration.api_key = {"BearerToken": target.token}
-            configuration.api_key_prefix = {"BearerToken": "Bearer"}
-        self._api = kube_client.ApiClient(configuration)
-        self._api.user_agent = field_manager
-        # The generated REST layer can only take TLS material as file paths and looks the host up
-        # itself; a pool on the in-memory SSLContext, pinned to the checked addresses, replaces
-        # the one it made (which never opened a connection).
-        self._api.rest_client.pool_manager.clear()
-        self._api.rest_client.pool_manager = pool_manager(target, addresses)
+        self.log_limit = log_limit
+        self.api = KubeApi(
+            target,
+            addresses,
+            user_agent=field_manager,
+            request_timeout_s=request_timeout_s,
+            retry=retry,
+            answer_limit=answer_limit,
+        )
         self._discovery: dict[str, dict[str, _Resource]] = {}
-        self._closer = weakref.finalize(self, self._api.rest_client.pool_manager.clear)
 
     def close(self) -> None:
         """Close pooled connections (also done when the cluster object is collected)."""
-        self._closer()
+        self.api.close()
 
     def __enter__(self):
         return self
@@ -179,7 +145,7 @@ class KubeCluster:
                 )
             namespace = ref.namespace or self.target.namespace
             # No "applying X" prefix: the runner reports "applying X failed: <this message>".
-            response = self._request(
+            response = self.api.request(
                 "PATCH",
                 resource.path(namespace, ref.name),
                 abort=abort,
@@ -208,7 +174,7 @@ class KubeCluster:
         abort.raise_if_aborted()
         resource = self._resource(ref, abort)
         namespace = self._namespace(ref, resource)
-        response = self._request(
+        response = self.api.request(
             "GET",
             resource.path(namespace, ref.name),
             abort=abort,
@@ -231,7 +197,7 @@ class KubeCluster:
             # A kind the cluster no longer serves (its CRD is gone) has no objects left.
             raise NotFound(str(exc)) from exc
         namespace = self._namespace(ref, resource)
-        response = self._request(
+        response = self.api.request(
             "DELETE",
             resource.path(namespace, ref.name),
             abort=abort,
@@ -242,12 +208,12 @@ class KubeCluster:
         if response.status == 404:
             raise NotFound(f"{ref.label()} does not exist")
 
-    # -- why not ready: reads for kube_diagnosis --------------------------------------------------
+    # -- why not ready: reads for diagnosis.py ----------------------------------------------------
     def pods(self, namespace: str, selector: dict, *, abort: AbortSignal) -> list[dict]:
         """The pods matching `selector` (matchLabels), at most POD_LIST_LIMIT of them."""
         abort.raise_if_aborted()
         labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        response = self._request(
+        response = self.api.request(
             "GET",
             _PODS.path(namespace),
             abort=abort,
@@ -260,7 +226,7 @@ class KubeCluster:
     def events(self, namespace: str, involved: str, *, abort: AbortSignal) -> list[dict]:
         """The events about the object named `involved` in `namespace`."""
         abort.raise_if_aborted()
-        response = self._request(
+        response = self.api.request(
             "GET",
             _EVENTS.path(namespace),
             abort=abort,
@@ -276,7 +242,7 @@ class KubeCluster:
         """The last `lines` lines of the container's crashed run (else its current one)."""
         abort.raise_if_aborted()
         for previous in ("true", "false"):
-            response = self._request(
+            response = self.api.request(
                 "GET",
                 _PODS.path(namespace, pod) + "/log",
                 abort=abort,
@@ -295,17 +261,17 @@ class KubeCluster:
                 return log_tail(response.body.decode("utf-8", "replace"), lines)
         return ""
 
-    # -- the access check (kube_access.py): read-only questions ----------------------------------
+    # -- the access check (access.py): read-only questions ------------------------------------
     def server_version(self, *, abort: AbortSignal) -> str:
         """The API server's version (GET /version), e.g. "v1.31.2"."""
-        response = self._request("GET", "/version", abort=abort, what="reading /version")
+        response = self.api.request("GET", "/version", abort=abort, what="reading /version")
         with reading("reading /version"):
             return upstream_text(field(response.json(), "gitVersion", str), 64) or "unknown"
 
     def who_am_i(self, *, abort: AbortSignal) -> str | None:
         """The credential's user name (SelfSubjectReview); None where the cluster does not
         serve it (before Kubernetes 1.28)."""
-        response = self._request(
+        response = self.api.request(
             "POST",
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
             abort=abort,
@@ -322,7 +288,7 @@ class KubeCluster:
     def namespace_exists(self, namespace: str, *, abort: AbortSignal) -> bool | None:
         """Whether the namespace exists; None when the credential may not tell."""
         try:
-            response = self._request(
+            response = self.api.request(
                 "GET",
                 _NAMESPACES.path(None, namespace),
                 abort=abort,
@@ -348,7 +314,7 @@ class KubeCluster:
         attributes = {"namespace": namespace, "verb": verb, "group": group, "resource": resource}
         if subresource:
             attributes["subresource"] = subresource
-        response = self._request(
+        response = self.api.request(
             "POST",
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
             abort=abort,
@@ -385,7 +351,7 @@ class KubeCluster:
         path = _group_version_path(api_version)
         if path is None:
             raise UnknownKind(f"{api_version!r} is not an apiVersion", ref)
-        response = self._request(
+        response = self.api.request(
             "GET", path, abort=abort, what=f"discovering {api_version}", not_found_ok=True
         )
         if response.status == 404:
@@ -409,7 +375,7 @@ class KubeCluster:
         if by_spec is not None:
             return by_spec
         slices = _Resource("discovery.k8s.io/v1", "endpointslices", True)
-        response = self._request(
+        response = self.api.request(
             "GET",
             slices.path(namespace),
             abort=abort,
@@ -418,114 +384,3 @@ class KubeCluster:
         )
         with reading(f"reading endpoints of Service/{name}"):
             return endpoint_slices_readiness(response.json())
-
-    # -- one logical call, with retries ---------------------------------------------------------
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        abort: AbortSignal,
-        what: str | None,
-        query: list | None = None,
-        body: dict | None = None,
-        content_type: str = "application/json",
-        not_found_ok: bool = False,
-        bad_request_ok: bool = False,
-        limit: AnswerLimit | None = None,
-    ) -> KubeResponse:
-        """One API call under the retry policy; the response, or a typed IntegrationError.
-
-        `what` ("reading Service/web") prefixes error messages; `limit` caps the answer (the
-        cluster's answer limit by default).
-        """
-        prefix = f"{what}: " if what else ""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        request = self._api.param_serialize(
-            method,
-            path,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        attempts = self.retry.max_retries + 1
-        unreachable = None
-        for attempt in range(attempts):
-            retry_after = None
-            try:
-                response = abort.run(self._send, limit or self.answer_limit, *request)
-                if isinstance(response, Exception):
-                    raise response
-            except (UpstreamAnswerTooLarge, UnreadableAnswer) as exc:
-                # Not retried: the same server would send the same again.
-                raise type(exc)(
-                    f"{prefix}the cluster at {self._address}: {exc}"[:MESSAGE_MAX_CHARS]
-                ) from None
-            except RETRYABLE_ERRORS as exc:
-                unreachable = transport_failure(exc)
-                failure = f"the API server did not answer: {unreachable}"
-            except ApiException as exc:  # the REST layer's wrapping of TLS failures
-                reason = " ".join(str(exc.reason or exc).split())
-                raise ClusterUnreachable(
-                    self._unreachable(f"TLS handshake failed: {reason}")[:MESSAGE_MAX_CHARS]
-                ) from exc
-            except urllib3.exceptions.HTTPError as exc:
-                raise IntegrationError(f"{prefix}{type(exc).__name__}: {exc}"[:MESSAGE_MAX_CHARS])
-            else:
-                if (
-                    response.status < 400
-                    or (response.status == 404 and not_found_ok)
-                    or (response.status == 400 and bad_request_ok)
-                ):
-                    return response
-                if response.status not in RETRYABLE_STATUSES:
-                    raise refusal(response, method=method, path=path, prefix=prefix)
-                unreachable, failure = None, response.message()
-                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-            if attempt + 1 < attempts:
-                abort.sleep(self.retry.delay_s(attempt, retry_after))
-        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-        if unreachable is not None:
-            # No "discovering apps/v1: " lead-in: the whole cluster is out of reach.
-            raise ClusterUnreachable(
-                f"{self._unreachable(unreachable)} ({tries})"[:MESSAGE_MAX_CHARS]
-            )
-        raise ClusterUnavailable(
-            f"{prefix}the cluster at {self._address} kept failing; gave up after {tries}; "
-            f"last: {failure}"[:MESSAGE_MAX_CHARS]
-        )
-
-    @property
-    def _address(self) -> str:
-        return f"{self.target.hostname}:{self.target.port}"
-
-    def _unreachable(self, why: str) -> str:
-        return f"cannot reach the cluster at {self._address}: {why}"
-
-    def _send(
-        self, limit: AnswerLimit, method: str, url: str, headers: dict, body, post_params
-    ) -> KubeResponse | Exception:
-        """One HTTP attempt, in its own greenlet: killing it (abort) closes its connection. The
-        answer is read within `limit` (the REST layer would read and inflate it whole).
-
-        A failure is returned, not raised: gevent's hub prints the traceback of every greenlet
-        that dies raising, and a retried connection error is not worth a traceback in the log.
-        """
-        deadline = Deadline(limit)
-        try:
-            with deadline.bounding():
-                response = self._api.call_api(
-                    method,
-                    url,
-                    header_params=headers,
-                    body=body,
-                    post_params=post_params,
-                    _request_timeout=self._timeout,
-                )
-            data = read_answer(response.response, limit, deadline)
-        except Exception as exc:
-            return exc
-        return KubeResponse(response.status, response.headers, data)

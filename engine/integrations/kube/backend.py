@@ -14,22 +14,20 @@ from engine.integrations.base import (
     Readiness,
     ResourceRef,
 )
-from engine.integrations.kube import (
+from engine.integrations.kube.api import (
     DEFAULT_ANSWER_LIMIT,
-    DEFAULT_FIELD_MANAGER,
-    DEFAULT_LOG_LIMIT,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_RETRY_POLICY,
-    KubeCluster,
 )
-from engine.integrations.kube_network import NetworkPolicy, check_kubeconfig
-from engine.integrations.kube_retry import RetryPolicy
-from engine.integrations.kubeconfig import (
+from engine.integrations.kube.cluster import DEFAULT_FIELD_MANAGER, DEFAULT_LOG_LIMIT, KubeCluster
+from engine.integrations.kube.kubeconfig import (
     InvalidKubeconfig,
     KubeTarget,
     UnresolvableServer,
     parse_kubeconfig,
 )
+from engine.integrations.kube.network import NetworkPolicy, check_kubeconfig
+from engine.integrations.kube.retry import RetryPolicy
 from engine.integrations.upstream import AnswerLimit
 
 

@@ -1,6 +1,6 @@
 """The user's kubeconfig: parsed and its TLS material loaded, in memory.
 
-With engine/integrations/kube_network.py (where its server may be reached) this is the adapter's
+With engine/integrations/kube/network.py (where its server may be reached) this is the adapter's
 trust boundary; the two can be audited on their own.
 
 Secrets never touch the filesystem. `kubernetes.config`'s loader writes `*-data` fields to temp
@@ -15,7 +15,7 @@ and/or a client certificate given as data. File paths (`certificate-authority`, 
 make this server read its files or run commands.
 
 `cluster.server` is https (http only when the operator allows it) and carries no userinfo, query
-or fragment; where its host may be reached is kube_network.py's to decide.
+or fragment; where its host may be reached is network.py's to decide.
 """
 
 import base64

@@ -1,6 +1,6 @@
 """Readiness rules, kind by kind, read off objects as the Kubernetes API returns them.
 
-Pure functions of the object: the adapter (kube.py) fetches, these decide. A Service is the one
+Pure functions of the object: the adapter (cluster.py) fetches, these decide. A Service is the one
 kind that needs a second read (its EndpointSlices); its two halves are here too. Every field is
 read by type (engine/integrations/shapes.py): an object of a shape the API never sends raises
 UpstreamAnswerMalformed, which the run waits out like any failed read.

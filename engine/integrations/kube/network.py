@@ -18,7 +18,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import connection as urllib3_connection
 
-from engine.integrations.kubeconfig import (
+from engine.integrations.kube.kubeconfig import (
     InvalidKubeconfig,
     KubeTarget,
     UnresolvableServer,
