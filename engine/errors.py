@@ -1,16 +1,26 @@
-"""Domain errors. Each subclass's docstring is its message and `code` its stable name; they
-carry no HTTP status: blueprints/errors.py chooses those, in one place (with the errors only the
-web edge raises). LeaseLost, at the end, is no domain error: an internal fencing signal."""
+"""The engine's errors, under one base (EngineError): the domain errors below, the integration
+errors (engine/integrations/base.py: IntegrationError and its kinds, each with the `reason` a
+failed task records) and the fencing signal LeaseLost.
+
+Domain errors are what a surface answers: each subclass's docstring is its message and `code` its
+stable name; they carry no HTTP status: blueprints/errors.py chooses those, in one place (with
+the errors only the web edge raises). LeaseLost, at the end, is no domain error.
+"""
 
 
-class DomainError(Exception):
+class EngineError(Exception):
+    """Something went wrong."""
+
+    def __init__(self, message: str | None = None):
+        #: What went wrong, in words: the message given, else the class's docstring.
+        self.message = message or (self.__doc__ or "").strip()
+        super().__init__(self.message)
+
+
+class DomainError(EngineError):
     """Something went wrong."""
 
     code = "error"
-
-    def __init__(self, message: str | None = None):
-        self.message = message or (self.__doc__ or "").strip()
-        super().__init__(self.message)
 
 
 class TaskConflict(DomainError):
@@ -113,12 +123,13 @@ class OperatorOnly(DomainError):
     code = "operator_only"
 
 
-class LeaseLost(Exception):
+class LeaseLost(EngineError):
     """This process no longer holds the task's lease; the write was fenced off.
 
-    Not a DomainError, so no surface can answer it: only a run's handle raises it (a fenced
-    write), in the run's own greenlet, which ends the run (engine/process.py). No request holds a
-    handle; one that ever met it would fail like any bug (500), never as a client's conflict.
+    An engine error but not a DomainError, so no surface can answer it: only a run's handle
+    raises it (a fenced write), in the run's own greenlet, which ends the run (engine/process.py).
+    No request holds a handle; one that ever met it would fail like any bug (500), never as a
+    client's conflict.
     """
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.abort import AbortSignal
+from engine.errors import EngineError
 
 #: The name this engine signs its work with: the server-side apply field manager, the
 #: `app.kubernetes.io/managed-by` label and its own label prefix, the devbox token issuer.
@@ -72,9 +73,10 @@ class ExecResult:
         return self.exit_code == 0
 
 
-class IntegrationError(Exception):
+class IntegrationError(EngineError):
     """An integration call failed in a way the runner reports to the user."""
 
+    #: The stable name a failed task records (its `failure.reason`); each kind has its own.
     reason = "integration_error"
 
 

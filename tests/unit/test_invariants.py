@@ -357,6 +357,46 @@ def test_the_engine_speaks_no_http():
     assert [c.__name__ for c in domain if c not in HTTP_STATUS] == []
 
 
+def error_roots(classes: list[type], base: type) -> set[type]:
+    """The error families among `classes` (an exception class that others derive from) that do
+    not stand under `base`."""
+    return {
+        c
+        for c in classes
+        if not issubclass(c, base) and any(o is not c and issubclass(o, c) for o in classes)
+    }
+
+
+def test_the_engine_errors_have_one_base():
+    """The domain errors and the integration errors (and LeaseLost) stand under one base,
+    engine/errors.py's EngineError: the two families once had a root each."""
+    import importlib
+    import pkgutil
+
+    import engine
+    from engine.errors import DomainError, EngineError, LeaseLost
+    from engine.integrations.base import IntegrationError
+
+    classes = []
+    for info in pkgutil.walk_packages(engine.__path__, "engine."):
+        module = importlib.import_module(info.name)
+        classes += [
+            c
+            for c in vars(module).values()
+            if isinstance(c, type) and issubclass(c, Exception) and c.__module__ == info.name
+        ]
+    assert {DomainError, IntegrationError, LeaseLost} <= set(classes)  # the scan finds them
+
+    class Root(Exception):
+        pass
+
+    class Leaf(Root):
+        pass
+
+    assert error_roots([*classes, Root, Leaf], EngineError) == {Root}  # the control
+    assert error_roots(classes, EngineError) == set()
+
+
 def test_a_lost_lease_is_never_an_answer():
     """LeaseLost is an internal fencing signal, not a domain error: no error handler answers it,
     and only a run's handle raises it, which no blueprint holds."""
