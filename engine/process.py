@@ -20,7 +20,7 @@ from gevent.lock import BoundedSemaphore
 
 from engine.abort import CANCEL, LEASE_LOST, SHUTDOWN, Aborted, AbortSignal
 from engine.cleanup.process_groups import KILL_CONFIRM_S
-from engine.core.handle import TaskHandle
+from engine.core.handle import FencedHandle
 from engine.core.notices import RunnerNotices
 from engine.core.status import LEASED, Status
 from engine.core.transitions import Fence, Move, transition
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Run:
-    handle: TaskHandle
+    handle: FencedHandle
     greenlet: gevent.Greenlet | None = None
 
 
@@ -205,7 +205,7 @@ class EngineRuntime:
             for k, v in inputs.items()
             if isinstance(v, str) and secrets.is_sensitive(k, declared=declared)
         ] + kubeconfig_credentials(kubeconfig)
-        handle = TaskHandle(
+        handle = FencedHandle(
             self.db,
             row["id"],
             epoch=row["lease_epoch"],
@@ -302,7 +302,7 @@ class EngineRuntime:
         except Exception:
             log.exception("releasing local runtimes (task %s) failed; their rows are kept", task_id)
 
-    def _resolve_abort(self, handle: TaskHandle, reason: str | None) -> None:
+    def _resolve_abort(self, handle: FencedHandle, reason: str | None) -> None:
         if reason == CANCEL:
             handle.acknowledge_cancel()
         elif reason == SHUTDOWN:
@@ -310,7 +310,7 @@ class EngineRuntime:
             self._resolve_interrupted(handle, "server shutting down")
         # LEASE_LOST: someone else already decided the task; a zombie writes nothing.
 
-    def _resolve_interrupted(self, handle: TaskHandle, message: str) -> None:
+    def _resolve_interrupted(self, handle: FencedHandle, message: str) -> None:
         """A held lease this process gives up: cancelled if a cancel is pending, else failed."""
         failed = Move(
             handle.task_id,

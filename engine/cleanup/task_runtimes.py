@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 RECONCILE_LIMIT = 1000
 
 
-class LocalProcess:
-    """A process group a runner started; its task_runtimes row is the durable handle.
+class RecordedProcessGroup:
+    """A process group a runner started (the LocalProcess of engine/runners/context.py); its
+    task_runtimes row is the durable handle.
 
     `wait(abort)` waits for the leader and stops the whole group on an abort; `stop()` stops the
     group and releases the row. Whatever is left when the run ends is stopped by the engine.
@@ -87,12 +88,12 @@ def start_local_runtime(
     resume: dict | None,
     stop_timeout_s: float,
     **popen_kwargs,
-) -> LocalProcess | None:
+) -> RecordedProcessGroup | None:
     """Start argv in its own process group and record it, fenced on the lease, before returning.
     None: the lease is gone (the group was stopped again at once)."""
     popen, identity = spawn_group(argv, **popen_kwargs)
     if identity is None:  # finished before it could be recorded: nothing is left to stop
-        return LocalProcess(popen, None, None, lambda: True)
+        return RecordedProcessGroup(popen, None, None, lambda: True)
     row = db.one(
         "runtime_insert_local_if_held",
         task_id=task_id,
@@ -112,7 +113,7 @@ def start_local_runtime(
     if row is None:
         stop_group(identity, timeout_s=stop_timeout_s)
         return None
-    return LocalProcess(
+    return RecordedProcessGroup(
         popen,
         identity,
         row["id"],

@@ -1,4 +1,5 @@
-"""TaskHandle: the runner's only capability surface. Every write is fenced on the lease epoch."""
+"""FencedHandle: the TaskHandle a runner is given (engine/runners/context.py), its only capability
+surface. Every write is fenced on the lease epoch."""
 
 import logging
 import time
@@ -23,7 +24,7 @@ MESSAGE_MAX_CHARS = 500
 DETAIL_MAX_CHARS = 300
 
 
-class TaskHandle:
+class FencedHandle:
     """What a runner may do to its task while it holds the lease (epoch `epoch`, owner `owner`).
 
     A write that finds the lease gone fires the abort signal and raises LeaseLost: a zombie runner
@@ -207,7 +208,7 @@ class TaskHandle:
         label: str | None = None,
         resume: dict | None = None,
         **popen_kwargs,
-    ) -> runtimes.LocalProcess:
+    ) -> runtimes.RecordedProcessGroup:
         """Start argv in a process group of its own, recorded as a task runtime (fenced) before it
         is used; `resume` is kept past its death for a later run. Stop it with `.stop()` or
         `.wait(abort)`; whatever still runs when the run ends is stopped by the engine."""
@@ -414,7 +415,7 @@ NOTHING_HELD: tuple = ((), None, None)
 
 
 def _after(held: tuple, steps, patch: dict | None, phase: str | None) -> tuple:
-    """(steps, patch, phase) of what was held (`TaskHandle.hold`) followed by these: its steps
+    """(steps, patch, phase) of what was held (`FencedHandle.hold`) followed by these: its steps
     first, then these; these patch keys and this phase win."""
     held_steps, held_patch, held_phase = held
     if held_patch is not None:

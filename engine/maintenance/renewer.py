@@ -15,7 +15,7 @@ import gevent
 
 from engine.abort import CANCEL, LEASE_LOST
 from engine.core import leases
-from engine.core.handle import TaskHandle
+from engine.core.handle import FencedHandle
 from engine.db import Database
 from engine.errors import DatabaseUnavailable
 from engine.operations import metrics
@@ -33,7 +33,7 @@ class LeaseRenewer:
         streaks: Streaks,
         *,
         owner: str,
-        handles: Callable[[], Mapping[UUID, TaskHandle]],
+        handles: Callable[[], Mapping[UUID, FencedHandle]],
         abort_run: Callable[[UUID, str], bool],
     ):
         self.db = db
@@ -60,7 +60,7 @@ class LeaseRenewer:
         """One renewal tick: renew all held leases; abort runners whose lease is gone."""
         while True:
             now = time.monotonic()
-            held: dict[UUID, TaskHandle] = {}
+            held: dict[UUID, FencedHandle] = {}
             for task_id, handle in list(self.handles().items()):
                 if handle.ending is not None:
                     continue

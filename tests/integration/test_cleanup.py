@@ -115,11 +115,11 @@ def test_python_and_postgres_enums_agree(sql_conn, typname, enum):
 
 def test_recording_a_devbox_records_its_runtime_row(engine, insert_task, sql_conn):
     from engine.abort import AbortSignal
-    from engine.core.handle import TaskHandle
+    from engine.core.handle import FencedHandle
     from engine.errors import LeaseLost
 
     def handle_of(task, epoch=1):
-        return TaskHandle(
+        return FencedHandle(
             engine.db, task["id"], epoch=epoch, owner=engine.owner, abort=AbortSignal()
         )
 

@@ -20,7 +20,7 @@ from engine.abort import Aborted, AbortSignal
 from engine.cleanup import jobs as cleanup_jobs
 from engine.cleanup import process_groups as processes
 from engine.cleanup.process_groups import HOST, Liveness, ProcessIdentity
-from engine.core.handle import TaskHandle
+from engine.core.handle import FencedHandle
 from engine.errors import LeaseLost
 from tests.helpers import ROOT, free_port, wait_for
 
@@ -60,7 +60,7 @@ def held_handle(runtime, insert_task, sql_conn):
 
     def factory(epoch=1):
         task = insert_task(status="running", lease_owner=runtime.owner, lease_epoch=1)
-        handle = TaskHandle(
+        handle = FencedHandle(
             runtime.db, task["id"], epoch=epoch, owner=runtime.owner, abort=AbortSignal()
         )
         handle.runtime_stop_timeout_s = STOP_TIMEOUT_S
@@ -461,7 +461,7 @@ import json, os, socket, sys
 import gevent
 from engine.abort import AbortSignal
 from engine.db import Database
-from engine.core.handle import TaskHandle
+from engine.core.handle import FencedHandle
 from engine.core.status import Status
 from engine.core.transitions import Claim, Move, transition
 
@@ -469,7 +469,7 @@ db = Database(sys.argv[1], max_size=2)
 db.open()
 owner = f"{socket.gethostname()}:{os.getpid()}:helper"
 row = transition(db, Move(sys.argv[2], Status.RUNNING, claim=Claim(owner, 60)))[0]
-handle = TaskHandle(db, row["id"], epoch=row["lease_epoch"], owner=owner, abort=AbortSignal())
+handle = FencedHandle(db, row["id"], epoch=row["lease_epoch"], owner=owner, abort=AbortSignal())
 lasting = handle.start_local_process(["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"])
 brief = handle.start_local_process(["sleep", "1"])
 print(json.dumps({"lasting": lasting.pid, "brief": brief.pid}), flush=True)

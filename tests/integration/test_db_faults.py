@@ -14,7 +14,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from engine.abort import AbortSignal
-from engine.core.handle import TaskHandle
+from engine.core.handle import FencedHandle
 from engine.core.status import Status
 from engine.db import Database
 from engine.maintenance.listener import REBOOTSTRAP
@@ -157,7 +157,7 @@ def test_an_ambiguous_commit_sent_again_changes_nothing(link, insert_task, sql_c
     db.open()
     try:
         task = insert_task(status="applying", lease_owner="me", lease_epoch=1)
-        handle = TaskHandle(
+        handle = FencedHandle(
             db,
             task["id"],
             epoch=1,

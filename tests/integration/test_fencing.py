@@ -10,7 +10,7 @@ import psycopg.sql
 import pytest
 
 from engine.abort import AbortSignal
-from engine.core.handle import TaskHandle
+from engine.core.handle import FencedHandle
 from engine.core.status import Status
 from engine.core.transitions import transition
 from engine.errors import LeaseLost
@@ -38,7 +38,7 @@ def test_a_fenced_event_never_lands_after_the_reapers_terminal_event(
             lease_expires_at=psycopg.sql.SQL("now() - interval '1 second'"),
         )
         ids.append(task["id"])
-        handle = TaskHandle(runtime.db, task["id"], epoch=1, owner=OWNER, abort=AbortSignal())
+        handle = FencedHandle(runtime.db, task["id"], epoch=1, owner=OWNER, abort=AbortSignal())
         barrier = gevent.event.Event()
 
         def reap(task=task, barrier=barrier):
@@ -74,9 +74,9 @@ def test_a_fenced_event_never_lands_after_the_reapers_terminal_event(
 
 @pytest.fixture
 def taken_handle(runtime, insert_task, sql_conn):
-    """A real TaskHandle whose lease another process has since taken (it was never told)."""
+    """A real FencedHandle whose lease another process has since taken (it was never told)."""
     task = insert_task(status="running", lease_owner=OWNER, lease_epoch=1)
-    handle = TaskHandle(runtime.db, task["id"], epoch=1, owner=OWNER, abort=AbortSignal())
+    handle = FencedHandle(runtime.db, task["id"], epoch=1, owner=OWNER, abort=AbortSignal())
     # Positive control: while the lease is held, a write lands.
     handle.emit_event("step", {"step": "render", "state": "done"})
     assert (

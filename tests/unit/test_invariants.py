@@ -459,7 +459,31 @@ def test_the_handle_implements_what_runners_are_given():
         if callable(value) and not name.startswith("_")
     ]
     assert "checkpoint" in members  # the control
-    assert [name for name in members if not hasattr(handle.TaskHandle, name)] == []
+    assert [name for name in members if not hasattr(handle.FencedHandle, name)] == []
+
+
+def shared_class_names(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Class names defined in more than one of `sources` (path -> text), with where."""
+    defined: dict[str, list[str]] = {}
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(path)
+    return {name: paths for name, paths in defined.items() if len(paths) > 1}
+
+
+def test_every_engine_class_has_a_name_of_its_own():
+    """No two classes of the engine share a name, a protocol and its implementation included: a
+    reader who meets `TaskHandle` must not have to find out which of two it is."""
+    planted = {
+        "a.py": "class TaskHandle(Protocol):\n    pass\n",
+        "b.py": "class TaskHandle:\n    pass\n",
+    }
+    assert shared_class_names(planted) == {"TaskHandle": ["a.py", "b.py"]}  # the control
+    sources = {
+        str(path.relative_to(ROOT)): path.read_text() for path in (ROOT / "engine").rglob("*.py")
+    }
+    assert shared_class_names(sources) == {}
 
 
 def test_every_adapter_implements_its_integration_protocol():
