@@ -31,6 +31,25 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Overdue:
+    """The reaper's guard on a sweep's move: what the task must be past, re-checked by the CAS
+    against the row and the database clock. A limit left at None is not asked."""
+
+    #: The lease has expired: the process that held it is gone.
+    lease_expired: bool = False
+    #: The cancel request is older than this (the acknowledgement deadline).
+    cancel_older_than_s: float | None = None
+    #: The lease was claimed longer ago than this (the maximum run).
+    claimed_older_than_s: float | None = None
+    #: The task was created longer ago than this (the start deadline).
+    created_older_than_s: float | None = None
+
+
+#: A move no sweep guards.
+NOT_OVERDUE = Overdue()
+
+
+@dataclass(frozen=True)
 class Move:
     """One guarded status move of some tasks: legal by construction (IllegalTransition).
 
@@ -50,14 +69,12 @@ class Move:
     fence: Fence | None = None
     #: A request's move: only within the caller's workspace.
     workspace: str | None = None
-    # -- what the row must say now (the reaper's sweeps, a runner's completion) ------------------
-    if_lease_expired: bool = False
+    # -- what the row must say now (a runner's completion, the reaper's sweeps) ------------------
     #: True: a cancel must be pending; False: none may be; None: either. A move to a status a
     #: pending cancel refuses (status.py, CANCEL_REFUSES) always asks False.
     if_cancel_pending: bool | None = None
-    cancel_older_than_s: float | None = None
-    claimed_older_than_s: float | None = None
-    created_older_than_s: float | None = None
+    #: The reaper's sweep guard: what the task must be past (None: nothing).
+    overdue: Overdue | None = None
     # -- what the move records -------------------------------------------------------------------
     reason: str | None = None
     message: str | None = None
@@ -127,7 +144,7 @@ def statement_params(move: Move, *, notify: bool, move_key: str) -> dict:
     benchmark sends them raw)."""
     sources, _, verdicts_json = _verdicts(move.to, move.sources)
     ids = [move.task_ids] if isinstance(move.task_ids, (UUID, str)) else move.task_ids
-    claim, fence = move.claim, move.fence
+    claim, fence, overdue = move.claim, move.fence, move.overdue or NOT_OVERDUE
     return {
         "task_ids": _uuid_array(ids),
         "to": str(move.to),
@@ -146,13 +163,13 @@ def statement_params(move: Move, *, notify: bool, move_key: str) -> dict:
         "workspace": move.workspace,
         "fence_epoch": fence.epoch if fence else None,
         "fence_owner": fence.owner if fence else None,
-        "if_lease_expired": move.if_lease_expired,
+        "if_lease_expired": overdue.lease_expired,
         # Checked against the newest row under its lock: a cancel request (which needs a leased
         # task) and such a move can never both succeed.
         "if_cancel_pending": False if move.to in CANCEL_REFUSES else move.if_cancel_pending,
-        "cancel_older_than_s": move.cancel_older_than_s,
-        "claimed_older_than_s": move.claimed_older_than_s,
-        "created_older_than_s": move.created_older_than_s,
+        "cancel_older_than_s": overdue.cancel_older_than_s,
+        "claimed_older_than_s": overdue.claimed_older_than_s,
+        "created_older_than_s": overdue.created_older_than_s,
         "notify": notify,
         "move_key": move_key,
     }

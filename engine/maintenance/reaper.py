@@ -10,7 +10,7 @@ import gevent
 from engine.cleanup import jobs as cleanup_jobs
 from engine.cleanup import task_runtimes as runtimes
 from engine.core.status import LEASED, Status
-from engine.core.transitions import Move, transition
+from engine.core.transitions import Move, Overdue, transition
 from engine.db import Database
 from engine.operations import metrics
 from engine.operations.config import Settings
@@ -54,7 +54,7 @@ class Reaper:
                     reason="cancel_deadline",
                     message="cancel was not acknowledged in time; cancelled by the engine",
                     actor="reaper",
-                    cancel_older_than_s=s.cancel_ack_deadline_s,
+                    overdue=Overdue(cancel_older_than_s=s.cancel_ack_deadline_s),
                 ),
             ),
             _Sweep(
@@ -68,8 +68,8 @@ class Reaper:
                     reason="cancel_acknowledged",
                     message="the run's process is gone; the pending cancel resolves it",
                     actor="reaper",
-                    if_lease_expired=True,
                     if_cancel_pending=True,
+                    overdue=Overdue(lease_expired=True),
                 ),
             ),
             _Sweep(
@@ -83,7 +83,7 @@ class Reaper:
                     reason="timeout",
                     message=f"the run exceeded the maximum duration of {s.max_run_s:g}s",
                     actor="reaper",
-                    claimed_older_than_s=s.max_run_s,
+                    overdue=Overdue(claimed_older_than_s=s.max_run_s),
                 ),
             ),
             _Sweep(
@@ -97,8 +97,8 @@ class Reaper:
                     reason="interrupted",
                     message="the server running this deployment stopped",
                     actor="reaper",
-                    if_lease_expired=True,
                     if_cancel_pending=False,
+                    overdue=Overdue(lease_expired=True),
                 ),
             ),
             _Sweep(
@@ -112,7 +112,7 @@ class Reaper:
                     reason="never_started",
                     message="the deployment was never started",
                     actor="reaper",
-                    created_older_than_s=s.queued_start_deadline_s,
+                    overdue=Overdue(created_older_than_s=s.queued_start_deadline_s),
                 ),
             ),
         ]
