@@ -305,7 +305,7 @@ FROM changed c;
 -- records its timeline steps before the verdict (%(steps)s, '[]' for none) and merges
 -- %(patch)s into the artifact summary: what ends a run, or begins applying, is one statement.
 -- No row back: not allowed from here, or fenced off. Each optional precondition is NULL (or
--- false) when not asked.
+-- false) when not asked. task_transition_moved is this statement returning fewer columns.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), moved AS (
@@ -383,85 +383,13 @@ FROM moved m;
 
 -- task_transition_moved --
 -- task_transition returning only what a mover reads back: the moved row's identity and project,
--- statuses, lease, pending cancel and times (metrics). The same statement up to its last SELECT
--- (tests/unit/test_invariants.py holds the two together). A runner's own move, a shutdown and
--- the reaper hand no row on; loading the whole task row (26 columns, jsonb among them) was an
--- eighth to a fifth of a transition's client CPU (BENCHMARKS.md, "Requests first").
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), moved AS (
-    UPDATE deploy_tasks t SET
-        -- SET reads the old row: this is what the move came from, with no extra lock or scan.
-        previous_status = t.status,
-        status = %(to)s::task_status,
-        phase = coalesce(%(phase)s::text, t.phase),
-        -- A lease holder's move may merge keys into the artifact summary (engine/core/handle.py).
-        artifact_summary = CASE WHEN %(patch)s::jsonb IS NULL THEN t.artifact_summary
-                                ELSE t.artifact_summary || %(patch)s::jsonb END,
-        lease_epoch = CASE WHEN %(claim_owner)s::text IS NOT NULL
-                           THEN t.lease_epoch + 1 ELSE t.lease_epoch END,
-        lease_owner = CASE WHEN %(claim_owner)s::text IS NOT NULL THEN %(claim_owner)s::text
-                           WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_owner END,
-        lease_expires_at = CASE
-            WHEN %(claim_owner)s::text IS NOT NULL
-                THEN clock.now + make_interval(secs => %(claim_ttl_s)s::float8)
-            WHEN %(to)s::task_status IN ('running', 'applying') THEN t.lease_expires_at END,
-        lease_claimed_at = CASE WHEN %(claim_owner)s::text IS NOT NULL
-                                THEN clock.now ELSE t.lease_claimed_at END,
-        failure_reason = CASE WHEN %(to)s::task_status = 'failed'
-                              THEN %(reason)s::text ELSE t.failure_reason END,
-        failure_message = CASE WHEN %(to)s::task_status = 'failed'
-                               THEN %(message)s::text ELSE t.failure_message END,
-        cancel_requested_at = CASE WHEN %(to)s::task_status = 'cancelled'
-                                   THEN coalesce(t.cancel_requested_at, clock.now)
-                                   ELSE t.cancel_requested_at END,
-        finished_at = CASE WHEN %(to)s::task_status IN ('completed', 'failed', 'cancelled')
-                           THEN clock.now END,
-        updated_at = clock.now
-    FROM clock, (
-        -- The LIMIT never cuts (ids are unique): it lets the planner cost the generic plan at
-        -- one row per id instead of ten, so the prepared statement is not re-planned every call.
-        SELECT id FROM unnest(%(task_ids)s::uuid[]) AS u(id) LIMIT cardinality(%(task_ids)s::uuid[])
-    ) AS wanted
-    WHERE t.id = wanted.id
-      AND t.status = ANY(%(from_statuses)s::task_status[])
-      AND (%(workspace)s::text IS NULL OR t.workspace = %(workspace)s::text)
-      AND (%(fence_epoch)s::bigint IS NULL
-           OR (t.lease_epoch = %(fence_epoch)s::bigint AND t.lease_owner = %(fence_owner)s::text))
-      AND (%(if_lease_expired)s::bool IS NOT TRUE OR t.lease_expires_at < clock.now)
-      AND (%(if_cancel_pending)s::bool IS NULL
-           OR (t.cancel_requested_at IS NOT NULL) = %(if_cancel_pending)s::bool)
-      AND (%(cancel_older_than_s)s::float8 IS NULL
-           OR t.cancel_requested_at < clock.now - make_interval(secs => %(cancel_older_than_s)s::float8))
-      AND (%(claimed_older_than_s)s::float8 IS NULL
-           OR t.lease_claimed_at < clock.now - make_interval(secs => %(claimed_older_than_s)s::float8))
-      AND (%(created_older_than_s)s::float8 IS NULL
-           OR t.created_at < clock.now - make_interval(secs => %(created_older_than_s)s::float8))
-    RETURNING t.*
-), recorded AS (
-    -- A lease holder's steps (%(steps)s, a JSON array of {kind, payload}) and then the verdict
-    -- event, in that order: ORDER BY makes the sequence numbers follow it. The steps need no key:
-    -- they are inserted only with a move, and the verdict's key keeps a move from being made twice.
-    INSERT INTO deploy_task_events (task_id, kind, payload, key)
-    SELECT m.id, e.kind, e.payload, e.key
-    FROM moved m CROSS JOIN LATERAL (
-        SELECT s.event ->> 'kind', s.event -> 'payload', NULL::text, s.n
-        FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(event, n)
-        UNION ALL
-        SELECT 'status', jsonb_strip_nulls(jsonb_build_object(
-            'from', m.previous_status, 'to', m.status,
-            'verdict', %(verdicts)s::jsonb ->> m.previous_status::text,
-            'reason', %(reason)s::text, 'message', %(message)s::text, 'by', %(actor)s::text)),
-            %(move_key)s::text, NULL
-    ) AS e(kind, payload, key, n)
-    ORDER BY m.id, e.n NULLS LAST
-)
-SELECT m.id, m.workspace, m.project_id, m.status, m.previous_status, m.lease_epoch, m.lease_owner,
-       m.cancel_requested_at, m.created_at, m.finished_at, CASE WHEN %(notify)s::bool THEN
-           notify_task_changed(m.workspace, m.project_id, m.id, status => m.status,
-                               epoch => m.lease_epoch, owner => m.lease_owner,
-                               cancel => m.cancel_requested_at IS NOT NULL) END AS notified
-FROM moved m;
+-- statuses, lease, pending cancel and times (metrics). A runner's own move, a shutdown and the
+-- reaper hand no row on; loading the whole task row (26 columns, jsonb among them) was an eighth
+-- to a fifth of a transition's client CPU (BENCHMARKS.md, "Requests first"). Written once: the
+-- query loader (engine/sql/__init__.py) derives its text from task_transition's, whose final
+-- `SELECT m.*` becomes this select list; both are prepared statements of their own.
+= task_transition SELECT m.id, m.workspace, m.project_id, m.status, m.previous_status,
+    m.lease_epoch, m.lease_owner, m.cancel_requested_at, m.created_at, m.finished_at
 
 -- task_write_if_held --
 -- A runner's write, for the holder of the lease, in one statement: append events in order
