@@ -219,8 +219,8 @@ class Templates(Protocol):
     def get(self, name: str) -> Template:
         """One template by name."""
 
-    def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
-        """The names a template source declares sensitive."""
+    def declared_sensitive_keys(self, name: str, given: set[str]) -> list[str]:
+        """The names among `given` that template `name` declares sensitive."""
 
     def instantiate(
         self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
@@ -261,19 +261,17 @@ class TemplateCatalog:
             raise TemplateNotFound(f"no template named {name!r} in the catalog")
         return self._templates[name]
 
-    def declared_sensitive_keys(self, source: dict, inputs: dict | None = None) -> list[str]:
-        """Names the template declares sensitive that this create request carries a value for.
+    def declared_sensitive_keys(self, name: str, given: set[str]) -> list[str]:
+        """The names among `given` (what a create request carries a value for) that template
+        `name` declares sensitive.
 
         Lets create strip declared secrets with innocuous names before the first insert; only
         supplied names are returned, so an optional secret that was never given is never re-asked.
         """
-        if source.get("kind") != "template":
-            return []
         try:
-            template = self.get(source.get("template", ""))
+            template = self.get(name)
         except TemplateError:
             return []  # the runner reports it; create strips by the shared predicate alone
-        given = set(source.get("args") or {}) | set(inputs or {})
         return sorted(template.sensitive_names & given)
 
     def instantiate(

@@ -24,6 +24,7 @@ from engine.readside import dto
 from engine.readside.store import read_task, task_found
 from engine.readside.wait import wait_until_settled
 from engine.runners import runner_for
+from engine.runners.kinds import template_of
 from engine.trust import secrets
 
 log = logging.getLogger(__name__)
@@ -79,25 +80,21 @@ def identity_kind(source: dict) -> tuple:
     """What a result identity names: the source kind and, for a template, which template. A clone
     reuses its predecessor's identities only within one project and one identity kind; an edit
     that switches template (or kind) deploys under a fresh identity, never over the old objects."""
-    return (
-        source.get("kind"),
-        source.get("template") if source.get("kind") == "template" else None,
-    )
+    return (source.get("kind"), template_of(source))
 
 
-def check_template_args(catalog, source: dict, inputs: dict | None = None) -> None:
-    """A template source's args and the top-level inputs against the template's declared inputs,
-    before any task exists: UnknownTemplate, or InvalidRequest naming each unknown or mistyped
-    value by its field (`source.args.<name>`, `inputs.<name>`; never a value).
+def check_template_args(catalog, name: str | None, source: dict, inputs: dict | None) -> None:
+    """The args of a source instantiating template `name` and the top-level inputs against the
+    template's declared inputs, before any task exists: UnknownTemplate, or InvalidRequest naming
+    each unknown or mistyped value by its field (`source.args.<name>`, `inputs.<name>`; never a
+    value).
 
     Missing required inputs are not an error here: the run asks for them (blocked).
     """
-    if source.get("kind") != "template":
-        return
     try:
-        template = catalog.get(source.get("template", ""))
+        template = catalog.get(name or "")
     except TemplateNotFound:
-        raise UnknownTemplate(f"no template named {source.get('template')!r} in the catalog")
+        raise UnknownTemplate(f"no template named {name!r} in the catalog")
     declared = {d.name: d for d in template.inputs}
     fields: dict = {}
     messages = []
@@ -213,10 +210,12 @@ def _create_task(
         ):
             identities = dict(predecessor["artifact_summary"].get("resultIdentities") or {})
         project_id = target
-    if runtime.integrations.templates is not None:
-        check_template_args(runtime.integrations.templates, source, inputs)
+    template, catalog = template_of(source), runtime.integrations.templates
+    if template is not None and catalog is not None:
+        check_template_args(catalog, template, source, inputs)
         # A template's declarations name secrets the shared predicate cannot guess from a name.
-        sensitive_keys += runtime.integrations.templates.declared_sensitive_keys(source, inputs)
+        given = set(source.get("args") or {}) | set(inputs)
+        sensitive_keys += catalog.declared_sensitive_keys(template, given)
     persisted, memory, stripped = strip_source(source, inputs, sensitive_keys)
     refuse_short_secrets(memory, set(stripped), source=source, inputs=inputs)
     runner_name, _ = runner_for(persisted["kind"])

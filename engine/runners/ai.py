@@ -169,7 +169,7 @@ def _run(
 ) -> None:
     try:
         _open_devbox(handle, ctx, session, opened)
-        files = _prepare_workspace(handle, ctx, session) if ctx.source["kind"] == "github" else []
+        files = _prepare_workspace(handle, ctx, session) if ctx.source.get("repo") else []
     except CloneFailed as exc:
         handle.abort.raise_if_aborted()
         handle.fail(exc.reason, str(exc))
@@ -343,7 +343,7 @@ def conversation(
 ) -> list[dict]:
     """The messages of the next turn: the task, and on a resume the question and its answers."""
     source = ctx.source
-    if source["kind"] == "github":
+    if source.get("repo"):  # a GitHub repository's source; a prompt's has none
         ref = f" (ref {source['ref']})" if source.get("ref") else ""
         task = (
             f"Repository: {source['repo']}{ref}\nCloned into the devbox at {CLONE_DIR}. "

@@ -44,14 +44,21 @@ class SourceKind:
     summary: Callable[[dict], str]
     #: What is being deployed, as a sentence's start (the explain tool).
     describe: Callable[[dict], str]
-    #: The pane's fields are the chosen catalog template's inputs, not the schema's fields.
-    fields_from_catalog: bool = False
+    #: The source field naming the catalog template this kind instantiates (None: none). Its
+    #: args and inputs are that template's declared inputs: checked before a task exists, its
+    #: declared secrets stripped by name, the pane's fields; a result identity names it too.
+    template_field: str | None = None
     #: Source fields an edit & redeploy never prefills.
     no_prefill: frozenset[str] = frozenset()
     #: Redeployed in one click only: no pane to edit it (seed 000, US10 amendment).
     one_click: bool = False
     #: The run streams a model's text (the timeline's log shows it live).
     streamed: bool = False
+
+    @property
+    def fields_from_catalog(self) -> bool:
+        """The pane's fields are the chosen catalog template's inputs, not the schema's fields."""
+        return self.template_field is not None
 
 
 # -- template ------------------------------------------------------------------------------------
@@ -102,7 +109,7 @@ TEMPLATE = SourceKind(
     steps=template.STEPS,
     summary=lambda source: f"template {source.get('template') or ''}".strip(),
     describe=lambda source: f"Deploying template {source.get('template')}",
-    fields_from_catalog=True,
+    template_field="template",
 )
 
 
@@ -238,3 +245,11 @@ PROMPT = SourceKind(
 
 #: Every source kind by name, in the deploy panes' order.
 KINDS: dict[str, SourceKind] = {k.name: k for k in (TEMPLATE, IMAGE, DATABASE, GITHUB, PROMPT)}
+
+
+def template_of(source: dict) -> str | None:
+    """The catalog template a source instantiates (by its kind's template_field), else None."""
+    kind = KINDS.get(source.get("kind"))
+    if kind is None or kind.template_field is None:
+        return None
+    return source.get(kind.template_field)

@@ -324,10 +324,10 @@ def test_an_edit_is_picked_up_and_a_broken_edit_hides_only_that_template(tmp_pat
 
 def test_declared_sensitive_keys_names_only_declared_secrets_that_were_given(tmp_path):
     catalog = catalog_of(tmp_path, greeter=GREETER)
-    source = {"kind": "template", "template": "greeter", "args": {"motd": "x", "greeting": "y"}}
-    assert catalog.declared_sensitive_keys(source, {"pin": "1"}) == ["motd", "pin"]
-    assert catalog.declared_sensitive_keys({"kind": "image"}) == []
-    assert catalog.declared_sensitive_keys({"kind": "template", "template": "gone"}) == []
+    given = {"motd", "greeting", "pin"}  # a source's args and the inputs
+    assert catalog.declared_sensitive_keys("greeter", given) == ["motd", "pin"]
+    assert catalog.declared_sensitive_keys("greeter", {"greeting"}) == []
+    assert catalog.declared_sensitive_keys("gone", given) == []
 
 
 class _Cluster:

@@ -244,20 +244,48 @@ def kind_listings(source: str, kinds) -> list[int]:
     return found
 
 
+def kind_comparisons(source: str, kinds) -> list[int]:
+    """Lines where `source` compares something with one source kind's name: `kind ==
+    "template"`, `source.get("kind") != "github"`, or `kind in ("prompt",)` (a kind's name in a
+    collection counts where the other side speaks of a kind: `name in ("prompt", "description")`
+    is about a field)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        spelled = any(isinstance(o, ast.Constant) and o.value in kinds for o in operands)
+        about_kind = "kind" in ast.unparse(node)
+        listed = about_kind and any(
+            isinstance(o, (ast.Tuple, ast.List, ast.Set))
+            and any(isinstance(e, ast.Constant) and e.value in kinds for e in o.elts)
+            for o in operands
+        )
+        if spelled or listed:
+            found.append(node.lineno)
+    return found
+
+
 def test_the_source_kinds_are_listed_once():
-    """Only engine/runners/kinds.py names the source kinds together; every other place reads
-    them from its registry (a kind spelled in ten files drifted: steps, titles, runners)."""
+    """Only engine/runners/kinds.py names the source kinds; every other place reads them from its
+    registry, together (a kind spelled in ten files drifted: steps, titles, runners) or alone (a
+    `kind == "template"` branch beside the registry: what a kind does is a field of its entry)."""
     from engine.runners.kinds import KINDS
 
     assert kind_listings('EXPECTED = {"image": 3, "prompt": 5}\n', KINDS) == [1]  # the control
     chain = 'def f(kind):\n    if kind == "image":\n        return 1\n    if kind == "github":\n'
     assert kind_listings(chain + "        return 2\n", KINDS) == [1]
+    alone = 'if source.get("kind") != "template":\n    pass\nok = kind in ("prompt",)\n'
+    assert kind_comparisons(alone, KINDS) == [1, 3]  # the controls: a kind spelled alone
+    assert kind_comparisons('ok = name in ("prompt", "description")\n', KINDS) == []
     home = ROOT / "engine/runners/kinds.py"
     for folder in ("engine", "blueprints"):
         for path in (ROOT / folder).rglob("*.py"):
             if path != home:
                 listed = kind_listings(path.read_text(), KINDS)
                 assert not listed, f"{path.relative_to(ROOT)}:{listed} lists source kinds"
+                alone = kind_comparisons(path.read_text(), KINDS)
+                assert not alone, f"{path.relative_to(ROOT)}:{alone} spells a source kind alone"
 
 
 def imported_test_modules(source: str) -> set[str]:
