@@ -137,16 +137,6 @@ def create_app(test_config: dict | None = None) -> Flask:
         response.headers["X-Served-By"] = runtime.owner
         return response
 
-    if settings.cluster_backend == "kubernetes":
-        # Runs reach a real cluster with the caller's own credentials: every request that starts
-        # one must bring a usable kubeconfig (blueprints/request_helpers.py kubeconfig_from_header).
-        # The server address is checked against the operator's networks here, before any task
-        # exists, and again (resolved once, connected to as checked) when a run builds its cluster.
-        from engine.integrations.kube.network import NetworkPolicy, check_kubeconfig
-
-        network = NetworkPolicy.from_settings(settings)
-        app.config["KUBECONFIG_CHECK"] = lambda kubeconfig: check_kubeconfig(kubeconfig, network)
-
     return app
 
 

@@ -15,8 +15,6 @@ a 400 before the cluster is asked (a lone surrogate reached the cluster request 
 500), while any kubeconfig at all gets a verdict, since judging it is what the check is for.
 """
 
-from urllib.parse import urlsplit
-
 import gevent
 from flask import Blueprint, current_app, jsonify, request
 
@@ -25,6 +23,7 @@ from blueprints.request_helpers import json_body, kubeconfig_from_header, load
 from engine.abort import Aborted, AbortSignal
 from engine.errors import DomainError, InvalidRequest
 from engine.integrations.kube.access import check_access
+from engine.lifecycle import kubeconfigs
 
 #: How long the check may ask the cluster before it answers "no answer" (a person waits).
 ACCESS_CHECK_TIMEOUT_S = 20.0
@@ -58,7 +57,7 @@ def verdict():
         kubeconfig = kubeconfig_from_header()
         if kubeconfig is None:
             raise InvalidRequest("paste or upload a kubeconfig first")
-        names = describe(kubeconfig)
+        names = kubeconfigs.describe(kubeconfig)
         access = ask_cluster(kubeconfig, project or names["namespace"] or "default")
         return jsonify({"ok": True, **names, "access": access})
     except DomainError as exc:
@@ -93,47 +92,3 @@ def ask_cluster(kubeconfig: dict, namespace: str) -> dict | None:
     finally:
         timer.kill()
         cluster.close()
-
-
-def describe(kubeconfig: dict) -> dict:
-    """The names the page shows: current context, its cluster, and the server's host.
-
-    In the sandbox nothing else has checked the document, so every level may be any shape; a
-    level of the wrong shape shows as no name.
-    """
-    contexts = _list(kubeconfig.get("contexts"))
-    name = kubeconfig.get("current-context")
-    if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
-        name = contexts[0].get("name")
-    context = _mapping(_named(contexts, name).get("context"))
-    cluster_name = context.get("cluster")
-    cluster = _mapping(_named(_list(kubeconfig.get("clusters")), cluster_name).get("cluster"))
-    return {
-        "context": _text(name),
-        "cluster": _text(cluster_name),
-        "server": _netloc(cluster.get("server")),
-        "namespace": _text(context.get("namespace")),
-    }
-
-
-def _list(value) -> list:
-    return value if isinstance(value, list) else []
-
-
-def _mapping(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _named(entries: list, name) -> dict:
-    return next((e for e in entries if isinstance(e, dict) and e.get("name") == name), {})
-
-
-def _text(value) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _netloc(server) -> str:
-    try:
-        return urlsplit(server).netloc if isinstance(server, str) else ""
-    except ValueError:  # an unclosed IPv6 bracket
-        return ""

@@ -11,6 +11,7 @@ from blueprints import schemas
 from blueprints.errors import KubeconfigRequired, MalformedBody, UnsupportedMediaType
 from engine.errors import AppNotFound, InvalidRequest
 from engine.integrations.base import IntegrationError
+from engine.lifecycle import kubeconfigs
 from engine.process import EngineRuntime
 from engine.readside import apps
 from engine.trust.untrusted import MalformedJson, load_json, load_yaml
@@ -70,14 +71,13 @@ def json_body() -> dict:
 def kubeconfig_from_header() -> dict | None:
     """The X-Kubeconfig header (base64 YAML), parsed in memory only.
 
-    Where the app deploys to real clusters (config KUBECONFIG_CHECK, set by create_app), a
-    missing header is KubeconfigRequired and an unusable kubeconfig InvalidRequest: refused
-    before any task exists rather than as a run that can only fail.
+    Where the app deploys to real clusters (engine/lifecycle/kubeconfigs.py), a missing header is
+    KubeconfigRequired and an unusable kubeconfig InvalidRequest: refused before any task exists
+    rather than as a run that can only fail.
     """
-    check = current_app.config.get("KUBECONFIG_CHECK")
     raw = request.headers.get("X-Kubeconfig")
     if not raw:
-        if check is not None:
+        if kubeconfigs.required(runtime()):
             raise KubeconfigRequired()
         return None
     try:
@@ -86,9 +86,8 @@ def kubeconfig_from_header() -> dict | None:
         raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
     if not isinstance(parsed, dict):
         raise InvalidRequest("X-Kubeconfig must be a base64-encoded kubeconfig")
-    if check is not None:
-        try:
-            check(parsed)
-        except IntegrationError as exc:
-            raise InvalidRequest(f"X-Kubeconfig: {exc}")
+    try:
+        kubeconfigs.check(runtime(), parsed)
+    except IntegrationError as exc:
+        raise InvalidRequest(f"X-Kubeconfig: {exc}")
     return parsed

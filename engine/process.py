@@ -28,6 +28,7 @@ from engine.db import Database
 from engine.errors import DatabaseUnavailable, LeaseLost, Overloaded, ShuttingDown
 from engine.integrations import Integrations
 from engine.integrations.kube.kubeconfig import credentials as kubeconfig_credentials
+from engine.integrations.kube.network import NetworkPolicy
 from engine.maintenance.cleanup_worker import CleanupWorker
 from engine.maintenance.listener import Listener, LiveFeed
 from engine.maintenance.reaper import Reaper
@@ -55,6 +56,14 @@ class EngineRuntime:
         self.settings = settings
         #: Checked at boot: a misspelt READINESS_FAIL_FAST stops the process, not a run.
         self.fail_fast_causes = settings.fail_fast_causes
+        #: Where runs reach real clusters (CLUSTER_BACKEND=kubernetes): the networks a
+        #: kubeconfig's server may be reached in, checked before any task exists
+        #: (engine/lifecycle/kubeconfigs.py). None: the sandbox, which needs no kubeconfig.
+        self.cluster_network = (
+            NetworkPolicy.from_settings(settings)
+            if settings.cluster_backend == "kubernetes"
+            else None
+        )
         #: Lease owner id: unique per process lifetime, readable by an operator.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: What keeps failing in this process's loops and integration calls (seed 002).

@@ -220,6 +220,44 @@ def test_the_manifest_rules_are_written_once():
                 assert not rule.search(text), f"{path.relative_to(ROOT)} redefines {rule.pattern}"
 
 
+#: The fields a kubeconfig's context is found by.
+KUBECONFIG_FIELDS = {"current-context", "contexts", "clusters", "users"}
+
+
+def kubeconfig_reads(source: str) -> list[int]:
+    """Lines where `source` reads a kubeconfig's own fields: `doc["contexts"]`,
+    `doc.get("current-context")`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args:
+            key = node.args[0]
+        else:
+            continue
+        if isinstance(key, ast.Constant) and key.value in KUBECONFIG_FIELDS:
+            found.append(node.lineno)
+    return found
+
+
+def test_one_kubeconfig_reader():
+    """Only engine/integrations/kube/kubeconfig.py reads a kubeconfig's fields (the "current
+    context, else the only context" rule, a security-adjacent one, was written in the web layer
+    too); the web layer reaches it through engine/lifecycle/kubeconfigs.py, and nothing is
+    handed to it through the app's config."""
+    home = ROOT / "engine/integrations/kube/kubeconfig.py"
+    assert kubeconfig_reads(home.read_text())  # the control: the reader's reads are seen
+    assert kubeconfig_reads('name = doc.get("current-context")\nc = doc["contexts"]\n') == [1, 2]
+    assert kubeconfig_reads('tags = ["clusters"]\n') == []
+    for folder in ("engine", "blueprints"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path != home:
+                found = kubeconfig_reads(path.read_text())
+                assert not found, f"{path.relative_to(ROOT)}:{found} reads a kubeconfig's fields"
+    for path in [ROOT / "app.py", *(ROOT / "blueprints").rglob("*.py")]:
+        assert "KUBECONFIG_CHECK" not in path.read_text(), path.relative_to(ROOT)
+
+
 def kind_listings(source: str, kinds) -> list[int]:
     """Lines where `source` spells two or more source kinds together: in one dict, set, list or
     tuple, or in the comparisons of one function (an if-chain over kinds)."""

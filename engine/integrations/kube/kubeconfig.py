@@ -1,4 +1,6 @@
-"""The user's kubeconfig: parsed and its TLS material loaded, in memory.
+"""The user's kubeconfig: read, and its TLS material loaded, in memory. The one reader of a
+kubeconfig's fields: what a run connects with (parse_kubeconfig), what a person is shown of it
+(names), what a run's scrub list holds of it (credentials).
 
 With engine/integrations/kube/network.py (where its server may be reached) this is the adapter's
 trust boundary; the two can be audited on their own.
@@ -95,6 +97,15 @@ class KubeTarget:
         return urlsplit(self.server).port or (443 if self.scheme == "https" else 80)
 
 
+def current_context(kubeconfig: dict, contexts: list):
+    """The name of the context a kubeconfig uses: its current-context, else the name of its only
+    context (as kubectl does); None (or whatever the document holds there) otherwise."""
+    name = kubeconfig.get("current-context")
+    if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
+        name = contexts[0].get("name")
+    return name
+
+
 def _entries(kubeconfig: dict, key: str) -> list:
     """The kubeconfig's list under `key` (absent: empty); InvalidKubeconfig for any other shape."""
     entries = kubeconfig.get(key)
@@ -173,9 +184,7 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
         )
     # Every level is checked for its shape before it is used: the document is the caller's.
     contexts = _entries(kubeconfig, "contexts")
-    name = kubeconfig.get("current-context")
-    if not name and len(contexts) == 1 and isinstance(contexts[0], dict):
-        name = contexts[0].get("name")
+    name = current_context(kubeconfig, contexts)
     if not name:
         raise InvalidKubeconfig(
             "the kubeconfig has no current-context: set one (`kubectl config use-context NAME`)"
@@ -207,6 +216,47 @@ def parse_kubeconfig(kubeconfig) -> KubeTarget:
         insecure_skip_tls_verify=cluster.get("insecure-skip-tls-verify") is True,
         tls_server_name=server_name,
     )
+
+
+def names(kubeconfig: dict) -> dict:
+    """What a kubeconfig names, for a person: the context it uses, that context's cluster and
+    namespace, and the server's host (never a credential). Never raises: nothing need have
+    checked the document (the sandbox checks none), so a level of the wrong shape shows as no
+    name."""
+    contexts = _list(kubeconfig.get("contexts"))
+    name = current_context(kubeconfig, contexts)
+    context = _mapping(_entry(contexts, name).get("context"))
+    cluster_name = context.get("cluster")
+    cluster = _mapping(_entry(_list(kubeconfig.get("clusters")), cluster_name).get("cluster"))
+    return {
+        "context": _text(name),
+        "cluster": _text(cluster_name),
+        "server": _netloc(cluster.get("server")),
+        "namespace": _text(context.get("namespace")),
+    }
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _entry(entries: list, name) -> dict:
+    return next((e for e in entries if isinstance(e, dict) and e.get("name") == name), {})
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _netloc(server) -> str:
+    try:
+        return urlsplit(server).netloc if isinstance(server, str) else ""
+    except ValueError:  # an unclosed IPv6 bracket
+        return ""
 
 
 def _is_credential(name: str) -> bool:
