@@ -201,7 +201,9 @@ class CleanupWorker:
         outcomes = {
             r["outcome"]: r["n"]
             for r in self.db.all(
-                "cleanup_job_purge_due_if_no_devbox",
+                "cleanup_job_purge",
+                job_ids=None,
+                attempts=None,
                 limit=self.settings.purge_batch,
                 max_attempts=MAX_ATTEMPTS,
                 retention_s=retention_s,
@@ -398,10 +400,13 @@ class CleanupWorker:
             outcomes = {
                 r["outcome"]: r["n"]
                 for r in self.db.all(
-                    "cleanup_job_purge_claimed",
+                    "cleanup_job_purge",
                     job_ids=[j["id"] for j in ready],
                     attempts=[j["attempts"] for j in ready],
+                    limit=None,
+                    max_attempts=MAX_ATTEMPTS,
                     retention_s=retention_s,
+                    worker=self.owner,
                     now=now,
                 )
             }

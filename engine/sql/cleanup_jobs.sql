@@ -228,69 +228,40 @@ WHERE needs_devbox AND state = 'pending' AND last_error IS NULL
   AND next_attempt_at <= coalesce(%(now)s::timestamptz, now())
 RETURNING id;
 
--- cleanup_job_purge_claimed --
--- Finish claimed purges whose devbox step is done, in one statement guarded on (state, attempts):
--- delete each task still finished and past retention (events and messages cascade, its devbox and
--- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one no
--- longer past retention cancels its job.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), claimed AS (
-    SELECT j.id, j.task_id FROM cleanup_jobs j
-    JOIN unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
-      ON c.id = j.id AND c.attempts = j.attempts
-    WHERE j.state = 'running'
-    FOR UPDATE OF j
-), purged AS (
-    DELETE FROM deploy_tasks t USING claimed, clock
-    WHERE t.id = claimed.task_id
-      AND task_expired(t.status, t.finished_at,
-                       clock.now - make_interval(secs => %(retention_s)s::float8))
-    RETURNING t.id, t.workspace, t.project_id
-), released AS (
-    DELETE FROM task_runtimes r USING purged p
-    WHERE r.task_id = p.id AND (r.kind = 'devbox' OR r.status = 'stopped')
-), verdict AS (
-    SELECT claimed.id, CASE WHEN claimed.task_id IN (SELECT id FROM purged) OR t.id IS NULL
-                            THEN 'succeeded' ELSE 'cancelled' END AS state
-    FROM claimed
-    LEFT JOIN deploy_tasks t ON t.id = claimed.task_id
-), finished AS (
-    UPDATE cleanup_jobs j SET
-        state = v.state::cleanup_job_state, next_attempt_at = NULL, completed_at = clock.now,
-        last_error = CASE WHEN v.state = 'cancelled'
-                          THEN 'cancelled: the task is no longer finished and past retention'
-                          ELSE j.last_error END,
-        updated_at = clock.now
-    FROM verdict v, clock
-    WHERE j.id = v.id
-    RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit
-)
-SELECT 'purged' AS outcome,
-       count(notify_task_changed(p.workspace, p.project_id, p.id, removed => true)) AS n
-FROM purged p
-UNION ALL
-SELECT f.state, count(*) FROM finished f GROUP BY f.state;
-
--- cleanup_job_purge_due_if_no_devbox --
--- Claim, run and finish due purges of tasks without a devbox in one statement (one attempt each):
--- delete each task still finished and past retention (events and messages cascade, its devbox and
--- resume-only runtime rows go with it) and notify its removal; a task already gone is done; one
--- no longer past retention cancels its job; one that has a devbox after all goes to the devbox path.
+-- cleanup_job_purge --
+-- THE retention purge, in one statement: delete each task still finished and past retention
+-- (events and messages cascade, its devbox and resume-only runtime rows go with it) and notify its
+-- removal; a task already gone is done; one no longer past retention cancels its job. Its jobs:
+-- %(job_ids)s, purges claimed earlier whose devbox is deleted (guarded on (state, attempts) =
+-- %(attempts)s); or, when %(job_ids)s is NULL, due purges of tasks without a devbox, claimed,
+-- run and finished here (one attempt each), a task that has a devbox after all sending its job
+-- to the devbox path.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
 ), due AS (
     SELECT j.id, j.task_id FROM cleanup_jobs j
-    WHERE j.trigger = 'retention_purge' AND j.state IN ('pending', 'retry_wait', 'running')
+    WHERE %(job_ids)s::bigint[] IS NULL
+      AND j.trigger = 'retention_purge' AND j.state IN ('pending', 'retry_wait', 'running')
       AND NOT j.needs_devbox
       AND j.next_attempt_at <= (SELECT now FROM clock)
       AND j.attempts < %(max_attempts)s
     ORDER BY j.next_attempt_at, j.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    SELECT j.id, j.task_id FROM cleanup_jobs j
+    JOIN unnest(%(job_ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)
+      ON c.id = j.id AND c.attempts = j.attempts
+    WHERE j.state = 'running'
+    FOR UPDATE OF j
+), jobs AS (
+    -- devbox_done: claimed earlier, its devbox deleted; the task may go although it has one.
+    SELECT id, task_id, false AS devbox_done FROM due
+    UNION ALL
+    SELECT id, task_id, true FROM claimed
 ), purged AS (
-    DELETE FROM deploy_tasks t USING due, clock
-    WHERE t.id = due.task_id AND t.devbox_id IS NULL
+    DELETE FROM deploy_tasks t USING jobs, clock
+    WHERE t.id = jobs.task_id AND (t.devbox_id IS NULL OR jobs.devbox_done)
       AND task_expired(t.status, t.finished_at,
                        clock.now - make_interval(secs => %(retention_s)s::float8))
     RETURNING t.id, t.workspace, t.project_id
@@ -300,23 +271,25 @@ WITH clock AS (
 ), verdict AS (
     -- Every CTE reads the snapshot from before the statement: a purged task is still visible here.
     -- (An uncorrelated IN is a hashed subplan; a join on the CTE would be planned as n x n.)
-    SELECT due.id, CASE WHEN due.task_id IN (SELECT id FROM purged) OR t.id IS NULL
-                        THEN 'succeeded'
-                        WHEN t.devbox_id IS NOT NULL THEN 'pending'
-                        ELSE 'cancelled' END AS state
-    FROM due
-    LEFT JOIN deploy_tasks t ON t.id = due.task_id
+    SELECT jobs.id, jobs.devbox_done,
+           CASE WHEN jobs.task_id IN (SELECT id FROM purged) OR t.id IS NULL THEN 'succeeded'
+                WHEN t.devbox_id IS NOT NULL AND NOT jobs.devbox_done THEN 'pending'
+                ELSE 'cancelled' END AS state
+    FROM jobs
+    LEFT JOIN deploy_tasks t ON t.id = jobs.task_id
 ), finished AS (
+    -- A purge claimed here takes its attempt now (a claim earlier took it then).
     UPDATE cleanup_jobs j SET
         state = v.state::cleanup_job_state,
-        attempts = j.attempts + CASE WHEN v.state = 'pending' THEN 0 ELSE 1 END,
-        needs_devbox = (v.state = 'pending'),
+        attempts = j.attempts + CASE WHEN v.devbox_done OR v.state = 'pending' THEN 0 ELSE 1 END,
+        needs_devbox = j.needs_devbox OR v.state = 'pending',
         next_attempt_at = CASE WHEN v.state = 'pending' THEN j.next_attempt_at END,
         completed_at = CASE WHEN v.state = 'pending' THEN NULL ELSE clock.now END,
         last_error = CASE WHEN v.state = 'cancelled'
                           THEN 'cancelled: the task is no longer finished and past retention'
                           ELSE j.last_error END,
-        claimed_by = %(worker)s, updated_at = clock.now
+        claimed_by = CASE WHEN v.devbox_done THEN j.claimed_by ELSE %(worker)s END,
+        updated_at = clock.now
     FROM verdict v, clock
     WHERE j.id = v.id
     RETURNING j.id, v.state, set_config('synchronous_commit', 'off', true) AS async_commit

@@ -729,7 +729,9 @@ def test_the_sweeps_cost_follows_expired_rows_not_table_size(engine, sql_conn):
     )
     assert (
         buffers(
-            "cleanup_job_purge_due_if_no_devbox",
+            "cleanup_job_purge",
+            job_ids=None,
+            attempts=None,
             now=None,
             retention_s=30 * 86400.0,
             limit=300,

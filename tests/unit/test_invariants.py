@@ -69,6 +69,15 @@ def test_the_status_write_is_written_once():
     assert len(STATUS_ASSIGNMENT.findall(written)) == 1
 
 
+def test_the_retention_purge_is_written_once():
+    """One statement deletes tasks past retention (cleanup_job_purge): the purge of claimed
+    devbox purges and that of due purges without a devbox were two copies of its rule."""
+    purges = [name for name, text in queries.items() if "DELETE FROM deploy_tasks" in text]
+    assert purges == ["cleanup_job_purge"]  # (the scan finds it: the control)
+    written = "".join(p.read_text() for p in (ROOT / "engine/sql").glob("*.sql"))
+    assert written.count("DELETE FROM deploy_tasks") == 1
+
+
 def test_every_named_query_is_written_in_a_sql_file():
     """No query is built in Python (by editing another's text): each name heads a block."""
     headers = {
