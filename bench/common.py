@@ -20,8 +20,8 @@ import requests  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from engine.db import Database  # noqa: E402
-from engine.operations.config import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
 from engine.operations.migrations import upgrade as migrate  # noqa: E402
+from engine.operations.setting_rules import PROJECT_ROOT  # noqa: E402,F401  (run_all writes BENCHMARKS.md there)
 
 #: BENCH_SMOKE=1: every benchmark at a few rows and requests, so that a test can run each one
 #: (tests/integration/test_benchmarks_run.py) and none rots unnoticed; such numbers mean nothing.

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from engine.operations.config import PROJECT_ROOT
+from engine.operations.setting_rules import PROJECT_ROOT
 from engine.sql import queries
 
 log = logging.getLogger(__name__)

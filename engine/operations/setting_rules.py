@@ -1,12 +1,14 @@
 """What a setting is: its rule (doc, docs group, range), the `setting()` that declares one, and
 its Definition as the environment, the boot check and docs/configuration.md see it. The settings
-themselves are engine/operations/config.py's."""
+themselves are engine/operations/config.py's (declared in its sections, settings_*.py)."""
 
 import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: Byte sizes in the settings' own words.
+KIB, MIB = 1024, 1024 * 1024
 
 #: The section of docs/configuration.md each group's table stands in, by the group's name in the
 #: table's markers.

@@ -5,8 +5,8 @@ those of the file it is given); tests/unit/test_config.py keeps them equal."""
 import sys
 from pathlib import Path
 
-from engine.operations.config import DEFINITIONS, PROJECT_ROOT
-from engine.operations.setting_rules import GROUPS
+from engine.operations.config import DEFINITIONS
+from engine.operations.setting_rules import GROUPS, PROJECT_ROOT
 
 #: The page that holds every group's table, each between its markers.
 CONFIGURATION_PAGE = PROJECT_ROOT / "docs" / "configuration.md"

@@ -17,7 +17,7 @@ from engine.integrations.templates import (
     TemplateCatalog,
     TemplateNotFound,
 )
-from engine.operations.config import PROJECT_ROOT
+from engine.operations.setting_rules import PROJECT_ROOT
 
 SHIPPED = PROJECT_ROOT / "catalog"
 
