@@ -89,7 +89,7 @@ def create_app(test_config: dict | None = None) -> Flask:
             backend = SandboxBackend(settings)
         integrations = Integrations(cluster=backend.cluster, cluster_label=backend.label)
     if integrations.templates is None:
-        from engine.integrations.templates import TemplateCatalog
+        from engine.integrations.template_catalog import TemplateCatalog
 
         integrations = dataclasses.replace(
             integrations, templates=TemplateCatalog(settings.template_catalog_dir)

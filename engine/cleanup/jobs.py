@@ -228,3 +228,55 @@ def _report_refailing(
                 f"again (see cleanup_jobs in state failed)",
                 now=now,
             )
+
+
+def finish(
+    db: Database, jobs: list[dict], state: JobState, now: datetime | None, note: str | None = None
+) -> None:
+    """End claimed attempts as succeeded or cancelled (a stale claim's finish changes nothing);
+    `note` replaces the last error."""
+    if jobs:
+        db.all(
+            "cleanup_job_finish_if_claimed",
+            job_ids=[j["id"] for j in jobs],
+            attempts=[j["attempts"] for j in jobs],
+            state=str(state),
+            note=note,
+            now=now,
+        )
+
+
+def retry(db: Database, job: dict, error: str, now: datetime | None) -> None:
+    """A claimed attempt failed with `error`: it waits on the retry ladder, or fails for good
+    after MAX_ATTEMPTS (a stale claim's failure changes nothing)."""
+    row = db.one(
+        "cleanup_job_retry_if_claimed",
+        job_id=job["id"],
+        attempts=job["attempts"],
+        error=error[:2000],
+        max_attempts=MAX_ATTEMPTS,
+        delays_s=list(RETRY_DELAYS_S),
+        now=now,
+    )
+    if row is None:
+        log.info("cleanup job %s: attempt %d was superseded", job["id"], job["attempts"])
+    elif row["state"] == JobState.FAILED:
+        log.error(
+            "cleanup job %s (%s %s) failed for good after %d attempts: %s",
+            job["id"],
+            job["trigger"],
+            job["operation_id"],
+            row["attempts"],
+            error,
+        )
+    else:
+        # Per attempt only at debug: what keeps failing is logged, throttled, by its streak.
+        log.debug(
+            "cleanup job %s (%s %s) attempt %d failed, next at %s: %s",
+            job["id"],
+            job["trigger"],
+            job["operation_id"],
+            row["attempts"],
+            row["next_attempt_at"].isoformat(),
+            error,
+        )

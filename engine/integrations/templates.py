@@ -1,4 +1,6 @@
-"""The template catalog: YAML templates in a directory, their input declarations, instantiation.
+"""A catalog template: its input declarations, the rules its file must follow, and the rendering
+of an instance; the catalog's protocol (Templates). The catalog itself, a directory of template
+files and the one provider call that instantiates one, is template_catalog.py.
 
 A template file declares its inputs and the resources it renders. String values may hold the
 placeholders `${instance}` (the instance name), `${namespace}` and `${inputs.NAME}`. They are
@@ -12,26 +14,22 @@ Secrets and nowhere else); a sensitive input has no default.
 """
 
 import copy
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from secrets import token_hex
 from typing import Protocol
 
-from engine.abort import CANCEL, AbortSignal
+from engine.abort import AbortSignal
 from engine.integrations.base import (
     ENGINE_NAME,
     AppliedResource,
-    ApplyError,
     Cluster,
     IntegrationError,
     ResourceRef,
 )
 from engine.trust import manifests, secrets
 from engine.trust.untrusted import load_yaml
-
-log = logging.getLogger(__name__)
 
 INPUT_TYPES = manifests.TEMPLATE_INPUT_TYPES
 #: Short enough that `<template>-<suffix>-<resource suffix>` stays a valid object name.
@@ -226,109 +224,6 @@ class Templates(Protocol):
         self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
     ) -> list[AppliedResource]:
         """Apply every document of one instance as a single provider call."""
-
-
-class TemplateCatalog:
-    """Templates from `*.yaml` files in a directory.
-
-    Every file must validate at construction (a broken shipped template fails the boot). Files
-    changed later are re-read on the next call; one that no longer validates is left out of the
-    listing and `get` raises CatalogError for it, so one bad edit never hides the others.
-    """
-
-    def __init__(self, directory: Path | str):
-        self.directory = Path(directory)
-        if not self.directory.is_dir():
-            raise CatalogError(f"template catalog {self.directory} is not a directory")
-        self._stamp: dict[Path, int] = {}
-        self._templates: dict[str, Template] = {}
-        self._errors: dict[str, str] = {}
-        self._refresh()
-        if self._errors:
-            raise CatalogError("; ".join(self._errors.values()))
-
-    def templates(self) -> list[Template]:
-        """Every valid template, by name."""
-        self._refresh()
-        return [self._templates[name] for name in sorted(self._templates)]
-
-    def get(self, name: str) -> Template:
-        """One template; TemplateNotFound, or CatalogError when its file does not validate."""
-        self._refresh()
-        if name in self._errors:
-            raise CatalogError(self._errors[name])
-        if name not in self._templates:
-            raise TemplateNotFound(f"no template named {name!r} in the catalog")
-        return self._templates[name]
-
-    def declared_sensitive_keys(self, name: str, given: set[str]) -> list[str]:
-        """The names among `given` (what a create request carries a value for) that template
-        `name` declares sensitive.
-
-        Lets create strip declared secrets with innocuous names before the first insert; only
-        supplied names are returned, so an optional secret that was never given is never re-asked.
-        """
-        try:
-            template = self.get(name)
-        except TemplateError:
-            return []  # the runner reports it; create strips by the shared predicate alone
-        return sorted(template.sensitive_names & given)
-
-    def instantiate(
-        self, manifests: list[dict], *, cluster: Cluster, abort: AbortSignal
-    ) -> list[AppliedResource]:
-        """Apply every document of one instance as a single provider call.
-
-        Atomic as the runner sees it: a cancel arriving mid-way lets the call finish (the cancel
-        lands before or after it, never between documents); a shutdown or a lost lease still stops
-        it. A refused document raises TemplateApplyError, any other integration failure
-        InstantiationError, both carrying what had been applied.
-        """
-        abort.raise_if_aborted()
-        inner = AbortSignal()
-
-        def forward() -> None:
-            if abort.reason != CANCEL:
-                inner.abort(abort.reason)
-
-        abort.on_abort(forward)
-        applied: list[AppliedResource] = []
-        try:
-            for manifest in manifests:
-                ref = ResourceRef.of(manifest)
-                try:
-                    applied.append(cluster.apply(manifest, abort=inner))
-                except ApplyError as exc:
-                    raise TemplateApplyError(
-                        str(exc), ref=ref, applied=applied, reason=exc.reason
-                    ) from exc
-                except IntegrationError as exc:
-                    raise InstantiationError(
-                        str(exc), ref=ref, applied=applied, reason=exc.reason
-                    ) from exc
-        finally:
-            abort.remove(forward)
-        return applied
-
-    # -- loading ---------------------------------------------------------------------------------
-    def _refresh(self) -> None:
-        paths = sorted(self.directory.glob("*.yaml")) + sorted(self.directory.glob("*.yml"))
-        stamp = {p: p.stat().st_mtime_ns for p in paths}
-        if stamp == self._stamp:
-            return
-        templates, errors = {}, {}
-        for path in paths:
-            try:
-                template = load_template(path)
-            except CatalogError as exc:
-                errors[path.stem] = str(exc)
-                log.error("template catalog: %s", exc)
-                continue
-            if template.name in templates:
-                errors[template.name] = f"{path.name}: template {template.name} defined twice"
-                continue
-            templates[template.name] = template
-        self._templates, self._errors, self._stamp = templates, errors, stamp
 
 
 def load_template(path: Path) -> Template:

@@ -17,10 +17,11 @@ from engine.abort import SHUTDOWN, Aborted, AbortSignal
 from engine.cleanup import task_runtimes as runtimes
 from engine.cleanup.jobs import (
     MAX_ATTEMPTS,
-    RETRY_DELAYS_S,
     JobState,
     Trigger,
     enqueue_purges,
+    finish,
+    retry,
     streak_subject,
 )
 from engine.cleanup.process_groups import HOST, StopUnconfirmed
@@ -215,53 +216,6 @@ class CleanupWorker:
             log.info("retention purge: %d task(s) deleted", outcomes["purged"])
         return sum(n for outcome, n in outcomes.items() if outcome != "purged")
 
-    # -- finishing attempts ---------------------------------------------------------------------
-    def _finish(
-        self, jobs: list[dict], state: JobState, now: datetime | None, note: str | None = None
-    ) -> None:
-        if jobs:
-            self.db.all(
-                "cleanup_job_finish_if_claimed",
-                job_ids=[j["id"] for j in jobs],
-                attempts=[j["attempts"] for j in jobs],
-                state=str(state),
-                note=note,
-                now=now,
-            )
-
-    def _retry(self, job: dict, error: str, now: datetime | None) -> None:
-        row = self.db.one(
-            "cleanup_job_retry_if_claimed",
-            job_id=job["id"],
-            attempts=job["attempts"],
-            error=error[:2000],
-            max_attempts=MAX_ATTEMPTS,
-            delays_s=list(RETRY_DELAYS_S),
-            now=now,
-        )
-        if row is None:
-            log.info("cleanup job %s: attempt %d was superseded", job["id"], job["attempts"])
-        elif row["state"] == JobState.FAILED:
-            log.error(
-                "cleanup job %s (%s %s) failed for good after %d attempts: %s",
-                job["id"],
-                job["trigger"],
-                job["operation_id"],
-                row["attempts"],
-                error,
-            )
-        else:
-            # Per attempt only at debug: what keeps failing is logged, throttled, by its streak.
-            log.debug(
-                "cleanup job %s (%s %s) attempt %d failed, next at %s: %s",
-                job["id"],
-                job["trigger"],
-                job["operation_id"],
-                row["attempts"],
-                row["next_attempt_at"].isoformat(),
-                error,
-            )
-
     def _attempt(self, job: dict) -> _Attempt:
         attempt = _Attempt(job, AbortSignal())
         if self._stopping:
@@ -287,18 +241,18 @@ class CleanupWorker:
             }[Trigger(job["trigger"])]
             handler(job, attempt.abort, now)
         except PreconditionGone as exc:
-            self._finish([job], JobState.CANCELLED, now, note=f"cancelled: {exc}")
+            finish(self.db, [job], JobState.CANCELLED, now, note=f"cancelled: {exc}")
             self.streaks.succeeded(streak_subject(job["trigger"]), now=now)
         except Exception as exc:
             if not isinstance(exc, (StopUnconfirmed, Aborted)) and not _is_integration_error(exc):
                 log.debug("cleanup job %s crashed", job["id"], exc_info=True)
-            self._retry(job, _describe(exc, attempt.abort), now)
+            retry(self.db, job, _describe(exc, attempt.abort), now)
             if not _is_integration_error(exc):
                 self.streaks.failed(
                     streak_subject(job["trigger"]), _describe(exc, attempt.abort), now=now
                 )
         else:
-            self._finish([job], JobState.SUCCEEDED, now)
+            finish(self.db, [job], JobState.SUCCEEDED, now)
             self.streaks.succeeded(streak_subject(job["trigger"]), now=now)
         finally:
             self._done(attempt)
@@ -383,8 +337,11 @@ class CleanupWorker:
             except Exception as exc:
                 if not _is_integration_error(exc) and not isinstance(exc, Aborted):
                     log.debug("purge job %s: devbox delete crashed", job["id"], exc_info=True)
-                self._retry(
-                    job, f"devbox {job['devbox_id']} delete: {_describe(exc, attempt.abort)}", now
+                retry(
+                    self.db,
+                    job,
+                    f"devbox {job['devbox_id']} delete: {_describe(exc, attempt.abort)}",
+                    now,
                 )
                 if not _is_integration_error(exc):
                     self.streaks.failed("retention_purge", _describe(exc, attempt.abort), now=now)

@@ -23,7 +23,7 @@ import uuid
 
 import schemathesis
 
-from engine.lifecycle.actions import SECRET_BEARING_FIELDS
+from engine.lifecycle.intake import SECRET_BEARING_FIELDS
 from engine.runners.kinds import KINDS
 from engine.trust import secrets
 

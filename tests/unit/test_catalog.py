@@ -9,12 +9,12 @@ import yaml
 
 from engine.abort import CANCEL, SHUTDOWN, Aborted, AbortSignal
 from engine.integrations.base import AppliedResource, ApplyError, IntegrationError, ResourceRef
+from engine.integrations.template_catalog import TemplateCatalog
 from engine.integrations.templates import (
     CatalogError,
     InstantiationError,
     InvalidInputs,
     TemplateApplyError,
-    TemplateCatalog,
     TemplateNotFound,
 )
 from engine.operations.setting_rules import PROJECT_ROOT

@@ -589,12 +589,13 @@ def test_every_adapter_implements_its_integration_protocol():
     )
     from engine.integrations.kube.backend import NoKubeconfig
     from engine.integrations.kube.cluster import KubeCluster
+    from engine.integrations.template_catalog import TemplateCatalog
 
     implementations = {
         base.Cluster: [KubeCluster, NoKubeconfig, sandbox.SandboxCluster],
         base.Devbox: [devbox.DevboxClient, sandbox_ai.SandboxDevbox],
         base.Gateway: [gateway.GatewayClient, sandbox_ai.SandboxGateway],
-        templates.Templates: [templates.TemplateCatalog],
+        templates.Templates: [TemplateCatalog],
     }
 
     def members(protocol) -> set[str]:
