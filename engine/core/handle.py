@@ -61,10 +61,11 @@ class FencedHandle:
         self.owner = owner
         self.abort = abort
         self.secret_values = list(secret_values)
-        #: Where unpersisted frames for this process's viewers go (readside.listener.LiveFeed).
+        #: Where unpersisted frames for this process's viewers go (a LiveFeed,
+        #: engine/maintenance/listener.py).
         self._live = live
-        #: Where this run's committed writes are announced (engine.notices.RunnerNotices): they
-        #: do not notify one by one. Without it (a bare handle) status moves notify at once.
+        #: Where this run's committed writes are announced (RunnerNotices, engine/core/notices.py):
+        #: they do not notify one by one. Without it (a bare handle) status moves notify at once.
         self._notices = notices
         #: Graceful window before SIGKILL when one of this run's local process groups is stopped.
         self.runtime_stop_timeout_s = runtime_stop_timeout_s
