@@ -5,9 +5,9 @@ reconnect render through one path."""
 
 from flask import Response, render_template
 
-from blueprints.forms import input_fields
+from blueprints.pages.forms import input_fields
+from blueprints.pages.task_views import TaskView, dismissed_ids, view_from_row, view_from_store
 from blueprints.request_helpers import runtime
-from blueprints.views import TaskView, dismissed_ids, view_from_row, view_from_store
 from engine.readside import dto
 from engine.readside import timeline as timelines
 from engine.readside.store import TaskStore

@@ -3,8 +3,8 @@ vendored). The document itself is built in blueprints/openapi.py."""
 
 from flask import Blueprint, current_app, jsonify, render_template_string, url_for
 
-from blueprints.edge import CONTENT_SECURITY_POLICY
-from blueprints.openapi import cached_document
+from blueprints.api.openapi_document import cached_document
+from blueprints.auth.edge import CONTENT_SECURITY_POLICY
 
 # The blueprint keeps the name the document's own routes are known by (openapi.openapi_json).
 bp = Blueprint("openapi", __name__)

@@ -15,10 +15,10 @@ from flask_sock import Sock
 from gevent.queue import Empty
 from simple_websocket import ConnectionClosed
 
-from blueprints.auth import current_identity, watch_session
-from blueprints.edge import origin_allowed
+from blueprints.auth.edge import origin_allowed
+from blueprints.auth.gate import current_identity, watch_session
 from blueprints.request_helpers import runtime
-from blueprints.timeline_hub import (
+from blueprints.streams.timeline_hub import (
     BYE,
     GONE,
     PING,

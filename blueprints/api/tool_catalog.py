@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from marshmallow import fields, validate
 
 from blueprints import schemas
-from blueprints.api_calls import answer_once, create_from, rollback_from
-from blueprints.auth import current_identity
+from blueprints.api.calls import answer_once, create_from, rollback_from
+from blueprints.auth.gate import current_identity
 from blueprints.request_helpers import kubeconfig_from_header, load, runtime
 from engine.core.errors import InvalidRequest
 from engine.lifecycle import actions, idempotency

@@ -12,9 +12,9 @@ Frames: `status` {status, phase}; `turn_started` {turn, sessionId}; `delta` {tur
 
 from flask import Blueprint
 
-from blueprints.auth import current_identity
+from blueprints.auth.gate import current_identity
 from blueprints.request_helpers import runtime
-from blueprints.sse import KEEPALIVE, sse, sse_response
+from blueprints.streams.sse import KEEPALIVE, sse, sse_response
 from engine.core.status import TERMINAL, Status
 from engine.lifecycle import actions
 from engine.readside.follow import Follow, Idle, Live, Removed

@@ -44,8 +44,8 @@ from flask import (
     url_for,
 )
 
-from blueprints import csrf
-from blueprints.oidc import (
+from blueprints.auth import csrf
+from blueprints.auth.oidc import (
     DEFAULT_ANSWER_LIMIT,
     BearerVerifier,
     ConfigurationError,

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import gevent
 from flask import Blueprint, current_app, jsonify, request
 
-from blueprints import csrf, schemas
+from blueprints import schemas
+from blueprints.auth import csrf
 from blueprints.request_helpers import json_body, kubeconfig_from_header, load
 from engine.core.abort import Aborted, AbortSignal
 from engine.core.errors import DomainError, InvalidRequest

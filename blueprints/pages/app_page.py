@@ -4,10 +4,10 @@ CSRF-checked form that htmx also posts (so the page's kubeconfig header travels 
 
 from flask import Blueprint, Response, redirect, render_template, request, url_for
 
-from blueprints import csrf
-from blueprints.auth import current_identity
+from blueprints.auth import csrf
+from blueprints.auth.gate import current_identity
+from blueprints.pages.task_views import page_error, valid_project
 from blueprints.request_helpers import kubeconfig_from_header, requested_app_page, runtime
-from blueprints.views import page_error, valid_project
 from engine.core.errors import AppDeployAlreadyActive, DomainError
 from engine.lifecycle import actions, rollback
 from engine.readside import dto

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 from flask import Response, current_app, jsonify
 
-from blueprints.auth import current_identity
+from blueprints.auth.gate import current_identity
 from blueprints.errors import error_body, http_status, retry_after
 from blueprints.request_helpers import kubeconfig_from_header, runtime
 from engine.core.errors import DomainError

@@ -10,9 +10,9 @@ from marshmallow import ValidationError
 from marshmallow import fields as mfields
 from marshmallow import validate as mvalidate
 
-from blueprints import presentation
+from blueprints.pages import presentation
+from blueprints.pages.task_views import view_from_row
 from blueprints.request_helpers import runtime
-from blueprints.views import view_from_row
 from engine.core.status import Status
 from engine.runners.kinds import KINDS
 from engine.trust import manifests, secrets

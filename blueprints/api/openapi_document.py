@@ -14,9 +14,9 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import fields, validate
 
-from blueprints import responses, schemas, toolbox
-from blueprints.jsonschema import schema_of
-from blueprints.openapi_paths import (
+from blueprints import schemas
+from blueprints.api import openapi_responses, tool_catalog
+from blueprints.api.openapi_operations import (
     HEADERS,
     KUBECONFIG,
     OPERATIONS,
@@ -25,6 +25,7 @@ from blueprints.openapi_paths import (
     errors,
     request_body,
 )
+from blueprints.api.tool_schemas import schema_of
 from engine.core.errors import DomainError
 from engine.runners.kinds import KINDS
 from engine.trust.untrusted import STORABLE_TEXT_PATTERN
@@ -53,7 +54,7 @@ def tool_operations() -> dict[str, dict]:
     """POST /api/v1/tools/<name> for each tool: its arguments as the body (the JSON Schema the
     server validates with), its answer as the response, its links as the task's."""
     paths = {}
-    for tool in toolbox.TOOLS.values():
+    for tool in tool_catalog.TOOLS.values():
         status = "201" if tool.starts_task else "200"
         result = {**answer(tool.output, "the tool's result"), **_tool_links(tool)}
         paths[f"/api/v1/tools/{tool.name}"] = {
@@ -208,8 +209,8 @@ def build(app) -> dict:
         "Explanation",
         "AccessVerdict",
     ):
-        spec.components.schema(name, schema=getattr(responses, name))
-    spec.components.schema("Error", schema=responses.Error)
+        spec.components.schema(name, schema=getattr(openapi_responses, name))
+    spec.components.schema("Error", schema=openapi_responses.Error)
     for name, header in HEADERS.items():
         spec.components.header(name, header)
     oidc = app.extensions["engine"].settings.auth_mode == "oidc"

@@ -9,12 +9,12 @@ blueprints/gateway_stream.py.)
 from flask import Blueprint
 from marshmallow import ValidationError
 
-from blueprints.auth import current_identity
-from blueprints.fragments import store_fragments
+from blueprints.auth.gate import current_identity
+from blueprints.pages.fragments import store_fragments
+from blueprints.pages.task_views import dismissed_ids, now, valid_project
 from blueprints.request_helpers import runtime
 from blueprints.schemas import PROJECT_ID
-from blueprints.sse import KEEPALIVE, sse, sse_response
-from blueprints.views import dismissed_ids, now, valid_project
+from blueprints.streams.sse import KEEPALIVE, sse, sse_response
 from engine.core.errors import InvalidRequest
 from engine.readside import dto
 from engine.readside.follow import Change, Follow, Idle, Removed, Snapshot

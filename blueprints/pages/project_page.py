@@ -12,23 +12,24 @@ from uuid import UUID
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-from blueprints import csrf, presentation, schemas
-from blueprints.auth import current_identity
-from blueprints.forms import (
+from blueprints import schemas
+from blueprints.auth import csrf
+from blueprints.auth.gate import current_identity
+from blueprints.pages import presentation
+from blueprints.pages.forms import (
     flatten_errors,
     input_fields,
     pane_context,
     source_from_form,
 )
-from blueprints.fragments import (
+from blueprints.pages.fragments import (
     fragments_response,
     removal,
     render_chip,
     task_fragments,
     timeline_context,
 )
-from blueprints.request_helpers import kubeconfig_from_header, runtime
-from blueprints.views import (
+from blueprints.pages.task_views import (
     dismissed_ids,
     editable,
     now,
@@ -36,6 +37,7 @@ from blueprints.views import (
     valid_project,
     view_from_store,
 )
+from blueprints.request_helpers import kubeconfig_from_header, runtime
 from engine.core.errors import DomainError, InvalidRequest, RedeployAlreadyActive, TaskConflict
 from engine.lifecycle import actions, dismissals
 from engine.readside import dto

@@ -4,7 +4,7 @@ import json
 
 from flask import Response, stream_with_context
 
-from blueprints.auth import watch_session
+from blueprints.auth.gate import watch_session
 from engine.readside.follow import Follow
 
 #: The SSE comment a stream sends on every `Idle` (proxies keep the stream open).

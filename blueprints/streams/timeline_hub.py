@@ -25,7 +25,7 @@ from gevent.event import Event
 from gevent.queue import Full, Queue
 from simple_websocket import ConnectionClosed
 
-from blueprints.fragments import render_timeline_sections
+from blueprints.pages.fragments import render_timeline_sections
 from engine.readside import timeline as timelines
 from engine.readside.follow import Change, Follow, Idle, Removed, Snapshot
 from engine.readside.store import read_task

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from flask import abort, render_template, request
 from marshmallow import ValidationError
 
-from blueprints import presentation, schemas
-from blueprints.auth import current_identity
+from blueprints import schemas
+from blueprints.auth.gate import current_identity
 from blueprints.errors import http_status
+from blueprints.pages import presentation
 from blueprints.request_helpers import runtime
 from engine.core.errors import DomainError
 from engine.core.status import ACTIVE, Status

@@ -3,11 +3,11 @@
 
 from flask import Blueprint, jsonify
 
-from blueprints.api_calls import json_answer
+from blueprints.api.calls import json_answer
+from blueprints.api.tool_catalog import TOOLS, invoke
+from blueprints.api.tool_schemas import schema_of
 from blueprints.errors import UnknownTool
-from blueprints.jsonschema import schema_of
 from blueprints.request_helpers import json_body
-from blueprints.toolbox import TOOLS, invoke
 
 bp = Blueprint("tools", __name__, url_prefix="/api/v1/tools")
 

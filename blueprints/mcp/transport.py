@@ -27,10 +27,11 @@ import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from blueprints import mcp_tasks, openapi, toolbox
-from blueprints.auth import current_identity
-from blueprints.edge import origin_allowed
-from blueprints.jsonschema import schema_of
+from blueprints.api import openapi_document, tool_catalog
+from blueprints.api.tool_schemas import schema_of
+from blueprints.auth.edge import origin_allowed
+from blueprints.auth.gate import current_identity
+from blueprints.mcp import tasks_extension
 from blueprints.request_helpers import runtime
 from engine.core.errors import DomainError
 from engine.lifecycle import actions, sessions
@@ -228,7 +229,7 @@ def _discover() -> dict:
         "supportedVersions": list(STATELESS_VERSIONS),
         "capabilities": {
             "tools": {"listChanged": False},
-            "extensions": {mcp_tasks.TASKS_EXTENSION: {}},
+            "extensions": {tasks_extension.TASKS_EXTENSION: {}},
         },
         "instructions": INSTRUCTIONS,
     }
@@ -357,14 +358,14 @@ def _dispatch(method: str, params: dict, capabilities: dict | None) -> dict:
     if method == "ping":
         return {}
     if method == "tools/list":
-        return {"tools": [_definition(t) for t in toolbox.TOOLS.values()]}
+        return {"tools": [_definition(t) for t in tool_catalog.TOOLS.values()]}
     if method == "tools/call":
         return _call_tool(params, capabilities)
     if capabilities is not None:
         if method == "server/discover":
             return _discover()
         if method == "tasks/get":
-            return mcp_tasks.task_state(_task_row(params))
+            return tasks_extension.task_state(_task_row(params))
         if method == "tasks/cancel":
             row = _task_row(params)
             try:
@@ -375,9 +376,9 @@ def _dispatch(method: str, params: dict, capabilities: dict | None) -> dict:
     raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-def _definition(tool: toolbox.Tool) -> dict:
+def _definition(tool: tool_catalog.Tool) -> dict:
     """A tool as tools/list shows it: input and output schemas, and its annotations."""
-    components = openapi.cached_document(current_app._get_current_object())["components"]
+    components = openapi_document.cached_document(current_app._get_current_object())["components"]
     definition = {
         "name": tool.name,
         "description": tool.description,
@@ -405,13 +406,13 @@ def _inlined(schema, schemas: dict):
 
 def _call_tool(params: dict, capabilities: dict | None) -> dict:
     name = params.get("name")
-    tool = toolbox.TOOLS.get(name) if isinstance(name, str) else None
+    tool = tool_catalog.TOOLS.get(name) if isinstance(name, str) else None
     if tool is None:
         raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}"[:200])
-    body, status, _ = toolbox.invoke(tool, params.get("arguments") or {})
-    if status < 400 and tool.starts_task and mcp_tasks.speaks_tasks(capabilities):
-        return mcp_tasks.task_state(_task_row({"taskId": body["id"]}))
-    return mcp_tasks.tool_result(body, is_error=status >= 400)
+    body, status, _ = tool_catalog.invoke(tool, params.get("arguments") or {})
+    if status < 400 and tool.starts_task and tasks_extension.speaks_tasks(capabilities):
+        return tasks_extension.task_state(_task_row({"taskId": body["id"]}))
+    return tasks_extension.tool_result(body, is_error=status >= 400)
 
 
 def _task_row(params: dict) -> dict:

@@ -5,8 +5,8 @@ from flask import Blueprint, Response, jsonify, request, url_for
 from marshmallow import ValidationError
 
 from blueprints import schemas
-from blueprints.api_calls import answer_once, create_from, json_answer, rollback_from
-from blueprints.auth import current_identity
+from blueprints.api.calls import answer_once, create_from, json_answer, rollback_from
+from blueprints.auth.gate import current_identity
 from blueprints.request_helpers import (
     json_body,
     kubeconfig_from_header,
