@@ -31,7 +31,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     import commands
     from blueprints import errors, ops
     from blueprints.api import openapi_routes, routes, tool_routes
-    from blueprints.auth import csrf, edge, gate
+    from blueprints.auth import csrf, edge, gate, sign_in
     from blueprints.mcp import transport
     from blueprints.pages import app_page, cluster_access, project_page
     from blueprints.streams import gateway_stream, project_stream, timeline_websocket
@@ -106,6 +106,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     csrf.init_app(app, settings.data_dir, settings.secret_key)
     secrets.register_server_secret(app.secret_key)  # SECRET_KEY, or the one kept in DATA_DIR
     gate.init_app(app, auth_mode)
+    app.register_blueprint(sign_in.bp)
     app.register_blueprint(project_page.bp)
     app.register_blueprint(app_page.bp)
     app.register_blueprint(cluster_access.bp)

@@ -1,10 +1,10 @@
 """The OpenAPI 3.1 document of /api/v1, generated from the schemas the API validates with.
 
 Paths and methods come from the app's URL map, so a route cannot exist without its entry in
-OPERATIONS (blueprints/openapi_paths.py; building the document fails instead); bodies and
-parameters come from the marshmallow schemas in blueprints/schemas.py (requests) and
-blueprints/responses.py (responses). Served at
-GET /api/v1/openapi.json, rendered for people at GET /api/docs with a vendored Redoc.
+OPERATIONS (blueprints/api/openapi_operations.py; building the document fails instead); bodies
+and parameters come from the marshmallow schemas in blueprints/schemas.py (requests) and
+blueprints/api/openapi_responses.py (responses). Served at GET /api/v1/openapi.json, rendered
+for people at GET /api/docs with a vendored Redoc (blueprints/api/openapi_routes.py).
 """
 
 import re
@@ -16,21 +16,14 @@ from marshmallow import fields, validate
 
 from blueprints import schemas
 from blueprints.api import openapi_responses, tool_catalog
-from blueprints.api.openapi_operations import (
-    HEADERS,
-    KUBECONFIG,
-    OPERATIONS,
-    WRITE_ERRORS,
-    answer,
-    errors,
-    request_body,
-)
+from blueprints.api.openapi_operations import OPERATIONS, WRITE_ERRORS
+from blueprints.api.openapi_parts import HEADERS, KUBECONFIG, answer, errors, request_body
 from blueprints.api.tool_schemas import schema_of
 from engine.core.errors import DomainError
 from engine.runners.kinds import KINDS
 from engine.trust.untrusted import STORABLE_TEXT_PATTERN
 
-#: Codes the API gives HTTP errors itself (blueprints/api.py http_error), idempotency's and
+#: Codes the API gives HTTP errors itself (blueprints/errors.py http_error), idempotency's and
 #: the auth gate's.
 EXTRA_CODES = [
     "not_found",

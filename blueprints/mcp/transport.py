@@ -16,39 +16,42 @@ Two eras of the protocol share the endpoint, told apart per request:
 
 Each request is answered with one JSON body, or one SSE event when the client accepts only
 `text/event-stream`. The server offers no server-initiated stream (GET is 405). Tools, their input
-schemas, auth and workspace scoping are the ones of blueprints/toolbox.py; a failing tool is an MCP
-tool error (`isError`) whose text starts with the stable error code.
+schemas, auth and workspace scoping are the ones of blueprints/api/tool_catalog.py; a failing tool
+is an MCP tool error (`isError`) whose text starts with the stable error code. The methods are
+blueprints/mcp/methods.py's, the protocol's words blueprints/mcp/protocol.py's.
 """
 
 import json
 import logging
 import re
-import uuid
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from blueprints.api import openapi_document, tool_catalog
-from blueprints.api.tool_schemas import schema_of
 from blueprints.auth.edge import origin_allowed
 from blueprints.auth.gate import current_identity
-from blueprints.mcp import tasks_extension
+from blueprints.mcp.methods import dispatch
+from blueprints.mcp.protocol import (
+    BATCH_VERSION,
+    HANDSHAKE_VERSIONS,
+    HEADER_MISMATCH,
+    INSTRUCTIONS,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SERVER_INFO,
+    STATELESS_VERSIONS,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    RpcError,
+)
 from blueprints.request_helpers import runtime
-from engine.core.errors import DomainError
-from engine.lifecycle import actions, sessions
+from engine.lifecycle import sessions
 from engine.trust.untrusted import load_json
 
 log = logging.getLogger(__name__)
 
 bp = Blueprint("mcp", __name__)
 
-#: Handshake-era revisions we speak, oldest to newest; the newest is our counter-offer.
-HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-#: Stateless revisions: every request carries its envelope in `params._meta`.
-STATELESS_VERSIONS = ("2026-07-28",)
-#: The one handshake revision whose transport carries JSON-RPC batches (2025-06-18 removed them).
-BATCH_VERSION = "2025-03-26"
-#: What a request without the version header is assumed to speak (the transport spec's rule).
-DEFAULT_HEADER_VERSION = "2025-03-26"
 SESSION_HEADER = "Mcp-Session-Id"
 #: What a session id may be (the transport spec: visible ASCII; ours are 32 characters). Any
 #: other value names no session and is refused before a lookup: a NUL in it reached
@@ -61,15 +64,6 @@ NAME_HEADER = "Mcp-Name"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-SERVER_INFO = {"name": "deployment-task-engine", "version": "1"}
-INSTRUCTIONS = (
-    "Deploy sources into projects and follow them: create_deployment starts one, "
-    "wait_for_deployment waits until it ends or needs inputs, explain_deployment "
-    "says what happened and what to do next."
-)
-
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
-HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION = -32020, -32022
 #: Stateless results that carry caching directives (the 2026-07-28 CacheableResult).
 CACHEABLE = frozenset({"server/discover", "tools/list"})
 #: The HTTP status of a stateless request's error (the 2026-07-28 transport's table).
@@ -81,18 +75,6 @@ STATELESS_ERROR_STATUS = {
     UNSUPPORTED_PROTOCOL_VERSION: 400,
     METHOD_NOT_FOUND: 404,
 }
-
-
-class RpcError(Exception):
-    def __init__(self, code: int, message: str, data=None):
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-    def body(self) -> dict:
-        error = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
 
 
 def _rpc_error(message_id, code: int, message: str) -> dict:
@@ -183,7 +165,7 @@ def _stateless(message: dict) -> Response:
         return _accepted()
     try:
         capabilities = _envelope(message)
-        result = _dispatch(message["method"], message.get("params") or {}, capabilities)
+        result = dispatch(message["method"], message.get("params") or {}, capabilities)
     except RpcError as exc:
         status = STATELESS_ERROR_STATUS.get(exc.code, 200)
         return _answer(message_id, error=exc.body(), status=status)
@@ -224,17 +206,6 @@ def _envelope(message: dict) -> dict:
     return capabilities
 
 
-def _discover() -> dict:
-    return {
-        "supportedVersions": list(STATELESS_VERSIONS),
-        "capabilities": {
-            "tools": {"listChanged": False},
-            "extensions": {tasks_extension.TASKS_EXTENSION: {}},
-        },
-        "instructions": INSTRUCTIONS,
-    }
-
-
 # -- the handshake era: 2024-11-05 .. 2025-11-25 ----------------------------------------------
 
 
@@ -264,7 +235,7 @@ def _handshake_era(message: dict) -> Response:
     if "id" not in message:  # notifications (initialized, cancelled, ...): nothing to say
         return _accepted()
     try:
-        result = _dispatch(method, message.get("params") or {}, None)
+        result = dispatch(method, message.get("params") or {}, None)
     except RpcError as exc:
         return _answer(message_id, error=exc.body())
     return _answer(message_id, result)
@@ -285,7 +256,7 @@ def _batch(messages: list) -> Response:
             answers.append(_rpc_error(_id_of(message), INVALID_REQUEST, why))
         elif "method" in message and "id" in message:
             try:
-                result = _dispatch(message["method"], message.get("params") or {}, None)
+                result = dispatch(message["method"], message.get("params") or {}, None)
                 answers.append({"jsonrpc": "2.0", "id": message["id"], "result": result})
             except RpcError as exc:
                 answers.append({"jsonrpc": "2.0", "id": message["id"], "error": exc.body()})
@@ -348,79 +319,6 @@ def _session(identity) -> tuple[dict | None, Response | None]:
 
 def _idle_s() -> float:
     return current_app.extensions["engine"].settings.mcp_session_idle_s
-
-
-# -- methods, both eras -----------------------------------------------------------------------
-
-
-def _dispatch(method: str, params: dict, capabilities: dict | None) -> dict:
-    """The result of `method`; `capabilities` are a stateless request's (None in a session)."""
-    if method == "ping":
-        return {}
-    if method == "tools/list":
-        return {"tools": [_definition(t) for t in tool_catalog.TOOLS.values()]}
-    if method == "tools/call":
-        return _call_tool(params, capabilities)
-    if capabilities is not None:
-        if method == "server/discover":
-            return _discover()
-        if method == "tasks/get":
-            return tasks_extension.task_state(_task_row(params))
-        if method == "tasks/cancel":
-            row = _task_row(params)
-            try:
-                actions.cancel_task(runtime(), current_identity(), row["id"])
-            except DomainError:
-                pass  # already finished: its state says how
-            return {}
-    raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
-
-
-def _definition(tool: tool_catalog.Tool) -> dict:
-    """A tool as tools/list shows it: input and output schemas, and its annotations."""
-    components = openapi_document.cached_document(current_app._get_current_object())["components"]
-    definition = {
-        "name": tool.name,
-        "description": tool.description,
-        "inputSchema": schema_of(tool.arguments),
-        "outputSchema": _inlined(components["schemas"][tool.output], components["schemas"]),
-        "annotations": tool.annotations,
-    }
-    if tool.starts_task:
-        definition["execution"] = {"taskSupport": "optional"}
-    return definition
-
-
-def _inlined(schema, schemas: dict):
-    """`schema` with each `#/components/schemas/X` reference replaced by X: a tool's output
-    schema stands alone."""
-    if isinstance(schema, list):
-        return [_inlined(item, schemas) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    ref = schema.get("$ref", "")
-    if ref.startswith("#/components/schemas/"):
-        return _inlined(schemas[ref.rsplit("/", 1)[1]], schemas)
-    return {key: _inlined(value, schemas) for key, value in schema.items()}
-
-
-def _call_tool(params: dict, capabilities: dict | None) -> dict:
-    name = params.get("name")
-    tool = tool_catalog.TOOLS.get(name) if isinstance(name, str) else None
-    if tool is None:
-        raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}"[:200])
-    body, status, _ = tool_catalog.invoke(tool, params.get("arguments") or {})
-    if status < 400 and tool.starts_task and tasks_extension.speaks_tasks(capabilities):
-        return tasks_extension.task_state(_task_row({"taskId": body["id"]}))
-    return tasks_extension.tool_result(body, is_error=status >= 400)
-
-
-def _task_row(params: dict) -> dict:
-    try:
-        task_id = uuid.UUID(str(params.get("taskId")))
-        return actions.get_task(runtime(), current_identity(), task_id)
-    except (ValueError, DomainError):
-        raise RpcError(INVALID_PARAMS, "unknown taskId") from None
 
 
 def _answer(

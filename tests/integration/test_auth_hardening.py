@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blueprints.auth.gate import MAX_PENDING_SIGN_INS, RETURN_QUERY_PARAMS
+from blueprints.auth.modes import MAX_PENDING_SIGN_INS, RETURN_QUERY_PARAMS
 from blueprints.auth.oidc import REFUSAL_LOG_MAX_LINES, REFUSAL_LOG_MAX_REASONS, RefusalLog
 from engine.operations.logs import JsonFormatter, TextFormatter
 from tests.helpers import oidc_settings
