@@ -1,5 +1,5 @@
 """The API's document served: GET /api/v1/openapi.json, and /api/docs for people (Redoc,
-vendored). The document itself is built in blueprints/openapi.py."""
+vendored). The document itself is built in blueprints/api/openapi_document.py."""
 
 from flask import Blueprint, current_app, jsonify, render_template_string, url_for
 

@@ -25,7 +25,7 @@ bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
 
 def idempotent(call) -> Response:
-    """Answer `call` ((body, status)) honouring an Idempotency-Key header (api_calls.py); a 201
+    """Answer `call` ((body, status)) honouring an Idempotency-Key header (calls.py); a 201
     (a new task: a create, a redeploy, a rollback) names the task's URL in Location."""
     body, status, replayed = answer_once(
         request.headers.get("Idempotency-Key"), request.method, request.path, _body_or_none, call

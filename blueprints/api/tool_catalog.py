@@ -1,7 +1,8 @@
 """The chat tools: the same lifecycle actions for assistants, described as JSON Schema tools.
 
-Served over REST by blueprints/tools.py and over MCP by blueprints/mcp.py (no routes here). They
-call engine/lifecycle/actions.py exactly like the canvas does, so the two never disagree.
+Served over REST by blueprints/api/tool_routes.py and over MCP by blueprints/mcp/ (no routes
+here). They call engine/lifecycle/actions.py exactly like the canvas does, so the two never
+disagree.
 """
 
 from collections.abc import Callable
@@ -98,7 +99,7 @@ class Tool:
     call: Callable[[dict], tuple[dict, int]]
     #: MCP annotations: readOnlyHint, destructiveHint, idempotentHint, openWorldHint.
     annotations: dict
-    #: The response schema (blueprints/responses.py) its result matches.
+    #: The response schema (blueprints/api/openapi_responses.py) its result matches.
     output: str = "Task"
     #: Its result is a deployment task an assistant can follow (the MCP Tasks extension).
     starts_task: bool = False

@@ -1,4 +1,4 @@
-"""Chat tools over REST: `GET /api/v1/tools` lists them (blueprints/toolbox.py);
+"""Chat tools over REST: `GET /api/v1/tools` lists them (blueprints/api/tool_catalog.py);
 `POST /api/v1/tools/<name>` calls one with its arguments as the JSON body."""
 
 from flask import Blueprint, jsonify

@@ -54,7 +54,7 @@ def load_secret_key(data_dir: Path, configured: str | None = None) -> str:
 
 def init_app(app: Flask, data_dir: Path, secret_key: str | None = None) -> None:
     """Set the secret key; expose `csrf_token()` to templates. (The cookie's flags are set with
-    the other edge rules in blueprints/edge.py.)"""
+    the other edge rules in blueprints/auth/edge.py.)"""
     app.secret_key = load_secret_key(data_dir, secret_key)
     app.jinja_env.globals["csrf_token"] = token
 

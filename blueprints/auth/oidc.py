@@ -2,7 +2,7 @@
 signed claims turned into an Identity.
 
 All JOSE work is PyJWT's (PyJWKClient holds the issuer's key set); the browser login is Authlib's
-(blueprints/auth.py). The rules, each one fail-closed:
+(blueprints/auth/modes.py). The rules, each one fail-closed:
 - the issuer is configured, https (plain http only for a loopback host), and its discovery
   document names exactly that issuer; its `jwks_uri` follows the same scheme rule;
 - a bearer token is at most 8 KiB, names a `kid` that is in the issuer's set (never "try every
@@ -12,7 +12,7 @@ All JOSE work is PyJWT's (PyJWKClient holds the issuer's key set); the browser l
 - the user and the workspaces come only from signed claims (USER_CLAIM, TENANT_CLAIM).
 
 Every answer of the issuer (discovery, the key set, and Authlib's token and key-set requests in
-blueprints/auth.py) is read through engine/integrations/upstream.py: at most
+blueprints/auth/modes.py) is read through engine/integrations/upstream.py: at most
 OIDC_ANSWER_MAX_BYTES after decompression, within OIDC_ANSWER_MAX_S.
 """
 

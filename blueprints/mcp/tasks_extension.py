@@ -1,6 +1,6 @@
 """MCP's Tasks extension (io.modelcontextprotocol/tasks, revision 2026-07-28): a deployment task
 is the protocol's task, its id the task's id, so any process answers for it. And the one shape of
-a tool's result, which a finished task carries too. blueprints/mcp.py speaks the protocol."""
+a tool's result, which a finished task carries too. blueprints/mcp/ speaks the protocol."""
 
 import json
 

@@ -2,9 +2,9 @@
 
 Hypermedia routes, kept apart from the JSON API (contact-app style). Reads go through the task
 store and read functions of engine/readside; writes only through engine/actions. Every write
-answers with fragments (blueprints/fragments.py); views of a task are in blueprints/views.py,
-the deploy panes and input forms in blueprints/forms.py, and the project page's live stream
-beside the other streams in blueprints/streams.py.
+answers with fragments (blueprints/pages/fragments.py); views of a task are in
+blueprints/pages/task_views.py, the deploy panes and input forms in blueprints/pages/forms.py, and
+the project page's live stream beside the other streams in blueprints/streams/project_stream.py.
 """
 
 from uuid import UUID

@@ -2,8 +2,8 @@
 HTML fragments for the dock and canvas. Both are adapters over engine/readside/follow.py (which
 subscribes first, then reads, re-reads after a reconnect or a failed read, and times keepalives).
 
-(The task timeline's websocket is blueprints/ws.py; a task's gateway turns are
-blueprints/gateway_stream.py.)
+(The task timeline's websocket is blueprints/streams/timeline_websocket.py; a task's gateway
+turns are blueprints/streams/gateway_stream.py.)
 """
 
 from flask import Blueprint

@@ -19,7 +19,7 @@ def sse_response(frames, follow: Follow) -> Response:
     """A streamed SSE response of `frames` (strings), in the request's context, kept out of
     caches and proxy buffers so each frame reaches the viewer at once; `follow` is closed with
     it (even when the viewer left before the first frame), and ended when the viewer's browser
-    session ends (signed out, expired: blueprints/auth.py `watch_session`)."""
+    session ends (signed out, expired: blueprints/auth/gate.py `watch_session`)."""
     stop_watching = watch_session(follow.end)
     response = Response(
         stream_with_context(frames),

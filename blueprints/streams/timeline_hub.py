@@ -1,4 +1,5 @@
-"""The timeline hub behind the websocket (blueprints/ws.py): channels, viewers and frames.
+"""The timeline hub behind the websocket (blueprints/streams/timeline_websocket.py): channels,
+viewers and frames.
 
 Per process and per watched task there is ONE channel: one follow of the task
 (engine/readside/follow.py: subscribed first, re-read after a reconnect or a failed read), which

@@ -1,6 +1,6 @@
 """The timeline websocket: /ws/tasks/<id>/timeline (flask-sock), one small frame per event.
 
-Each viewer joins its task's channel (blueprints/timeline_hub.py: one follow of the task per
+Each viewer joins its task's channel (blueprints/streams/timeline_hub.py: one follow of the task per
 process, engine/readside/follow.py), which sends it a `reset` frame, the timeline sections and one
 frame per event from what the channel has read; afterwards it relays the channel's frames,
 skipping events its bootstrap already sent.
