@@ -16,7 +16,7 @@ import socket  # noqa: E402
 from flask import Flask, request  # noqa: E402
 from werkzeug.exceptions import HTTPException  # noqa: E402
 
-from blueprints.oidc import ConfigurationError  # noqa: E402
+from blueprints.auth.oidc import ConfigurationError  # noqa: E402
 from engine.operations.config import Settings  # noqa: E402
 
 log = logging.getLogger("app")
@@ -29,23 +29,12 @@ def create_app(test_config: dict | None = None) -> Flask:
     if not monkey.is_module_patched("socket"):
         raise RuntimeError("gevent must monkey-patch before the app is created")
     import commands
-    from blueprints import (
-        api,
-        api_docs,
-        app_pages,
-        auth,
-        cluster_access,
-        csrf,
-        edge,
-        errors,
-        gateway_stream,
-        mcp,
-        ops,
-        pages,
-        streams,
-        tools,
-        ws,
-    )
+    from blueprints import errors, ops
+    from blueprints.api import openapi_routes, routes, tool_routes
+    from blueprints.auth import csrf, edge, gate, sign_in
+    from blueprints.mcp import transport
+    from blueprints.pages import app_page, cluster_access, project_page
+    from blueprints.streams import gateway_stream, project_stream, timeline_websocket
     from engine.db import Database, resolve_database_url
     from engine.errors import DomainError
     from engine.integrations import Integrations
@@ -58,7 +47,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     secrets.install_log_scrubber()
     register_own_credentials(settings)
-    auth_mode = auth.configure(settings)  # before anything starts: a bad setting stops boot
+    auth_mode = gate.configure(settings)  # before anything starts: a bad setting stops boot
 
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -106,22 +95,23 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     # First: its hooks give every request (and every log line of it) a request id.
     ops.init_app(app)
-    app.register_blueprint(api.bp)
-    app.register_blueprint(tools.bp)
-    app.register_blueprint(api_docs.bp)
-    app.register_blueprint(mcp.bp)
+    app.register_blueprint(routes.bp)
+    app.register_blueprint(tool_routes.bp)
+    app.register_blueprint(openapi_routes.bp)
+    app.register_blueprint(transport.bp)
     app.register_error_handler(DomainError, errors.domain_error)
-    app.register_blueprint(streams.bp)
+    app.register_blueprint(project_stream.bp)
     app.register_blueprint(gateway_stream.bp)
     # The UI: server-rendered pages (CSRF-checked htmx writes) and the timeline websocket.
     csrf.init_app(app, settings.data_dir, settings.secret_key)
     secrets.register_server_secret(app.secret_key)  # SECRET_KEY, or the one kept in DATA_DIR
-    auth.init_app(app, auth_mode)
-    app.register_blueprint(pages.bp)
-    app.register_blueprint(app_pages.bp)
+    gate.init_app(app, auth_mode)
+    app.register_blueprint(sign_in.bp)
+    app.register_blueprint(project_page.bp)
+    app.register_blueprint(app_page.bp)
     app.register_blueprint(cluster_access.bp)
     app.register_blueprint(cluster_access.api)
-    ws.init_app(app, runtime)
+    timeline_websocket.init_app(app, runtime)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
@@ -242,7 +232,7 @@ def serve() -> None:
     import gevent
     from gevent.pywsgi import WSGIServer
 
-    from blueprints.framing import StrictFramingHandler
+    from blueprints.auth.framing import StrictFramingHandler
     from engine.operations import logs
 
     try:

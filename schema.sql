@@ -49,7 +49,7 @@ CREATE TYPE cleanup_job_state AS ENUM (
 
 -- The one sequence every task event takes its seq from: monotonic, not dense (per-task ordering
 -- is all the timeline needs). A seq taken before another may commit after it: the timeline
--- re-reads a short late-commit window for that (blueprints/timeline_hub.py).
+-- re-reads a short late-commit window for that (blueprints/streams/timeline_hub.py).
 CREATE SEQUENCE deploy_task_event_seq;
 
 -- ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ monkey.patch_all()
 import atexit  # noqa: E402
 
 from app import create_app, invoked_as_operator_command  # noqa: E402
-from blueprints.oidc import ConfigurationError  # noqa: E402
+from blueprints.auth.oidc import ConfigurationError  # noqa: E402
 from engine.operations import logs  # noqa: E402
 
 try:

@@ -106,7 +106,7 @@ def floor_server_main(port: int, control_port: int) -> None:
     import gevent.server
     import gevent.socket
 
-    from blueprints.timeline_hub import READY, FrameSocket, frame
+    from blueprints.streams.timeline_hub import READY, FrameSocket, frame
 
     viewers = []
 

@@ -12,7 +12,7 @@ import hmac
 from flask import Blueprint, Flask, current_app, g, jsonify, render_template, request
 from werkzeug.exceptions import NotFound, Unauthorized
 
-from blueprints.auth import current_identity
+from blueprints.auth.gate import current_identity
 from engine.errors import OperatorOnly
 from engine.lifecycle import operator as operations
 from engine.operations import logs, metrics

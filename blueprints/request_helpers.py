@@ -54,7 +54,7 @@ def json_body() -> dict:
 
     UnsupportedMediaType when it is not sent as JSON, MalformedBody when it does not parse (or
     nests too deep), InvalidRequest when it is not an object. Its size was checked before any
-    route ran (blueprints/edge.py read_body_within_limit).
+    route ran (blueprints/auth/edge.py read_body_within_limit).
     """
     if not request.is_json:
         raise UnsupportedMediaType()

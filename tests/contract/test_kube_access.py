@@ -3,6 +3,7 @@ read-only, through the run's address guard, and answers what is missing in plain
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -237,3 +238,20 @@ def test_no_body_makes_the_access_check_answer_5xx_or_ask_the_cluster_unchecked(
 
     check()
     assert seen["asked"] > 0 and seen["refused"] > 0, seen
+
+
+@pytest.mark.parametrize("backend", ["kubernetes", "sandbox"])
+def test_the_project_page_offers_cluster_access_only_where_runs_reach_real_clusters(
+    make_app, backend
+):
+    """The page's "Cluster access" button and dialog, where a request must bring a kubeconfig
+    (engine/lifecycle/kubeconfigs.py) and only there."""
+    app = make_app(cluster_backend=backend, overrides={"integrations": None})
+
+    page = app.test_client().get("/projects/demo")
+
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    required = backend == "kubernetes"
+    assert ("data-cluster-open" in text) is required
+    assert ('id="cluster-dialog"' in text) is required

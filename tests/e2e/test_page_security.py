@@ -231,11 +231,27 @@ def test_the_api_docs_render_their_operations_under_their_content_security_polic
         # This page's own policy: the site's, plus a data: font.
         assert "script-src 'self';" in csp and "'unsafe-eval'" not in csp
         assert "frame-ancestors 'none'" in csp and "font-src 'self' data:;" in csp
-        # Redoc fetched the document and rendered every operation (not only its shell).
-        for operation_id in operation_ids:  # each operation is listed under its tag
-            page.wait_for_selector(
-                f"a[href$='/{operation_id.lower()}']", state="attached", timeout=20_000
-            )
+        # Redoc fetched the document and rendered every operation (not only its shell). Its menu
+        # draws the entries near the viewport only, so the page is scrolled through to its end.
+        wanted = {f"/{operation_id.lower()}" for operation_id in operation_ids}
+        page.wait_for_function(  # an operation is listed: the document is read and drawn
+            "() => [...document.querySelectorAll(\"a[href^='#/']\")]"
+            ".some(a => a.getAttribute('href').split('/').length > 2)",
+            timeout=20_000,
+        )
+        listed: set[str] = set()
+        for _ in range(200):
+            listed |= {
+                href.rsplit("/", 1)[-1]
+                for href in page.eval_on_selector_all(
+                    "a[href^='#/']", "links => links.map(a => a.getAttribute('href'))"
+                )
+            }
+            if {w.lstrip("/") for w in wanted} <= listed:
+                break
+            page.mouse.wheel(0, 600)
+            page.wait_for_timeout(50)  # a frame for the menu to draw what came into view
+        assert {w.lstrip("/") for w in wanted} <= listed, sorted(wanted - {"/" + x for x in listed})
         page.wait_for_load_state("networkidle")
         assert errors == []
         assert requested and all(url.startswith((srv.base + "/", "data:")) for url in requested), (

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from marshmallow import fields
 
 from blueprints import schemas
-from blueprints.toolbox import TOOLS
+from blueprints.api.tool_catalog import TOOLS
 from engine.runners.kinds import KINDS
 from tests.helpers import IMAGE_SOURCE
 

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding
 
-from blueprints.oidc import BearerVerifier, ConfigurationError, InvalidToken
+from blueprints.auth.oidc import BearerVerifier, ConfigurationError, InvalidToken
 from tests.helpers import IMAGE_SOURCE, ROOT, oidc_settings, wait_for
 from tests.issuer import AUDIENCE, TokenIssuer, new_key, public_jwk
 
@@ -194,7 +194,7 @@ def test_an_unknown_kid_refreshes_the_key_set_at_most_once_a_minute(oidc_client,
 
 
 def test_refusals_are_logged_throttled_without_the_token(oidc_client, issuer, caplog):
-    caplog.set_level(logging.WARNING, logger="blueprints.oidc")
+    caplog.set_level(logging.WARNING, logger="blueprints.auth.oidc")
     token = issuer.token(aud="another-service")
     for _ in range(5):
         assert (

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blueprints.auth import MAX_PENDING_SIGN_INS, RETURN_QUERY_PARAMS
-from blueprints.oidc import REFUSAL_LOG_MAX_LINES, REFUSAL_LOG_MAX_REASONS, RefusalLog
+from blueprints.auth.modes import MAX_PENDING_SIGN_INS, RETURN_QUERY_PARAMS
+from blueprints.auth.oidc import REFUSAL_LOG_MAX_LINES, REFUSAL_LOG_MAX_REASONS, RefusalLog
 from engine.operations.logs import JsonFormatter, TextFormatter
 from tests.helpers import oidc_settings
 
@@ -224,7 +224,7 @@ def unsigned_token(header: dict, claims: dict) -> str:
 
 
 def test_refusals_flooded_with_distinct_reasons_write_few_lines(make_app, issuer, caplog):
-    caplog.set_level(logging.WARNING, logger="blueprints.oidc")
+    caplog.set_level(logging.WARNING, logger="blueprints.auth.oidc")
     client = make_app(**oidc_settings(issuer.url)).test_client()
     for i in range(40):
         token = unsigned_token({"alg": f"X{i}", "kid": "rs256-1"}, issuer.claims())
@@ -237,7 +237,7 @@ def test_refusals_flooded_with_distinct_reasons_write_few_lines(make_app, issuer
 
 
 def test_the_refusal_log_is_bounded_in_memory_and_in_rate(caplog):
-    caplog.set_level(logging.WARNING, logger="blueprints.oidc")
+    caplog.set_level(logging.WARNING, logger="blueprints.auth.oidc")
     log = RefusalLog()
     for i in range(1000):
         log.refused(f"reason-{i}", "detail")

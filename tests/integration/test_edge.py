@@ -133,7 +133,7 @@ def test_every_route_refuses_a_body_over_the_limit_sized_or_chunked(app, insert_
     from gevent.pywsgi import WSGIServer
 
     from app import MAX_BODY_BYTES
-    from blueprints.framing import StrictFramingHandler
+    from blueprints.auth.framing import StrictFramingHandler
     from tests.helpers import free_port
 
     task = insert_task(status="completed")

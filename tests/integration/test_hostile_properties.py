@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from blueprints.toolbox import TOOLS
+from blueprints.api.tool_catalog import TOOLS
 from tests.helpers import IMAGE_SOURCE
 
 EXAMPLES = 150

@@ -20,7 +20,7 @@ import pytest
 import requests
 import yaml
 
-from blueprints.oidc import ConfigurationError, discover
+from blueprints.auth.oidc import ConfigurationError, discover
 from engine.integrations.upstream import AnswerLimit
 from tests.contract.conftest import kubeconfig_for
 from tests.helpers import IMAGE_SOURCE, poll_status

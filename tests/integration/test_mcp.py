@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from blueprints.toolbox import MAX_TOOL_WAIT_S, TOOLS
+from blueprints.api.tool_catalog import MAX_TOOL_WAIT_S, TOOLS
 from tests.helpers import (
     IMAGE_SOURCE,
     ROOT,

@@ -3,10 +3,10 @@ the schemas the API validates with; the docs page renders it with the vendored R
 
 from openapi_spec_validator import validate
 
-from blueprints.jsonschema import schema_of
-from blueprints.openapi import documented_rules, openapi_path
+from blueprints.api.openapi_document import documented_rules, openapi_path
+from blueprints.api.tool_catalog import TOOLS, CreateDeployment
+from blueprints.api.tool_schemas import schema_of
 from blueprints.schemas import PROJECT_ID
-from blueprints.toolbox import TOOLS, CreateDeployment
 from tests.helpers import IMAGE_SOURCE, wait_for
 
 

@@ -1,5 +1,6 @@
-"""Page actions (blueprints/pages.py) on a task whose state refuses them: a TaskConflict shows the
-task as it is (fragments, 200), any other domain error is the error page with its status."""
+"""Page actions (blueprints/pages/project_page.py) on a task whose state refuses them: a
+TaskConflict shows the task as it is (fragments, 200), any other domain error is the error page
+with its status."""
 
 import re
 import uuid

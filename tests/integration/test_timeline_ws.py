@@ -5,7 +5,7 @@ import pytest
 from gevent.pywsgi import WSGIServer
 from psycopg.types.json import Jsonb
 
-from blueprints.timeline_hub import LATE_COMMIT_SWEEP_S
+from blueprints.streams.timeline_hub import LATE_COMMIT_SWEEP_S
 from tests.helpers import TimelineViewer, wait_for
 
 STEP = (

@@ -1,7 +1,7 @@
 """What the dashboard reads off tasks: canvas cards grouped by deployment with endpoints, plain
 failure wording shared with the explain tool, step times, source summaries."""
 
-from blueprints import presentation
+from blueprints.pages import presentation
 from engine.readside import dto
 from engine.readside.explain import explain, failure_help
 from engine.readside.store import TaskStore

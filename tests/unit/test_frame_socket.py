@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import gevent.socket
 import pytest
 
-from blueprints.timeline_hub import FrameSocket, Viewer
+from blueprints.streams.timeline_hub import FrameSocket, Viewer
 
 
 def test_a_try_writes_what_fits_and_never_waits():

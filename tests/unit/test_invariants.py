@@ -135,23 +135,30 @@ def test_starting_a_local_process_does_not_load_the_cleanup_worker():
 
 
 def test_streams_do_not_import_the_page_routes():
-    for path in ("blueprints/ws.py", "blueprints/timeline_hub.py", "blueprints/streams.py"):
-        assert "blueprints.pages" not in imports_of(ROOT / path), path
-    assert "blueprints.fragments" in imports_of(ROOT / "blueprints/timeline_hub.py")
+    """The streams render through the pages' fragments and views, never through a page route."""
+    page_routes = {m for m in route_modules() if m.startswith("blueprints.pages.")}
+    assert "blueprints.pages.project_page" in page_routes  # the control
+    hub = ROOT / "blueprints/streams/timeline_hub.py"
+    assert "blueprints.pages.fragments" in imports_of(hub)  # the scan sees the pages' imports
+    for path in (ROOT / "blueprints/streams").rglob("*.py"):
+        leaked = {
+            n for n in imports_of(path) if n in page_routes or n.rpartition(".")[0] in page_routes
+        }
+        assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
 
 
 def test_every_request_schema_carries_the_storable_text_rule():
     # A schema that skipped RequestSchema would let NUL or a lone surrogate reach PostgreSQL (500).
     import marshmallow
 
+    import blueprints.api.tool_catalog
     import blueprints.schemas
-    import blueprints.toolbox
     import engine.runners.kinds
     from engine.trust.untrusted import RequestSchema
 
     defined = [
         obj
-        for module in (blueprints.schemas, blueprints.toolbox, engine.runners.kinds)
+        for module in (blueprints.schemas, blueprints.api.tool_catalog, engine.runners.kinds)
         for obj in vars(module).values()
         if isinstance(obj, type)
         and issubclass(obj, marshmallow.Schema)
@@ -263,7 +270,11 @@ def test_one_kubeconfig_reader():
             if path != home:
                 found = kubeconfig_reads(path.read_text())
                 assert not found, f"{path.relative_to(ROOT)}:{found} reads a kubeconfig's fields"
-    for path in [ROOT / "app.py", *(ROOT / "blueprints").rglob("*.py")]:
+    for path in [
+        ROOT / "app.py",
+        *(ROOT / "blueprints").rglob("*.py"),
+        *(ROOT / "templates").rglob("*.html"),
+    ]:
         assert "KUBECONFIG_CHECK" not in path.read_text(), path.relative_to(ROOT)
 
 
@@ -372,8 +383,8 @@ IDENTITY_HEADER = re.compile(
 
 
 def test_identity_comes_only_from_the_auth_seam():
-    """No module reads a client-supplied identity header, and only blueprints/auth.py reads
-    `X-Workspace` (a choice among signed workspaces) or builds an Identity."""
+    """No module reads a client-supplied identity header, and only the auth seam (the gate and
+    its modes) reads `X-Workspace` (a choice among signed workspaces) or builds an Identity."""
     assert IDENTITY_HEADER.search('request.headers.get("X-Forwarded-User")')  # the detector works
     for folder in ("blueprints", "engine", "app.py", "wsgi.py"):
         paths = [ROOT / folder] if folder.endswith(".py") else (ROOT / folder).rglob("*.py")
@@ -383,8 +394,9 @@ def test_identity_comes_only_from_the_auth_seam():
             assert not IDENTITY_HEADER.search(text), f"{name} reads an identity header"
             # (the operator's CLI acts as itself, outside any request)
             if name not in (
-                "blueprints/auth.py",
-                "blueprints/oidc.py",
+                "blueprints/auth/gate.py",
+                "blueprints/auth/modes.py",
+                "blueprints/auth/oidc.py",
                 "engine/lifecycle/identity.py",
                 "engine/lifecycle/operator.py",
             ):
@@ -495,14 +507,14 @@ def test_a_lost_lease_is_never_an_answer():
     assert not issubclass(errors.LeaseLost, errors.DomainError)
     assert errors.LeaseLost not in HTTP_STATUS
     assert "engine.core.handle" in imports_of(ROOT / "engine/process.py")  # the control
-    for path in [*(ROOT / "blueprints").glob("*.py"), ROOT / "app.py"]:
+    for path in [*(ROOT / "blueprints").rglob("*.py"), ROOT / "app.py"]:
         held = {n for n in imports_of(path) if n.startswith("engine.core.handle")}
         assert not held, f"{path.relative_to(ROOT)} imports {held}"
 
 
 def test_commands_import_no_blueprint():
     """Operator commands stand on the engine beside the web surface, never on top of it."""
-    assert "blueprints.errors" in imports_of(ROOT / "blueprints/tools.py")  # the control
+    assert "blueprints.errors" in imports_of(ROOT / "blueprints/api/tool_routes.py")  # control
     for path in (ROOT / "commands").rglob("*.py"):
         leaked = {n for n in imports_of(path) if n.split(".")[0] == "blueprints"}
         assert not leaked, f"{path.relative_to(ROOT)} imports {leaked}"
@@ -824,9 +836,9 @@ WEB_WORDS = re.compile(r"""tone-|is-busy|class=["']|<(div|span|li|ol|ul|strong|s
 
 
 def test_the_engine_speaks_no_html():
-    """Labels, hues and CSS classes live in blueprints/presentation.py; the engine's read side
-    keeps the facts and the words every surface shares (the explain tool's too)."""
-    assert WEB_WORDS.search((ROOT / "blueprints/presentation.py").read_text())  # the control
+    """Labels, hues and CSS classes live in blueprints/pages/presentation.py; the engine's read
+    side keeps the facts and the words every surface shares (the explain tool's too)."""
+    assert WEB_WORDS.search((ROOT / "blueprints/pages/presentation.py").read_text())  # control
     for path in (ROOT / "engine").rglob("*.py"):
         found = WEB_WORDS.search(path.read_text())
         assert not found, f"{path.relative_to(ROOT)} speaks the web's {found.group()!r}"
@@ -835,23 +847,15 @@ def test_the_engine_speaks_no_html():
 def route_modules() -> set[str]:
     """The blueprints modules that register routes (`bp = Blueprint(...)`)."""
     return {
-        f"blueprints.{path.stem}"
-        for path in (ROOT / "blueprints").glob("*.py")
+        name
+        for name, path in our_modules("blueprints").items()
         if re.search(r"^bp = Blueprint\(", path.read_text(), re.MULTILINE)
     }
 
 
-#: Route-module imports that stay: the auth seam is where identity comes from (see
-#: test_identity_comes_only_from_the_auth_seam), and where a stream learns its session ended.
-ROUTE_IMPORTS_ALLOWED = {
-    ("*", "blueprints.auth.current_identity"),
-    ("*", "blueprints.auth.watch_session"),
-}
-
-
 def route_helpers_imported(path: Path, routes: set[str]) -> set[str]:
     """What `path` imports from a route module other than itself (module, or module.name)."""
-    me = f"blueprints.{path.stem}"
+    me = ".".join(path.relative_to(ROOT).with_suffix("").parts)
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -860,29 +864,57 @@ def route_helpers_imported(path: Path, routes: set[str]) -> set[str]:
             for alias in node.names:
                 if node.module in routes:
                     found.add(f"{node.module}.{alias.name}")
-                elif f"{node.module}.{alias.name}" in routes:  # `from blueprints import tools`
+                elif f"{node.module}.{alias.name}" in routes:  # `from blueprints.api import x`
                     found.add(f"{node.module}.{alias.name}")
-    return {
-        n
-        for n in found
-        if not n.startswith(me + ".") and n != me
-        if ("*", n) not in ROUTE_IMPORTS_ALLOWED and (me, n) not in ROUTE_IMPORTS_ALLOWED
-    }
+    return {n for n in found if not n.startswith(me + ".") and n != me}
 
 
 def test_blueprints_never_import_another_route_module():
-    """Helpers two surfaces share live in modules without routes (api_calls, request_helpers,
-    toolbox, ...): a route module imported for its helpers drags its routes' concerns along."""
+    """Helpers two surfaces share live in modules without routes (api/calls, request_helpers,
+    api/tool_catalog, ...): a route module imported for its helpers drags its routes' concerns
+    along."""
     routes = route_modules()
-    assert {"blueprints.api", "blueprints.tools", "blueprints.pages"} <= routes  # the control
-    assert "blueprints.request_helpers" not in routes
-    probe = ROOT / "blueprints" / "mcp.py"
-    assert route_helpers_imported(probe, routes | {"blueprints.toolbox"}) == {
-        "blueprints.toolbox"
-    }  # the detector sees `from blueprints import x`
-    for path in sorted((ROOT / "blueprints").glob("*.py")):
+    assert {
+        "blueprints.api.routes",
+        "blueprints.api.tool_routes",
+        "blueprints.pages.project_page",
+    } <= routes  # the control
+    # Every route imports the identity gate, which therefore holds none (the sign-in routes
+    # are blueprints/auth/sign_in.py).
+    assert "blueprints.request_helpers" not in routes and "blueprints.auth.gate" not in routes
+    probe = ROOT / "blueprints/mcp/methods.py"
+    assert route_helpers_imported(probe, routes | {"blueprints.api.tool_catalog"}) == {
+        "blueprints.api.tool_catalog"
+    }  # the detector sees `from blueprints.api import x`
+    for path in sorted((ROOT / "blueprints").rglob("*.py")):
         leaked = route_helpers_imported(path, routes)
         assert not leaked, f"{path.relative_to(ROOT)} imports route helpers {sorted(leaked)}"
+
+
+def surface_graph() -> dict[str, set[str]]:
+    """The web layer's import graph between its groups: a sub-package of blueprints/ (api,
+    pages, ...) or a shared module at its top (errors, schemas, ...)."""
+
+    def group(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for module, targets in import_graph("blueprints").items():
+        if module != "blueprints":
+            ours = {group(t) for t in targets if t.startswith("blueprints.")}
+            graph.setdefault(group(module), set()).update(ours - {group(module)})
+    return graph
+
+
+def test_the_web_layer_s_surfaces_import_each_other_without_a_cycle():
+    """The surfaces form layers (blueprints/__init__.py): a page may lean on the auth gate, a
+    stream on the pages' fragments, MCP on the API's tools, never the other way round."""
+    graph = surface_graph()
+    assert "blueprints.pages" in graph["blueprints.streams"]  # the scan sees groups and edges
+    assert "blueprints.auth" in graph["blueprints.api"]
+    planted = {**graph, "blueprints.auth": graph["blueprints.auth"] | {"blueprints.pages"}}
+    assert {"blueprints.auth", "blueprints.pages"} in cycles(planted)  # the control
+    assert cycles(graph) == []
 
 
 def reraised_by_attribute(source: str) -> list[int]:
@@ -1075,8 +1107,8 @@ KUBERNETES_MODULES = {
     "engine/runners/diagnosis.py",
     "engine/runners/direct.py",
     "engine/runners/template.py",
-    "blueprints/cluster_access.py",
-    "blueprints/responses.py",  # an app resource's Kubernetes namespace (AppResource)
+    "blueprints/pages/cluster_access.py",
+    "blueprints/api/openapi_responses.py",  # an app resource's Kubernetes namespace (AppResource)
 }
 #: Tenant uses of the word anywhere, Kubernetes modules included.
 TENANT_NAMESPACE = re.compile(

@@ -7,8 +7,8 @@ import jsonschema
 import pytest
 from marshmallow import ValidationError
 
-from blueprints import forms, presentation
-from blueprints.jsonschema import field_schema
+from blueprints.api.tool_schemas import field_schema
+from blueprints.pages import forms, presentation
 from blueprints.schemas import CreateTask, SourceField
 from engine.runners import ai, database, direct, runner_for, template
 from engine.runners.kinds import KINDS

@@ -2,7 +2,7 @@
 
 import pytest
 
-from blueprints import presentation
+from blueprints.pages import presentation
 from engine.core.status import Status
 from engine.readside.store import attention
 from engine.readside.timeline import entry
