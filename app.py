@@ -260,15 +260,26 @@ def serve() -> None:
         )
         servers[-1].start()
 
+    runtime = app.extensions["engine"]
+
     def stop():
         log.info("stopping: draining the engine")
-        app.extensions["engine"].shutdown()
+        runtime.shutdown(stop_now_hint="press Ctrl-C again to stop now")
+        # The drain closed the streams: what is left are requests about to end.
         for each in servers:
             each.stop(timeout=5)
-        app.extensions["engine"].db.close()
+        runtime.db.close()
+
+    signals = []
+
+    def on_signal():
+        # The first signal drains (the server still answers, new work with 503 shutting_down);
+        # a second one ends the drain's wait at once.
+        signals.append(1)
+        gevent.spawn(stop if len(signals) == 1 else runtime.stop_now)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        gevent.signal_handler(sig, lambda: gevent.spawn(stop))
+        gevent.signal_handler(sig, on_signal)
     log.info("serving on http://%s:%s", settings.host, settings.port)
     server.serve_forever()
 

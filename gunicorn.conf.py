@@ -30,7 +30,9 @@ logconfig_dict = logs.logging_config(settings.log_format, settings.log_level)
 workers = settings.web_concurrency
 worker_class = "gevent"
 worker_connections = settings.worker_connections
-# Keep below Kubernetes' terminationGracePeriodSeconds.
+# The engine's drain (DRAIN_WAIT_S + SHUTDOWN_GRACE_S, checked at boot) ends inside it; keep it
+# below Kubernetes' terminationGracePeriodSeconds minus the preStop pause (tests/unit/
+# test_deploy_files.py reads the three files).
 graceful_timeout = settings.graceful_timeout
 timeout = 60
 control_socket_disable = True
@@ -86,23 +88,43 @@ def _engine(worker):
     return worker.wsgi.extensions["engine"]
 
 
+#: How an operator ends a worker's drain at once (the arbiter turns SIGINT and SIGQUIT into
+#: SIGQUIT to its workers; a second SIGTERM sent to the worker itself does it too).
+STOP_NOW_HINT = "SIGINT or SIGQUIT to the master stops now"
+
+
 def post_worker_init(worker):
-    """SIGTERM sets alive=False only; also drain the engine at once (and close its streams).
+    """SIGTERM sets alive=False only; also start the engine's drain at once (its streams close
+    when it ends). A second SIGTERM to the worker ends the drain's wait.
 
     Then freeze what the loaded app holds (modules, templates, routes: most of the heap, alive as
     long as the worker): a full collection no longer scans it. Scanning it paused the worker for
     50-80 ms at a time under load, every request in flight with it (BENCHMARKS.md).
     """
     original = worker.handle_exit
+    signals = []
 
     def handle_exit(sig, frame):
         original(sig, frame)
-        gevent.spawn(_engine(worker).shutdown)
+        runtime = _engine(worker)
+        signals.append(sig)
+        if len(signals) == 1:
+            gevent.spawn(runtime.shutdown, stop_now_hint=STOP_NOW_HINT)
+        else:
+            gevent.spawn(runtime.stop_now)
 
     worker.handle_exit = handle_exit
     signal.signal(signal.SIGTERM, handle_exit)
     gc.collect()
     gc.freeze()
+
+
+def worker_int(worker):
+    """SIGINT or SIGQUIT (gunicorn's quick shutdown, also during a graceful one): no drain wait;
+    abort the runs and record them before the worker exits (the arbiter kills it 2 s later)."""
+    if getattr(worker, "wsgi", None) is not None:
+        _engine(worker).stop_now()
+        _engine(worker).shutdown()
 
 
 def worker_exit(server, worker):

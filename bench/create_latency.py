@@ -40,6 +40,7 @@ SETTINGS = dict(
     reaper_interval_s=3600.0,
     readiness_poll_s=1.0,
     shutdown_grace_s=1.0,
+    drain_wait_s=0.0,  # the parked runs never finish: the shutdown aborts them at once
     db_pool_size=20,
     # Runs pile up in flight here (each parked in the fake cluster): no backpressure in the way.
     max_runs_per_process=1_000_000,

@@ -1,5 +1,10 @@
 """The per-process engine runtime: launches runners, delivers cancels, drains.
 
+The drain (shutdown()): a stop signal ends admissions at once; the runs in flight go on for up to
+DRAIN_WAIT_S with their leases renewed, their cancels delivered and their viewers served, because
+their credential lives only in this process's memory and no other process can finish them; then
+what still runs is aborted and recorded `failed: interrupted`.
+
 One per process (created by the app factory). Its greenlets: one runner per leased task it
 launched, and the loops of engine/maintenance: the lease renewer, the reaper, the cleanup worker
 and the NOTIFY listener.
@@ -8,6 +13,7 @@ and the NOTIFY listener.
 import logging
 import os
 import socket
+import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -42,6 +48,10 @@ from engine.runners.context import RunContext
 from engine.trust import secrets
 
 log = logging.getLogger(__name__)
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'' if count == 1 else 's'}"
 
 
 @dataclass
@@ -109,9 +119,17 @@ class EngineRuntime:
         self._admitted = 0
         self._no_admissions = Event()
         self._no_admissions.set()
+        #: Set while no run is held and none is being launched: the drain's wait ends there.
+        self._idle = Event()
+        self._idle.set()
         self._loops: list[gevent.Greenlet] = []
         self._shutdown_done = Event()
-        self._shutting_down = False
+        #: A stop signal came: shutdown() began (a second signal calls stop_now()).
+        self.stopping = False
+        #: The drain is over (stop_now() or its wait ran out): runs launched from here on start
+        #: aborted.
+        self._aborting = False
+        self._stop_now = Event()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,26 +143,32 @@ class EngineRuntime:
         self.runner_notices.start()
         log.info("engine runtime %s started", self.owner)
 
-    def shutdown(self) -> None:
-        """Stop launching, abort runners, then fail every lease still held (idempotent)."""
-        if self._shutting_down:
+    def shutdown(self, *, stop_now_hint: str = "") -> None:
+        """Stop admitting, let the runs in flight go on for up to DRAIN_WAIT_S (or until
+        stop_now()), then abort what still runs and fail every lease still held (idempotent).
+        `stop_now_hint`: how the operator ends the wait, for the line that announces it."""
+        s = self.settings
+        if self.stopping:  # a second caller waits for the first one's end
             self._shutdown_done.wait(
-                timeout=self.settings.shutdown_grace_s
+                s.drain_wait_s
+                + 2 * s.shutdown_grace_s
                 + 5
-                + self.settings.runtime_stop_timeout_s
+                + s.runtime_stop_timeout_s
                 + KILL_CONFIRM_S
             )
             return
-        self._shutting_down = True
+        self.stopping = True
         self.accepting = False
         try:
+            self._drain(stop_now_hint)
             # Admitted requests finish claiming and launching first, so the abort pass sees them.
-            if not self._no_admissions.wait(timeout=self.settings.shutdown_grace_s):
+            if not self._no_admissions.wait(timeout=s.shutdown_grace_s):
                 log.warning("drain: %d launching request(s) still in flight", self._admitted)
+            self._aborting = True
             for run in list(self.runs.values()):
                 run.handle.abort.abort(SHUTDOWN)
             greenlets = [r.greenlet for r in self.runs.values() if r.greenlet is not None]
-            gevent.joinall(greenlets, timeout=self.settings.shutdown_grace_s)
+            gevent.joinall(greenlets, timeout=s.shutdown_grace_s)
             for task_id, run in list(self.runs.items()):
                 self._resolve_interrupted(run.handle, "server shutting down")
                 if run.greenlet is not None:
@@ -156,10 +180,43 @@ class EngineRuntime:
             # Local process groups this process started must not outlive it (seed 001).
             self._release_runtimes()
             self.runner_notices.stop()
+            # Last: the runs' final writes have reached this process's viewers; their streams
+            # close now, and a viewer reconnects to another process.
             self.listener.stop()
         finally:
             self._shutdown_done.set()
             log.info("engine runtime %s drained", self.owner)
+
+    def stop_now(self) -> None:
+        """End the drain's wait at once (a second stop signal): what still runs is aborted."""
+        if self.stopping and not self._stop_now.is_set():
+            log.warning("drain: stopping now; the runs still in flight end interrupted")
+        self._stop_now.set()
+
+    def _drain(self, stop_now_hint: str) -> None:
+        """Let the runs in flight (and the creates admitted before the signal) go on, their
+        leases renewed and their cancels delivered, until none is left, DRAIN_WAIT_S has passed
+        or stop_now() is called. The cleanup worker takes no new job meanwhile."""
+        wait_s, held = self.settings.drain_wait_s, len(self.runs) + self._admitted
+        if self._stop_now.is_set() or wait_s <= 0 or self._idle.is_set():
+            return
+        self.cleanup.stop_claiming()
+        started = time.monotonic()
+        hint = f"; {stop_now_hint}" if stop_now_hint else ""
+        log.info("draining: waiting up to %g s for %s%s", wait_s, _runs(held), hint)
+        gevent.wait([self._idle, self._stop_now], timeout=wait_s, count=1)
+        waited, left = time.monotonic() - started, len(self.runs) + self._admitted
+        if left:
+            log.warning("drain: %s still in flight after %.1f s: aborting", _runs(left), waited)
+        else:
+            log.info("drain: every run finished after %.1f s", waited)
+
+    def _note_idle(self) -> None:
+        """The drain's wait ends when no run is held and none is being launched."""
+        if not self.runs and self._admitted == 0:
+            self._idle.set()
+        else:
+            self._idle.clear()
 
     def unready_reason(self) -> str | None:
         """Why this process should get no traffic now (None: ready): draining, no database, or
@@ -195,12 +252,14 @@ class EngineRuntime:
             raise Overloaded()
         self._admitted += 1
         self._no_admissions.clear()
+        self._idle.clear()
         try:
             yield
         finally:
             self._admitted -= 1
             if self._admitted == 0:
                 self._no_admissions.set()
+            self._note_idle()
 
     def launch(self, row: dict, *, inputs: dict, kubeconfig: dict | None, leased_at: float) -> None:
         """Run a freshly claimed task in this process, its secrets held only in memory.
@@ -246,7 +305,8 @@ class EngineRuntime:
         )
         run = _Run(handle)
         self.runs[row["id"]] = run
-        if self._shutting_down:
+        self._idle.clear()
+        if self._aborting:
             # Claimed after the drain's abort pass (an admission it stopped waiting for): the run
             # starts aborted and resolves itself as interrupted at its first checkpoint.
             handle.abort.abort(SHUTDOWN)
@@ -298,6 +358,7 @@ class EngineRuntime:
         finally:
             self.runs.pop(handle.task_id, None)
             metrics.LEASES_HELD.set(len(self.runs))
+            self._note_idle()
             if handle.abort.aborted:
                 metrics.RUN_ABORTS.labels(handle.abort.reason).inc()
             if handle.started_local_process:

@@ -91,12 +91,14 @@ def sql_conn(database_url):
         yield conn
 
 
-#: Cadences for in-process tests: background loops effectively off unless a test shortens them.
+#: Cadences for in-process tests: background loops effectively off unless a test shortens them,
+#: and a shutdown that aborts at once (tests/integration/test_drain.py sets a drain wait).
 QUIET = dict(
     lease_renew_interval_s=3600.0,
     reaper_interval_s=3600.0,
     readiness_poll_s=0.02,
     shutdown_grace_s=1.0,
+    drain_wait_s=0.0,
 )
 
 

@@ -74,7 +74,8 @@ class CleanupWorker:
         #: integration failed (it records that itself), else `cleanup:<trigger>`.
         self.streaks = streaks or Streaks(db, owner=owner)
         self._greenlet: gevent.Greenlet | None = None
-        self._stopping = False
+        #: No new job is claimed (stop_claiming(), stop()); stopped: attempts are aborted too.
+        self._stopping = self._stopped = False
         self._wake = Event()
         self._attempts: set[_Attempt] = set()
         self._pool = Pool(JOB_CONCURRENCY)
@@ -95,9 +96,14 @@ class CleanupWorker:
             log.exception("runtime reconciliation failed; rows are kept for the next boot")
         self._greenlet = gevent.spawn(self._work_forever)
 
+    def stop_claiming(self) -> None:
+        """Claim no new job (a draining process); the attempts in flight go on until stop()."""
+        self._stopping = True
+        self._wake.set()
+
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop claiming, abort attempts in flight (they end as retryable failures)."""
-        self._stopping = True
+        self._stopping = self._stopped = True
         self._wake.set()
         for attempt in list(self._attempts):
             attempt.abort.abort(SHUTDOWN)
@@ -218,7 +224,7 @@ class CleanupWorker:
 
     def _attempt(self, job: dict) -> _Attempt:
         attempt = _Attempt(job, AbortSignal())
-        if self._stopping:
+        if self._stopped:
             attempt.abort.abort(SHUTDOWN)
         self._attempts.add(attempt)
         # The in-process deadline matches the claim's: past it another worker may claim the job.

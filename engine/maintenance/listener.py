@@ -92,6 +92,10 @@ class Listener:
     def subscribe(self, *, workspace=None, project=None, task=None) -> Subscription:
         """Subscribe BEFORE reading the bootstrap, so nothing falls in between."""
         sub = Subscription(self, workspace=workspace, project=project, task=task)
+        if self._stopping:
+            # The process is on its way out: the stream ends after its first read (its viewer
+            # reconnects to another process) instead of holding the worker's exit.
+            sub.queue.put_nowait(CLOSED)
         self.subscribers.add(sub)
         metrics.STREAM_VIEWERS.set(len(self.subscribers))
         return sub

@@ -68,8 +68,9 @@ class Settings(OperatingSettings, TargetSettings, ServerSettings):
         found = []
         for name, definition in DEFINITIONS.items():
             value, rule = getattr(self, name), definition.rule
+            plus = getattr(self, rule.plus) if rule.plus is not None else 0
             if not definition.allows(value) or (
-                rule.below is not None and not value < getattr(self, rule.below)
+                rule.below is not None and not value + plus < getattr(self, rule.below)
             ):
                 found.append(
                     f"{definition.variable}={shown(value)} is out of range "

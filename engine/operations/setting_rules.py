@@ -40,6 +40,9 @@ class Rule:
     at_most: float | None = None
     #: Another setting this one must stay strictly below (a cadence inside a deadline, ...).
     below: str | None = None
+    #: A setting added to this one before the comparison with `below` (two waits in a row
+    #: that must end inside a third).
+    plus: str | None = None
     choices: tuple[str, ...] = ()
     #: The docs' words for the default when its value says too little ("half of ...").
     shown: str | None = None
@@ -106,7 +109,8 @@ class Definition:
             if bound is not None
         ]
         if rule.below:
-            parts.append(f"< `{rule.below.upper()}`")
+            less = f" - `{rule.plus.upper()}`" if rule.plus else ""
+            parts.append(f"< `{rule.below.upper()}`{less}")
         return ", ".join(parts)
 
     def default_shown(self) -> str:

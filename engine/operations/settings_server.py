@@ -141,6 +141,16 @@ class ServerSettings:
         SERVER,
         above=0,
     )
+    drain_wait_s: float = setting(
+        20.0,
+        "how long a stopping process (SIGTERM) lets its runs in flight go on, their leases "
+        "renewed and their cancels honoured, before it aborts what still runs as `failed: "
+        "interrupted` (0: at once; see [Draining](operating.md#draining))",
+        SERVER,
+        at_least=0,
+        below="graceful_timeout",
+        plus="shutdown_grace_s",
+    )
     shutdown_grace_s: float = setting(
         3.0,
         "how long the drain waits for aborted runners before failing their leases",
@@ -188,9 +198,10 @@ class ServerSettings:
         2000, "open connections one gunicorn worker serves at once", SERVER, at_least=1
     )
     graceful_timeout: int = setting(
-        15,
-        "gunicorn graceful timeout (seconds); keep it below Kubernetes' "
-        "`terminationGracePeriodSeconds`",
+        35,
+        "gunicorn graceful timeout (seconds): a stopping worker is killed after it, so keep it "
+        "above `DRAIN_WAIT_S + SHUTDOWN_GRACE_S + RUNTIME_STOP_TIMEOUT_S + 4` and below "
+        "Kubernetes' `terminationGracePeriodSeconds` minus the `preStop` pause",
         SERVER,
         at_least=1,
     )

@@ -369,7 +369,8 @@ def test_two_browsers_on_one_project_see_each_others_actions_live(server, open_p
 
 
 def test_the_page_rebootstraps_after_its_streams_reconnect(server, open_page, api):
-    srv = server()
+    # No drain wait: the workers abort the never-ready run and close their streams at once.
+    srv = server(DRAIN_WAIT_S="0")
     task = api(srv).create("shop", image("api", marker="sandbox-never-ready"))
     ui = open_page(srv, "shop")
     ui.open_timeline(task["id"])

@@ -1,6 +1,7 @@
 """Real server processes: a stopped server leaves honest task states behind.
 
-SIGTERM drains (the task is `failed: interrupted` at once, written by the dying process itself);
+SIGTERM with no drain wait (DRAIN_WAIT_S=0; tests/integration/test_drain.py waits) fails the task
+`failed: interrupted` at once, written by the dying process itself;
 SIGKILL leaves an orphan lease that another process's reaper resolves once it expires. Each test
 reads the outcome where production keeps it: the task row and its events, or another server's API.
 """
@@ -15,8 +16,14 @@ import requests
 from engine.core.status import Status
 from tests.helpers import IMAGE_SOURCE, poll_status, wait_for
 
-#: The sandbox never turns the workload ready, so a task sits in applying/verify until stopped.
-IN_FLIGHT = {"SANDBOX_NEVER_READY": "1", "SANDBOX_APPLY_DELAY_S": "0.05", "READINESS_POLL_S": "0.1"}
+#: The sandbox never turns the workload ready, so a task sits in applying/verify until stopped;
+#: a stop aborts it at once.
+IN_FLIGHT = {
+    "SANDBOX_NEVER_READY": "1",
+    "SANDBOX_APPLY_DELAY_S": "0.05",
+    "READINESS_POLL_S": "0.1",
+    "DRAIN_WAIT_S": "0",
+}
 
 
 def create(server) -> str:

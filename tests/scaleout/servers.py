@@ -294,7 +294,10 @@ def host_env(
             "DATA_DIR": str(datadir),
             "SECRET_KEY": "scaleout-" + "k" * 40,
             "PYTHONUNBUFFERED": "1",
-            "GRACEFUL_TIMEOUT": "10",
+            # A stopping host lets its runs finish for up to DRAIN_WAIT_S, inside gunicorn's
+            # graceful timeout (DRAIN_WAIT_S + SHUTDOWN_GRACE_S < GRACEFUL_TIMEOUT).
+            "DRAIN_WAIT_S": "10",
+            "GRACEFUL_TIMEOUT": "15",
             # Short cadences: a dead host's leases resolve within LEASE_TTL_S + REAPER_INTERVAL_S.
             "LEASE_TTL_S": "5",
             "LEASE_RENEW_INTERVAL_S": "1",
@@ -305,7 +308,8 @@ def host_env(
             "DB_LINK_TIMEOUT_S": "3",
             "SHUTDOWN_GRACE_S": "2",
             "SANDBOX_APPLY_DELAY_S": "0.05",
-            "SANDBOX_READY_DELAY_S": "0.3",
+            # A run that completes lasts a few seconds, as a small real rollout does.
+            "SANDBOX_READY_DELAY_S": "2.5",
             "READINESS_POLL_S": "0.1",
             # The hosts serve on their namespace's address, not on loopback.
             "DEV_AUTH_ALLOW_NETWORK": "true",

@@ -63,8 +63,14 @@ def test_a_configuration_row_that_drifts_is_found():
             "LEASE_RENEW_INTERVAL_S=10 is out of range (allowed: > 0, < `LEASE_TTL_S`)",
         ),
         (
-            {"SHUTDOWN_GRACE_S": "20"},
-            "SHUTDOWN_GRACE_S=20 is out of range (allowed: >= 0, < `GRACEFUL_TIMEOUT`)",
+            {"SHUTDOWN_GRACE_S": "40"},
+            "SHUTDOWN_GRACE_S=40 is out of range (allowed: >= 0, < `GRACEFUL_TIMEOUT`)",
+        ),
+        (
+            # The drain's wait and the grace after it end inside gunicorn's graceful timeout.
+            {"DRAIN_WAIT_S": "20", "SHUTDOWN_GRACE_S": "3", "GRACEFUL_TIMEOUT": "23"},
+            "DRAIN_WAIT_S=20 is out of range "
+            "(allowed: >= 0, < `GRACEFUL_TIMEOUT` - `SHUTDOWN_GRACE_S`)",
         ),
         (
             {"RUNNER_DB_SLOTS": "20"},

@@ -2,7 +2,9 @@
 schemas (offline, kubernetes-validate) and say what operating the service needs; the Dockerfile
 builds a non-root gunicorn image. tests/integration/test_image_env.py boots what it installs."""
 
+import os
 import re
+import runpy
 from pathlib import Path
 
 import kubernetes_validate
@@ -52,20 +54,79 @@ def container_env(deployment) -> dict[str, dict]:
     return {e["name"]: e for e in container["env"]}
 
 
-def test_the_deployment_probes_health_and_outlasts_the_drain():
+def test_the_deployment_probes_health_and_outlasts_the_drain(monkeypatch):
     deployment = of_kind("Deployment")
     pod = deployment["spec"]["template"]["spec"]
     [container] = pod["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
-    assert pre_stop[0] == "sleep"
-    graceful = int(container_env(deployment)["GRACEFUL_TIMEOUT"]["value"])
-    # The kubelet's grace period covers the preStop pause and then gunicorn's graceful drain.
-    assert pod["terminationGracePeriodSeconds"] > int(pre_stop[1]) + graceful
+    assert container["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
+    assert shutdown_problems(deployment, monkeypatch) == []
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     assert "memory" in container["resources"]["limits"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def shutdown_problems(deployment: dict, monkeypatch) -> list[str]:
+    """What would cut a pod's drain short, read from the three files that set its times: the
+    engine's drain (DRAIN_WAIT_S, then SHUTDOWN_GRACE_S for aborted runs, then the process
+    groups' stop and the loops') must end inside gunicorn's graceful timeout (gunicorn.conf.py
+    read as gunicorn reads it, in the pod's environment), and the preStop pause plus that
+    timeout inside the kubelet's terminationGracePeriodSeconds."""
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    for name in [n for n in os.environ if n.lower() in DEFINITIONS]:
+        monkeypatch.delenv(name)
+    for name, entry in container_env(deployment).items():
+        if "value" in entry:
+            monkeypatch.setenv(name, entry["value"])
+    try:
+        conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+    except SystemExit as exc:  # the boot check refuses the settings themselves
+        return [str(exc)]
+    settings, graceful = conf["settings"], conf["graceful_timeout"]
+    drain = (
+        settings.drain_wait_s
+        + settings.shutdown_grace_s
+        + settings.runtime_stop_timeout_s
+        + 4  # the cleanup worker's, the runner notices' and the listener's stops
+    )
+    pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    problems = []
+    if settings.drain_wait_s <= 0:
+        problems.append("DRAIN_WAIT_S is 0: a rolling restart fails every run in flight")
+    if not drain < graceful:
+        problems.append(
+            f"the drain ({drain:g} s) outlasts gunicorn's graceful timeout ({graceful})"
+        )
+    if not pre_stop + graceful < pod["terminationGracePeriodSeconds"]:
+        problems.append(
+            f"preStop ({pre_stop} s) + graceful timeout ({graceful} s) outlast "
+            f"terminationGracePeriodSeconds ({pod['terminationGracePeriodSeconds']})"
+        )
+    return problems
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda pod, env: pod.update(terminationGracePeriodSeconds=30), "preStop (5 s)"),
+        (lambda pod, env: env.update(GRACEFUL_TIMEOUT={"value": "29"}), "outlasts gunicorn"),
+        (lambda pod, env: env.update(GRACEFUL_TIMEOUT={"value": "15"}), "DRAIN_WAIT_S=20"),
+        (lambda pod, env: env.update(DRAIN_WAIT_S={"value": "0"}), "DRAIN_WAIT_S is 0"),
+    ],
+    ids=["grace-period", "graceful-timeout", "refused-at-boot", "no-drain"],
+)
+def test_a_deployment_whose_times_cut_the_drain_short_is_found(monkeypatch, change, problem):
+    """The control: each way the three files can disagree is found."""
+    deployment = of_kind("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    change(pod, env)
+    container["env"] = [{"name": name, **entry} for name, entry in env.items()]
+    problems = shutdown_problems(deployment, monkeypatch)
+    assert any(problem in p for p in problems), problems
 
 
 def test_every_secret_comes_from_the_secret_and_every_env_name_is_a_setting():
